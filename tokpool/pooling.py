@@ -1,0 +1,362 @@
+"""Token-wise pooling (ALL, STEP) under chunked prefill, with four retention policies.
+
+``AllPool`` hands each finished request its ``[prompt_len, hidden]`` hidden states. Under chunked
+prefill a request's chunks arrive over several steps, in a buffer the next step reuses, so what
+it keeps between steps decides both correctness and memory:
+
+- ``legacy``   views only (pre PR #50931): wrong as soon as the buffer is reused.
+- ``clone``    PR #50931: clone unfinished chunks (and, under async scheduling, a request that
+               finishes in one shot); concat the chunks at the finish.
+- ``prealloc`` one owned ``[prompt_len, hidden]`` buffer per request, each chunk copied in once;
+               no concat, so no transient ``2T - L`` peak and one copy per token instead of two.
+- ``offload``  each chunk copied to host memory as it arrives; nothing kept on the device.
+
+See DESIGN.md ("Semantics", "Retention policies and memory") for the exact table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .metadata import PoolingCursor, PoolingMetadata, PoolingStates
+
+RetentionPolicy = Literal["legacy", "clone", "prealloc", "offload"]
+RETENTION_POLICIES: tuple[str, ...] = ("legacy", "clone", "prealloc", "offload")
+
+#: ``probe(event, outputs_so_far)`` is called after each allocation pooling makes, so a memory
+#: ledger can measure live storages at the exact moments of a step (events: ``"retain"``,
+#: ``"concat"``, ``"clean"``).
+MemoryProbe = Callable[[str, Sequence[Tensor | None]], None]
+
+
+def check_policy(policy: str) -> None:
+    if policy not in RETENTION_POLICIES:
+        raise ValueError(
+            f"unknown retention policy {policy!r}; choose one of {list(RETENTION_POLICIES)}"
+        )
+
+
+def _check_hidden(hidden_states: Tensor, cursor: PoolingCursor) -> list[int]:
+    if not isinstance(hidden_states, Tensor):
+        raise TypeError(f"hidden_states must be a Tensor, got {type(hidden_states).__name__}")
+    if hidden_states.dim() != 2:
+        raise ValueError(
+            f"hidden_states must be [n_tokens, hidden], got shape {tuple(hidden_states.shape)}"
+        )
+    sizes = cursor.num_scheduled_tokens_cpu.tolist()
+    if hidden_states.shape[0] != sum(sizes):
+        raise ValueError(
+            f"hidden_states has {hidden_states.shape[0]} rows but the cursor schedules "
+            f"{sum(sizes)} tokens ({sizes}); slice the step's rows out of the buffer first"
+        )
+    return sizes
+
+
+def _host_buffer(rows: int, like: Tensor) -> Tensor:
+    # Pinned host memory lets the device-to-host copy run asynchronously on CUDA.
+    pin = like.is_cuda and torch.cuda.is_available()
+    return torch.empty((rows, like.shape[1]), dtype=like.dtype, device="cpu", pin_memory=pin)
+
+
+class AllPool:
+    """ALL pooling: every token's hidden state, per finished request.
+
+    Args:
+        enable_chunked_prefill: requests may arrive in several chunks (steps).
+        async_scheduling: the engine launches step N+1 before collecting step N's output, so a
+            finished output must own its storage (the buffer may be overwritten meanwhile).
+        policy: what to keep between steps (see module docstring).
+
+    Call:
+        ``pool(hidden_states, metadata)`` with ``hidden_states`` ``[n_step_tokens, hidden]``
+        returns one entry per request: ``[prompt_len, hidden]`` when it finishes this step,
+        else ``None``.
+
+    Raises:
+        ValueError: unknown policy; rows that do not match the cursor; a chunk that does not
+            continue what the request's state holds (pass the previous step's states).
+    """
+
+    pooling_type = "ALL"
+
+    def __init__(
+        self,
+        *,
+        enable_chunked_prefill: bool = True,
+        async_scheduling: bool = False,
+        policy: RetentionPolicy = "clone",
+    ) -> None:
+        check_policy(policy)
+        self.enable_chunked_prefill = bool(enable_chunked_prefill)
+        self.async_scheduling = bool(async_scheduling)
+        self.policy = policy
+        # PR #50931's flag: finished outputs must own storage under async scheduling.
+        self.clone_finished = self.async_scheduling and policy != "legacy"
+        self.probe: MemoryProbe | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(enable_chunked_prefill={self.enable_chunked_prefill}, "
+            f"async_scheduling={self.async_scheduling}, policy={self.policy!r})"
+        )
+
+    def get_supported_tasks(self) -> frozenset[str]:
+        return frozenset({"token_embed", "token_classify"})
+
+    def _notify(self, event: str, outputs: Sequence[Tensor | None]) -> None:
+        if self.probe is not None:
+            self.probe(event, outputs)
+
+    def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
+        return self.forward(hidden_states, metadata)
+
+    def forward(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
+        cursor = metadata.get_pooling_cursor()
+        sizes = _check_hidden(hidden_states, cursor)
+        chunks = list(torch.split(hidden_states, sizes))  # each [n_scheduled_i, hidden] (views)
+        if not self.enable_chunked_prefill:
+            return self._forward_unchunked(chunks, cursor)
+        states = metadata.pooling_states
+        self._check_continuity(states, cursor)
+        if self.policy in ("legacy", "clone"):
+            return self._forward_cache(chunks, states, cursor)
+        return self._forward_buffer(chunks, states, cursor)
+
+    def _forward_unchunked(
+        self, chunks: list[Tensor], cursor: PoolingCursor
+    ) -> list[Tensor | None]:
+        partial = [
+            (i, s, p)
+            for i, (s, p) in enumerate(zip(cursor.num_scheduled_tokens_cpu.tolist(),
+                                           cursor.prompt_lens_cpu.tolist(), strict=True))
+            if s != p
+        ]
+        if partial:
+            i, s, p = partial[0]
+            raise ValueError(
+                f"chunked prefill is disabled but request {i} has {s} of {p} prompt tokens "
+                "scheduled; use AllPool(enable_chunked_prefill=True) or schedule whole prompts"
+            )
+        if self.policy == "offload":
+            outputs: list[Tensor | None] = []
+            for chunk in chunks:
+                host = _host_buffer(chunk.shape[0], chunk)
+                outputs.append(host.copy_(chunk))
+                self._notify("retain", outputs)
+            return outputs
+        if not self.clone_finished:
+            return list(chunks)
+        outputs = []
+        for chunk in chunks:
+            outputs.append(chunk.clone())
+            self._notify("retain", outputs)
+        return outputs
+
+    @staticmethod
+    def _check_continuity(states: list[PoolingStates], cursor: PoolingCursor) -> None:
+        if len(states) != len(cursor):
+            raise ValueError(f"{len(states)} pooling states for {len(cursor)} requests")
+        before = cursor.num_computed_before.tolist()
+        for i, (state, done) in enumerate(zip(states, before, strict=True)):
+            if state.num_cached_tokens != done:
+                raise ValueError(
+                    f"request {i}: the cursor says {done} tokens were computed before this step "
+                    f"but its pooling state holds {state.num_cached_tokens}; pass the previous "
+                    "step's meta.pooling_states as states= (and clean states on preemption)"
+                )
+
+    def _forward_cache(
+        self, chunks: list[Tensor], states: list[PoolingStates], cursor: PoolingCursor
+    ) -> list[Tensor | None]:
+        finished = cursor.get_finished_mask()
+        # 1. Retain this step's chunk in the request's cache. Unfinished chunks outlive the
+        #    step in every mode; a one-shot finish under async scheduling is read after the
+        #    next step has started writing the buffer. Both must own their storage.
+        for state, chunk, done in zip(states, chunks, finished, strict=True):
+            owned = self.policy == "clone" and (
+                not done or (self.clone_finished and not state.hidden_states_cache)
+            )
+            state.hidden_states_cache.append(chunk.clone() if owned else chunk)
+            if owned:
+                self._notify("retain", [])
+        # 2. Hand finished requests their whole prompt; the final chunk may stay a view because
+        #    the concat below copies it into new storage.
+        outputs: list[Tensor | None] = []
+        for state, done in zip(states, finished, strict=True):
+            if not done:
+                outputs.append(None)
+                continue
+            cache = state.hidden_states_cache
+            if len(cache) == 1:
+                outputs.append(cache[0])
+            else:
+                outputs.append(torch.cat(cache, dim=0))  # [prompt_len, hidden], new storage
+                self._notify("concat", outputs)
+            state.clean()
+            self._notify("clean", outputs)
+        return outputs
+
+    def _forward_buffer(
+        self, chunks: list[Tensor], states: list[PoolingStates], cursor: PoolingCursor
+    ) -> list[Tensor | None]:
+        finished = cursor.get_finished_mask()
+        prompt_lens = cursor.prompt_lens_cpu.tolist()
+        offload = self.policy == "offload"
+        outputs: list[Tensor | None] = []
+        for state, chunk, done, prompt_len in zip(states, chunks, finished, prompt_lens,
+                                                  strict=True):
+            one_shot = done and state.buffer is None
+            if one_shot and not offload:
+                # prealloc changes only multi-chunk requests; a one-shot finish follows the
+                # clone rule (owned only when the next step may overwrite the buffer).
+                outputs.append(chunk.clone() if self.clone_finished else chunk)
+                if self.clone_finished:
+                    self._notify("retain", outputs)
+                continue
+            if state.buffer is None:
+                state.buffer = (
+                    _host_buffer(prompt_len, chunk)
+                    if offload
+                    else chunk.new_empty((prompt_len, chunk.shape[1]))  # [prompt_len, hidden]
+                )
+            start = state.num_filled
+            state.buffer[start : start + chunk.shape[0]].copy_(chunk)
+            state.num_filled += chunk.shape[0]
+            if not done:
+                outputs.append(None)
+                self._notify("retain", outputs)
+                continue
+            outputs.append(state.buffer)
+            self._notify("retain", outputs)
+            state.clean()
+            self._notify("clean", outputs)
+        return outputs
+
+
+class StepPool(AllPool):
+    """STEP pooling for process reward models: ALL, then columns, then step-tag rows.
+
+    For each finished request: keep columns ``returned_token_ids`` (if given), then rows whose
+    prompt token equals ``step_tag_id`` (if given; no match gives ``(0, width)``). A head runs
+    after this selection, so a PRM's softmax is over the selected columns only.
+    """
+
+    pooling_type = "STEP"
+
+    def get_supported_tasks(self) -> frozenset[str]:
+        return frozenset({"token_classify"})
+
+    def forward(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
+        pooled = super().forward(hidden_states, metadata)
+        needs_ids = any(
+            data is not None and tag is not None
+            for data, tag in zip(pooled, metadata.step_tag_ids, strict=True)
+        )
+        token_ids = metadata.get_prompt_token_ids_cpu() if needs_ids else [None] * len(pooled)
+        out: list[Tensor | None] = []
+        for data, ids, tag, columns in zip(
+            pooled, token_ids, metadata.step_tag_ids, metadata.returned_token_ids, strict=True
+        ):
+            if data is None:
+                out.append(None)
+                continue
+            if columns:
+                width = data.shape[1]
+                bad = [c for c in columns if not -width <= c < width]
+                if bad:
+                    raise ValueError(
+                        f"returned_token_ids {bad} are outside the pooled width {width}"
+                    )
+                data = data[:, list(columns)]  # [prompt_len, n_columns]
+            if tag is not None:
+                rows = (ids == tag).nonzero(as_tuple=True)[0].to(data.device)
+                data = data[rows]  # [n_steps, n_columns]
+            out.append(data)
+        return out
+
+
+# --- sequence-level poolers ---------------------------------------------------------------
+
+_MEAN_POOL_ACCUMULATION_CHUNK_BYTES = 16 * 1024 * 1024  # bounds the float32 temporary
+
+
+class CLSPool:
+    """First token of each request: ``[n_requests, hidden]``. Needs whole prompts."""
+
+    pooling_type = "CLS"
+
+    def get_supported_tasks(self) -> frozenset[str]:
+        return frozenset({"embed", "classify", "token_embed", "token_classify"})
+
+    def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        cursor = metadata.get_pooling_cursor()
+        if cursor.is_partial_prefill():
+            raise RuntimeError("partial prefill is not supported with CLS pooling")
+        _check_hidden(hidden_states, cursor)
+        return hidden_states[cursor.first_token_indices_gpu]
+
+
+class LastPool(CLSPool):
+    """Last scheduled token of each request: ``[n_requests, hidden]``; never raises on partial
+    steps (it returns the last token of the chunk)."""
+
+    pooling_type = "LAST"
+
+    def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        cursor = metadata.get_pooling_cursor()
+        _check_hidden(hidden_states, cursor)
+        return hidden_states[cursor.last_token_indices_gpu]
+
+
+class MeanPool(CLSPool):
+    """Mean over each request's tokens, accumulated and returned in float32:
+    ``[n_requests, hidden]``. Needs whole prompts."""
+
+    pooling_type = "MEAN"
+
+    def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        cursor = metadata.get_pooling_cursor()
+        if cursor.is_partial_prefill():
+            raise RuntimeError("partial prefill is not supported with MEAN pooling")
+        _check_hidden(hidden_states, cursor)
+        lens = cursor.prompt_lens_cpu
+        n, hidden = int(lens.numel()), hidden_states.shape[-1]
+        device = hidden_states.device
+        if n == 0:
+            return hidden_states.new_empty((0, hidden), dtype=torch.float32)
+        segment = torch.repeat_interleave(torch.arange(n, device=device), lens.to(device))
+        sums = torch.zeros((n, hidden), dtype=torch.float32, device=device)
+        rows = max(1, _MEAN_POOL_ACCUMULATION_CHUNK_BYTES // (hidden * 4))
+        for start in range(0, hidden_states.shape[0], rows):
+            stop = start + rows
+            sums.index_add_(0, segment[start:stop], hidden_states[start:stop].float())
+        return sums / lens.to(device=device, dtype=torch.float32).unsqueeze(1)
+
+
+PoolingMethod = AllPool | StepPool | CLSPool | LastPool | MeanPool
+
+
+def get_pooling_method(name: str, **kwargs) -> PoolingMethod:
+    """Pooling method by vLLM's name: ``"ALL" | "STEP" | "CLS" | "LAST" | "MEAN"``.
+
+    Keyword arguments go to ``AllPool``/``StepPool`` (chunked prefill, async, policy).
+
+    Raises:
+        NotImplementedError: an unknown name (named in the message).
+    """
+    token_methods = {"ALL": AllPool, "STEP": StepPool}
+    sequence_methods = {"CLS": CLSPool, "LAST": LastPool, "MEAN": MeanPool}
+    if name in token_methods:
+        return token_methods[name](**kwargs)
+    if name in sequence_methods:
+        if kwargs:
+            raise TypeError(f"{name} pooling takes no options, got {sorted(kwargs)}")
+        return sequence_methods[name]()
+    raise NotImplementedError(
+        f"Unknown pooling type: {name!r}; choose one of "
+        f"{sorted(token_methods) + sorted(sequence_methods)}"
+    )

@@ -1,0 +1,297 @@
+"""Pooling tasks, the runner's task gate (before and after vLLM PR #50931), task selection.
+
+The gate answers one question: given what a model's pooler declares, which tasks will the
+pooling runner serve? Before PR #50931 ("legacy") vLLM's Model Runner V2 filtered token-level
+tasks out of every model that was not ``encoder_only``, so a decoder's ``token_embed`` was refused.
+After it ("current"), the runner serves the model's declared tasks intersected with its own set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+
+PoolingTask = Literal[
+    "embed", "classify", "token_embed", "token_classify", "embed&token_classify", "plugin"
+]
+GatePolicy = Literal["current", "legacy"]
+AttnType = Literal["decoder", "encoder_only", "encoder_decoder"]
+
+POOLING_TASKS: tuple[str, ...] = (
+    "embed",
+    "classify",
+    "token_embed",
+    "token_classify",
+    "embed&token_classify",
+    "plugin",
+)
+#: The runner's own task set: every pooling task but ``plugin`` (served by another runner).
+SUPPORTED_TASKS: frozenset[str] = frozenset(POOLING_TASKS) - {"plugin"}
+#: Tasks whose output grows with the prompt; the legacy gate kept them for encoders only.
+TOKEN_TASKS: frozenset[str] = frozenset({"token_embed", "token_classify", "embed&token_classify"})
+GATE_POLICIES: tuple[str, ...] = ("current", "legacy")
+ATTN_TYPES: tuple[str, ...] = ("decoder", "encoder_only", "encoder_decoder")
+
+# vLLM's default-task priority when the user does not request one.
+_TASK_PRIORITY: tuple[str, ...] = (
+    "embed&token_classify",
+    "embed",
+    "classify",
+    "token_embed",
+    "token_classify",
+    "plugin",
+)
+
+RUNNER_NAME = "The pooling runner (vLLM Model Runner V2)"
+_FALLBACK = "another runner (VLLM_USE_V2_MODEL_RUNNER=0)"
+
+
+class UnsupportedTaskError(ValueError):
+    """A task the runner will not serve for this model; the message says what would work."""
+
+
+def _check_tasks(tasks: Iterable[str], what: str) -> tuple[str, ...]:
+    if isinstance(tasks, str):
+        raise TypeError(f"{what} must be a collection of task names, not the string {tasks!r}")
+    tasks = tuple(tasks)
+    unknown = [t for t in tasks if t not in POOLING_TASKS]
+    if unknown:
+        raise ValueError(
+            f"unknown pooling task(s) {unknown} in {what}; known tasks: {list(POOLING_TASKS)}"
+        )
+    return tasks
+
+
+def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"unknown {what} {value!r}; choose one of {list(allowed)}")
+
+
+def select_task(
+    model_tasks: Iterable[str],
+    *,
+    requested: str | None = None,
+    architectures: Iterable[str] = (),
+) -> str | None:
+    """Pick the task a model runs, with vLLM's priority.
+
+    Args:
+        model_tasks: tasks the model's pooler declares.
+        requested: a task the user asked for; it must be one of ``model_tasks``.
+        architectures: HF architecture names; ``*ForTokenClassification`` prefers
+            ``token_classify``.
+
+    Returns:
+        The selected task, or ``None`` when the model declares no task.
+
+    Raises:
+        ValueError: ``requested`` is not among ``model_tasks`` (both are named).
+    """
+    tasks = _check_tasks(model_tasks, "model_tasks")
+    if requested is not None:
+        _check_tasks([requested], "requested")
+        if requested not in tasks:
+            raise ValueError(
+                f"task {requested!r} is not supported by this model, which supports "
+                f"{sorted(tasks)}; request one of those or leave the task unset"
+            )
+        return requested
+    if "token_classify" in tasks and any(
+        a.endswith("ForTokenClassification") for a in architectures
+    ):
+        return "token_classify"
+    return next((t for t in _TASK_PRIORITY if t in tasks), None)
+
+
+def runner_tasks(*, attn_type: str = "decoder", policy: str = "current") -> frozenset[str]:
+    """The runner's task set for a model of this attention type under a gate policy."""
+    _check_choice(policy, GATE_POLICIES, "gate policy")
+    _check_choice(attn_type, ATTN_TYPES, "attn_type")
+    if policy == "legacy" and attn_type != "encoder_only":
+        return SUPPORTED_TASKS - TOKEN_TASKS
+    return SUPPORTED_TASKS
+
+
+def gate(
+    model_tasks: Iterable[str],
+    *,
+    requested: str | None = None,
+    attn_type: str = "decoder",
+    policy: str = "current",
+    architectures: Iterable[str] = (),
+) -> frozenset[str]:
+    """The tasks the pooling runner serves for this model.
+
+    ``policy="current"`` is vLLM after PR #50931 (model tasks ∩ runner set);
+    ``policy="legacy"`` is the rule before it (token tasks only for ``encoder_only``).
+
+    Raises:
+        UnsupportedTaskError: the selected task is outside the runner's set, or the model has
+            no task the runner serves. The message has vLLM's shape, hint included.
+    """
+    tasks = tuple(sorted(_check_tasks(model_tasks, "model_tasks")))
+    enabled = runner_tasks(attn_type=attn_type, policy=policy)
+    selected = select_task(tasks, requested=requested, architectures=architectures)
+    if selected not in enabled:
+        hint = (
+            f"Set an explicitly supported task or use {_FALLBACK}."
+            if enabled.intersection(tasks)
+            else f"Use {_FALLBACK} to use this model."
+        )
+        raise UnsupportedTaskError(
+            f"{RUNNER_NAME} supports pooling tasks {sorted(enabled)}, but this model selects "
+            f"{selected!r} from {list(tasks)}. {hint}"
+        )
+    served = enabled.intersection(tasks)
+    if not served:  # unreachable when `selected` is served; kept for vLLM's message shape
+        raise UnsupportedTaskError(
+            f"{RUNNER_NAME} supports pooling tasks {sorted(enabled)}, but this model supports "
+            f"{list(tasks)}. Use {_FALLBACK} to use this model."
+        )
+    return frozenset(served)
+
+
+def check_request_task(task: str, served: Iterable[str]) -> None:
+    """Per-request check, as the runner does when a request is added.
+
+    Raises:
+        UnsupportedTaskError: ``Unsupported task: 'X'. Supported tasks: [...]``.
+    """
+    served = sorted(served)
+    if task not in served:
+        raise UnsupportedTaskError(f"Unsupported task: {task!r}. Supported tasks: {served}")
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """A kind of pooling model the mission cares about, as its pooler declares it."""
+
+    name: str
+    example: str
+    tasks: frozenset[str]
+    attn_type: str = "decoder"
+    architectures: tuple[str, ...] = ()
+    note: str = ""
+
+
+MODEL_KINDS: dict[str, ModelKind] = {
+    k.name: k
+    for k in (
+        ModelKind(
+            "decoder_embedding",
+            "Qwen3-Embedding-8B",
+            frozenset({"embed", "token_embed"}),
+            architectures=("Qwen3ForCausalLM",),
+            note="LAST pooling for embed, ALL for token_embed",
+        ),
+        ModelKind(
+            "decoder_sequence_classifier",
+            "Skywork-Reward-V2 (outcome reward model)",
+            frozenset({"classify", "token_classify"}),
+            architectures=("LlamaForSequenceClassification",),
+            note="one score per sequence; token_classify scores every token",
+        ),
+        ModelKind(
+            "process_reward_model",
+            "Qwen2.5-Math-PRM-7B",
+            frozenset({"token_classify"}),
+            architectures=("Qwen2ForProcessRewardModel",),
+            note="STEP pooling: rows at step-tag tokens",
+        ),
+        ModelKind(
+            "token_classification",
+            "a *ForTokenClassification decoder (NER, tagging)",
+            frozenset({"classify", "token_classify"}),
+            architectures=("Qwen2ForTokenClassification",),
+            note="architecture name makes token_classify the default",
+        ),
+        ModelKind(
+            "bge_m3_encoder",
+            "BAAI/bge-m3",
+            frozenset({"embed", "token_embed", "token_classify", "embed&token_classify"}),
+            attn_type="encoder_only",
+            architectures=("BgeM3EmbeddingModel",),
+            note="dense CLS + sparse per-token weights in one output",
+        ),
+        ModelKind(
+            "splade_encoder",
+            "naver/splade-v3",
+            frozenset({"embed", "token_embed"}),
+            attn_type="encoder_only",
+            architectures=("BertSpladeSparseEmbeddingModel",),
+            note="embed = max over tokens of log1p(relu(MLM logits))",
+        ),
+        ModelKind(
+            "listwise_decoder_reranker",
+            "jinaai/jina-reranker-v3",
+            frozenset({"token_embed"}),
+            architectures=("JinaForRanking",),
+            note="per-token embeddings of query and documents, scored outside",
+        ),
+        ModelKind(
+            "plugin_only",
+            "a model served by an IO-processor plugin",
+            frozenset({"plugin"}),
+            note="needs a runner with plugin support",
+        ),
+    )
+}
+
+
+def model_kind(name: str) -> ModelKind:
+    """Look up a catalogue entry by name (see ``MODEL_KINDS``)."""
+    try:
+        return MODEL_KINDS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown model kind {name!r}; known kinds: {sorted(MODEL_KINDS)}"
+        ) from None
+
+
+def _served_or_error(kind: ModelKind, policy: str, task: str | None = None) -> str:
+    try:
+        served = gate(kind.tasks, attn_type=kind.attn_type, policy=policy,
+                      architectures=kind.architectures)
+    except UnsupportedTaskError:
+        return "refused"
+    if task is None:
+        return ", ".join(sorted(served))
+    return "yes" if task in served else "no"
+
+
+def task_table(
+    kinds: Iterable[str] | None = None, *, tasks: Iterable[str] | None = None
+) -> pd.DataFrame:
+    """For each model kind: its tasks, default task, and what each gate policy serves.
+
+    Args:
+        kinds: catalogue names (default: all of ``MODEL_KINDS``).
+        tasks: task columns to show (default: every pooling task).
+
+    Returns:
+        DataFrame indexed by kind with columns ``example``, ``attn_type``, ``model_tasks``,
+        ``default_task``, ``served_legacy``, ``served_current`` and, per task, ``legacy:<task>``
+        and ``current:<task>`` holding ``"yes"``, ``"no"`` or ``"refused"`` (the gate raised).
+    """
+    names = list(MODEL_KINDS) if kinds is None else list(kinds)
+    columns = list(POOLING_TASKS) if tasks is None else list(_check_tasks(tasks, "tasks"))
+    rows = []
+    for name in names:
+        kind = model_kind(name)
+        row = {
+            "kind": name,
+            "example": kind.example,
+            "attn_type": kind.attn_type,
+            "model_tasks": ", ".join(sorted(kind.tasks)),
+            "default_task": select_task(kind.tasks, architectures=kind.architectures),
+            "served_legacy": _served_or_error(kind, "legacy"),
+            "served_current": _served_or_error(kind, "current"),
+        }
+        for policy in GATE_POLICIES[::-1]:
+            for task in columns:
+                row[f"{policy}:{task}"] = _served_or_error(kind, policy, task)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("kind")
