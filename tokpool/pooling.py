@@ -29,7 +29,7 @@ RETENTION_POLICIES: tuple[str, ...] = ("legacy", "clone", "prealloc", "offload")
 
 #: ``probe(event, outputs_so_far)`` is called after each allocation pooling makes, so a memory
 #: ledger can measure live storages at the exact moments of a step (events: ``"retain"``,
-#: ``"concat"``, ``"clean"``).
+#: ``"concat"``, ``"clean"``; StepPool adds ``"select"``, passing every tensor it holds).
 MemoryProbe = Callable[[str, Sequence[Tensor | None]], None]
 
 
@@ -271,10 +271,14 @@ class StepPool(AllPool):
                     raise ValueError(
                         f"returned_token_ids {bad} are outside the pooled width {width}"
                     )
-                data = data[:, list(columns)]  # [prompt_len, n_columns]
+                selected = data[:, list(columns)]  # [prompt_len, n_columns], new storage
+                self._notify("select", [*out, selected, *pooled])
+                data = selected
             if tag is not None:
                 rows = (ids == tag).nonzero(as_tuple=True)[0].to(data.device)
-                data = data[rows]  # [n_steps, n_columns]
+                selected = data[rows]  # [n_steps, n_columns], new storage
+                self._notify("select", [*out, selected, data, *pooled])
+                data = selected
             out.append(data)
         return out
 

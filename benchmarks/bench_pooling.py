@@ -1,0 +1,175 @@
+"""Benchmark 1 — AllPool per retention policy against its copy bound.
+
+For one request of T tokens prefilled in chunks of C, each policy must move some bytes:
+``clone`` clones every unfinished chunk and concatenates at the finish, ``prealloc`` copies
+each chunk once into a preallocated buffer, ``offload`` copies each chunk to host memory,
+``legacy`` only concatenates. The *copy bound* runs exactly those copies with bare torch calls
+(``clone`` / ``copy_`` / ``cat`` on the same tensors, no pooling code around them): the
+memory-bandwidth cost no implementation of the policy can avoid. The ratio AllPool / bound is
+what tokpool's bookkeeping (metadata checks, splitting, state handling) adds on top.
+
+Both sides run interleaved in one process on the same tensors; the ratio of medians is reported.
+Async scheduling is on, so a one-shot request (T ≤ C) must be cloned too and every policy has a
+non-zero bound.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+import tokpool as tp
+
+POLICIES = ("clone", "prealloc", "offload", "legacy")
+
+
+@dataclass(frozen=True)
+class Case:
+    prompt_len: int
+    width: int
+    dtype: torch.dtype
+    chunk: int = 2048
+
+    @property
+    def steps(self) -> list[tuple[int, int]]:
+        """(tokens scheduled, seq_len after the step) per step."""
+        out, done = [], 0
+        while done < self.prompt_len:
+            n = min(self.chunk, self.prompt_len - done)
+            done += n
+            out.append((n, done))
+        return out
+
+
+def _pool_run(case: Case, policy: str, buffer: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """Seconds spent inside AllPool over the whole prompt, and the output."""
+    pool = tp.AllPool(async_scheduling=True, policy=policy)
+    states = None
+    elapsed = 0.0
+    out = None
+    for n, seq in case.steps:
+        meta = tp.build_metadata([case.prompt_len], num_scheduled_tokens=[n], seq_lens=[seq],
+                                 states=states)
+        states = meta.pooling_states
+        rows = buffer[:n]
+        t0 = time.perf_counter()
+        (out,) = pool(rows, meta)
+        elapsed += time.perf_counter() - t0
+    return elapsed, out
+
+
+def _bound_run(case: Case, policy: str, buffer: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """Seconds for the bare copies the policy must make, on the same tensors."""
+    steps = case.steps
+    elapsed = 0.0
+    if len(steps) == 1:  # one-shot under async: one clone (offload: one host copy)
+        if policy == "legacy":  # legacy hands out the view: nothing to copy
+            return 0.0, buffer[: steps[0][0]]
+        t0 = time.perf_counter()
+        out = buffer[: steps[0][0]].clone()
+        return time.perf_counter() - t0, out
+    kept: list[torch.Tensor] = []
+    dst = None
+    for i, (n, seq) in enumerate(steps):
+        rows = buffer[:n]
+        last = i == len(steps) - 1
+        t0 = time.perf_counter()
+        if policy == "clone":
+            kept.append(rows if last else rows.clone())
+            if last:
+                dst = torch.cat(kept)
+        elif policy in ("prealloc", "offload"):
+            if dst is None:
+                dst = torch.empty((case.prompt_len, case.width), dtype=case.dtype)
+            dst[seq - n : seq].copy_(rows)
+        else:  # legacy keeps views and only concatenates
+            kept.append(rows)
+            if last:
+                dst = torch.cat(kept)
+        elapsed += time.perf_counter() - t0
+    return elapsed, dst
+
+
+def copy_bytes(case: Case, policy: str) -> int:
+    """Device bytes the policy copies for this request (what the bound moves)."""
+    row = case.width * torch.empty((), dtype=case.dtype).element_size()
+    steps = case.steps
+    if len(steps) == 1:
+        return 0 if policy == "legacy" else case.prompt_len * row
+    last = steps[-1][0]
+    if policy == "clone":
+        return (case.prompt_len - last) * row + case.prompt_len * row
+    if policy == "legacy":
+        return case.prompt_len * row
+    return case.prompt_len * row
+
+
+def _repeats(case: Case) -> int:
+    total = case.prompt_len * case.width * torch.empty((), dtype=case.dtype).element_size()
+    if total >= 512 * 2**20:
+        return 3
+    if total >= 64 * 2**20:
+        return 7
+    return 25
+
+
+def measure(case: Case, policy: str, *, repeats: int | None = None) -> dict:
+    """Median AllPool and bound times (interleaved), checked for equal outputs."""
+    buffer = torch.randn((case.chunk, case.width)).to(case.dtype)  # the reused hidden buffer
+    runs: dict[str, list[float]] = {"pool": [], "bound": []}
+    sides: dict[str, Callable] = {"pool": _pool_run, "bound": _bound_run}
+    for _ in range(repeats or _repeats(case)):
+        for side, fn in sides.items():
+            gc.collect()
+            seconds, out = fn(case, policy, buffer)
+            runs[side].append(seconds)
+            del out
+    pool_s, bound_s = statistics.median(runs["pool"]), statistics.median(runs["bound"])
+    return {
+        "prompt_len": case.prompt_len,
+        "width": case.width,
+        "dtype": str(case.dtype).removeprefix("torch."),
+        "policy": policy,
+        "steps": len(case.steps),
+        "copy_bytes": copy_bytes(case, policy),
+        "allpool_ms": pool_s * 1e3,
+        "bound_ms": bound_s * 1e3,
+        "ratio": pool_s / bound_s if bound_s else float("nan"),
+        "allpool_GBps": copy_bytes(case, policy) / pool_s / 1e9 if pool_s else float("nan"),
+    }
+
+
+def cases(quick: bool = False) -> list[Case]:
+    lengths = (1024, 8192) if quick else (1024, 8192, 32768, 131072)
+    widths = (1024,) if quick else (1024, 4096)
+    return [
+        Case(t, w, d)
+        for d in (torch.float32, torch.bfloat16)
+        for w in widths
+        for t in lengths
+    ]
+
+
+def run(quick: bool = False, progress: Callable[[str], None] | None = None) -> list[dict]:
+    """All cases × policies; one row each."""
+    torch.manual_seed(0)
+    rows = []
+    for case in cases(quick):
+        for policy in POLICIES:
+            if progress:
+                progress(f"pooling T={case.prompt_len} W={case.width} {case.dtype} {policy}")
+            rows.append(measure(case, policy, repeats=3 if quick else None))
+    return rows
+
+
+if __name__ == "__main__":
+    import pandas as pd
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    df = pd.DataFrame(run(quick=True, progress=print))
+    print(df.to_string(float_format=lambda x: f"{x:.3g}"))

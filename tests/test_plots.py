@@ -1,0 +1,206 @@
+"""Plots and token HTML: what users rely on (escaping, fixed scales, marks), not pixels."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.axes import Axes
+
+import tokpool as tp
+from tokpool import plots
+
+mpl.use("Agg")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    import matplotlib.pyplot as plt
+
+    yield
+    plt.close("all")
+
+
+def test_import_tokpool_loads_no_plotting_or_model_libraries() -> None:
+    code = (
+        "import sys, tokpool; "
+        "print([m for m in ('matplotlib', 'ipywidgets', 'transformers') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_plot_names_are_reachable_lazily_from_the_top_level() -> None:
+    assert tp.plot_similarity is plots.plot_similarity
+    assert tp.token_html is plots.token_html
+    assert "plot_similarity" in dir(tp)
+    with pytest.raises(AttributeError, match="no attribute 'plot_nothing'"):
+        tp.plot_nothing  # noqa: B018
+
+
+def test_rcparams_untouched_by_plotting() -> None:
+    before = dict(mpl.rcParams)
+    plots.plot_similarity(torch.randn(5, 3))
+    after = dict(mpl.rcParams)
+    assert {k for k in before if before[k] != after[k]} == set()
+
+
+# --- token HTML -----------------------------------------------------------------------------
+
+
+def test_token_html_escapes_every_token_and_has_no_script_or_network() -> None:
+    tokens = ["<script>alert('x')</script>", " & ", '"q"', "<b>"]
+    out = plots.token_html(tokens, [0.1, 0.2, 0.3, 0.4])
+    assert "<script" not in out and "<b>" not in out
+    assert "&lt;script&gt;" in out and "&amp;" in out and "&lt;b&gt;" in out
+    assert "http" not in out and "require" not in out and "<link" not in out
+    assert out.count("<span title=") == len(tokens)
+
+
+def test_token_html_makes_whitespace_visible_and_breaks_lines() -> None:
+    out = plots.token_html(["a", " b", "\n", "\t", "  "], [1, 2, 3, 4, 5])
+    assert "·b" in out and "↵" in out and "→" in out and "··" in out
+    assert "<br>" in out
+
+
+def test_token_html_is_an_html_str_for_jupyter() -> None:
+    out = plots.token_html(["x"], [1.0])
+    assert isinstance(out, str) and out._repr_html_() == str(out)
+
+
+def test_token_html_fixed_scale_keeps_colours_when_other_values_change() -> None:
+    a = plots.token_html(["x", "y"], [0.5, 0.1], vmin=0, vmax=1)
+    b = plots.token_html(["x", "y"], [0.5, 0.9], vmin=0, vmax=1)
+    colour = lambda s: s.split("background:")[1][:7]  # noqa: E731  first token's colour
+    assert colour(a) == colour(b)
+
+
+def test_token_html_signed_values_use_rdbu_centred_at_zero() -> None:
+    scale = plots.colour_scale(np.array([-0.2, 0.5]))
+    assert scale.cmap == "RdBu_r" and scale.vmin == -0.5 and scale.vmax == 0.5
+    assert plots.colour_scale(np.array([0.0, 3.0])).cmap == "viridis"
+
+
+def test_token_html_rejects_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="2 tokens but 3 values"):
+        plots.token_html(["a", "b"], [1, 2, 3])
+    with pytest.raises(TypeError, match="sequence of strings"):
+        plots.token_html("ab", [1, 2])
+
+
+def test_token_strings_decodes_each_id_alone() -> None:
+    class Tok:
+        def decode(self, ids):
+            return {1: "Hi", 2: " there", 3: "\n"}[ids[0]]
+
+    assert plots.token_strings(Tok(), torch.tensor([1, 2, 3])) == ["Hi", " there", "\n"]
+
+
+def test_plot_token_values_draws_one_box_per_token() -> None:
+    ax = plots.plot_token_values(["a", " b", "\n", "c"], [0.0, 1.0, 2.0, 3.0], label="norm")
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["a", "·b", "↵", "c"]
+
+
+# --- embeddings -------------------------------------------------------------------------------
+
+
+def test_cosine_similarity_matrix_and_heatmap_scale() -> None:
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [-3.0, 0.0]])
+    sim = plots.cosine_similarity_matrix(x)
+    np.testing.assert_allclose(sim, [[1, 0, -1], [0, 1, 0], [-1, 0, 1]], atol=1e-12)
+    ax = plots.plot_similarity(x, tokens=["a", "b", "<c>"])
+    image = ax.get_images()[0]
+    assert image.get_clim() == (-1.0, 1.0) and image.get_cmap().name == "RdBu_r"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "<c>"]
+
+
+def test_pca_2d_finds_the_dominant_direction() -> None:
+    rng = np.random.default_rng(0)
+    x = np.outer(np.arange(20.0), [1.0, 2.0, 0.0]) + 1e-3 * rng.normal(size=(20, 3))
+    coords, explained = plots.pca_2d(x)
+    assert coords.shape == (20, 2) and explained[0] > 0.99
+    assert np.all(np.diff(coords[:, 0]) > 0)  # positions run along PC1, sign fixed
+
+
+def test_plot_token_pca_colours_by_position() -> None:
+    ax = plots.plot_token_pca(torch.randn(12, 8), tokens=[f"t{i}" for i in range(12)])
+    scatter = ax.collections[0]
+    np.testing.assert_array_equal(scatter.get_array(), np.arange(12))
+    assert ax.get_xlabel().startswith("PC1 (")
+
+
+def test_plots_draw_into_a_given_axes() -> None:
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots()
+    assert plots.plot_similarity(torch.randn(4, 3), ax=ax) is ax
+    with pytest.raises(ValueError, match="2 dimension"):
+        plots.plot_similarity(torch.randn(4))
+
+
+# --- step rewards -----------------------------------------------------------------------------
+
+
+def _legend_texts(ax: Axes) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_step_rewards_marks_threshold_predicted_and_true_first_error() -> None:
+    ax = plots.plot_step_rewards([0.9, 0.7, 0.2, 0.8], threshold=0.5, true_first_error=1)
+    labels = _legend_texts(ax)
+    assert "threshold 0.5" in labels
+    assert "predicted first error: step 2" in labels
+    assert "true first error: step 1" in labels
+    heights = [p.get_height() for p in ax.patches[:4]]
+    np.testing.assert_allclose(heights, [0.9, 0.7, 0.2, 0.8])
+
+
+def test_step_rewards_all_pass_predicts_minus_one() -> None:
+    ax = plots.plot_step_rewards([0.9, 0.8], true_first_error=-1, step_labels=[True, True])
+    labels = _legend_texts(ax)
+    assert "predicted first error: none (−1)" in labels
+    assert "true first error: none (−1)" in labels
+    with pytest.raises(ValueError, match="step_labels has 1 entries for 2 rewards"):
+        plots.plot_step_rewards([0.9, 0.8], step_labels=[True])
+
+
+# --- chunked vs full --------------------------------------------------------------------------
+
+
+def _equivalence_frame() -> pd.DataFrame:
+    rows = []
+    for dtype, scale in (("float32", 1e-6), ("bfloat16", 1e-2)):
+        for pos in range(25):
+            err = 0.0 if pos < 10 else scale * (1 + pos % 3)
+            rows.append({"dtype": dtype, "chunk_size": 10, "position": pos, "max_abs_err": err})
+    return pd.DataFrame(rows)
+
+
+def test_chunked_error_one_line_per_dtype_with_chunk_boundaries() -> None:
+    ax = plots.plot_chunked_error(_equivalence_frame(), chunk_size=10)
+    labels = _legend_texts(ax)
+    assert labels[:2] == ["bfloat16", "float32"]
+    assert "chunk boundary (every 10)" in labels
+    assert ax.get_yscale() == "log"
+    assert all(np.all(line.get_ydata() > 0) for line in ax.lines[:2])  # zeros drawn on a floor
+
+
+def test_chunked_error_names_missing_columns() -> None:
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['cosine'\]"):
+        plots.plot_chunked_error(_equivalence_frame(), metric="cosine")
+
+
+def test_task_gate_marks_what_the_pr_opened() -> None:
+    codes, kinds, tasks = plots.gate_categories(tp.task_table())
+    row = kinds.index("decoder_embedding")
+    assert codes[row, tasks.index("token_embed")] == 2  # served only after the PR
+    assert codes[row, tasks.index("embed")] == 1
+    assert codes[kinds.index("plugin_only"), tasks.index("plugin")] == 3
+    ax = plots.plot_task_gate(tp.task_table())
+    assert "new" in [t.get_text() for t in ax.texts]

@@ -1,0 +1,101 @@
+"""The shipped step-labelled dataset: schema, label convention, error mix, determinism."""
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import tokpool as tp
+from tokpool.prm.dataset import DEFAULT_SIZES, ERROR_TYPES, write_prm_dataset
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "prm"
+STEP = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
+OPS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__}
+
+
+@pytest.fixture(scope="module", params=["train", "test"])
+def split(request):
+    return request.param, tp.load_prm_dataset(request.param)
+
+
+def test_schema_is_trl_stepwise_plus_first_error(split):
+    name, records = split
+    assert len(records) == DEFAULT_SIZES[name]
+    for r in records:
+        assert set(r) == {"id", "prompt", "completions", "labels", "first_error", "error_type",
+                          "answer"}
+        assert isinstance(r["prompt"], str) and r["prompt"].endswith("?")
+        assert all(isinstance(s, str) and s for s in r["completions"])
+        assert len(r["labels"]) == len(r["completions"]) >= 4
+        assert all(isinstance(x, bool) for x in r["labels"])
+        assert r["id"].startswith(name)
+
+
+def test_labels_follow_the_first_error_convention(split):
+    # correct up to the first error, incorrect from it on; -1 when all are correct
+    for r in split[1]:
+        fe, labels = r["first_error"], r["labels"]
+        if fe == -1:
+            assert all(labels) and r["error_type"] is None
+        else:
+            assert labels == [i < fe for i in range(len(labels))]
+            assert r["error_type"] in ERROR_TYPES
+
+
+def test_correct_solutions_compute_right_and_wrong_ones_do_not(split):
+    for r in split[1]:
+        final = int(r["completions"][-1].removeprefix("So the answer is ").rstrip("."))
+        for step, ok in zip(r["completions"][:-1], r["labels"], strict=False):
+            a, op, b, result = STEP.search(step).groups()
+            if ok:
+                assert OPS[op](int(a), int(b)) == int(result), (r["id"], step)
+        if r["first_error"] == -1:
+            assert final == r["answer"]
+        else:
+            assert final != r["answer"], r["id"]
+
+
+def test_errors_are_varied_and_balanced(split):
+    records = split[1]
+    kinds = Counter(r["error_type"] for r in records)
+    assert kinds[None] == len(records) // 2
+    for kind in ERROR_TYPES:  # each kind is a real share, not a token presence
+        assert kinds[kind] >= len(records) // 16, kinds
+    positions = Counter(r["first_error"] for r in records if r["first_error"] >= 0)
+    assert len(positions) >= 5  # first errors spread over the chain
+    # wrong arithmetic is not the only way to be wrong: errors with correct arithmetic exist
+    local_ok = 0
+    for r in records:
+        fe = r["first_error"]
+        if 0 <= fe < len(r["completions"]) - 1:
+            a, op, b, result = STEP.search(r["completions"][fe]).groups()
+            local_ok += OPS[op](int(a), int(b)) == int(result)
+    assert local_ok >= len(records) // 8
+
+
+def test_test_split_never_repeats_a_train_problem():
+    train = {r["prompt"] for r in tp.load_prm_dataset("train")}
+    assert not train & {r["prompt"] for r in tp.load_prm_dataset("test")}
+
+
+def test_regenerating_gives_identical_files(tmp_path):
+    paths = write_prm_dataset(tmp_path)
+    for name, path in paths.items():
+        assert path.read_bytes() == (DATA / f"{name}.jsonl").read_bytes(), name
+    again = write_prm_dataset(tmp_path / "again")
+    assert all(again[n].read_bytes() == paths[n].read_bytes() for n in paths)
+
+
+def test_generator_is_seeded_and_sized():
+    a = tp.generate_prm_dataset("train", n=20, seed=1)
+    assert a == tp.generate_prm_dataset("train", n=20, seed=1)
+    assert a != tp.generate_prm_dataset("train", n=20, seed=2)
+    assert len(a) == 20
+
+
+def test_loader_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown split"):
+        tp.load_prm_dataset("validation")
+    with pytest.raises(FileNotFoundError):
+        tp.load_prm_dataset("test", path=tmp_path / "missing.jsonl")

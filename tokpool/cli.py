@@ -1,0 +1,349 @@
+"""The ``tokpool`` command line: the gate, simulations, sweeps, embeddings and reports.
+
+Every sub-command prints what it did to stdout and writes errors to stderr with a non-zero exit
+code (1: the input made no sense; 2: bad usage). Sizes accept vLLM's suffixes: ``k``/``m``/``g``
+are powers of ten (``32k`` = 32,000) and ``K``/``M``/``G`` powers of two (``1M`` = 1,048,576).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+_DEFAULT_RANGE_POINTS = 25
+
+
+class CLIError(ValueError):
+    """A mistake in the command's input; printed without a traceback."""
+
+
+def parse_size(text: str) -> int:
+    """``"32k"`` → 32000, ``"32K"`` → 32768, ``"1M"`` → 1048576, ``"512"`` → 512."""
+    raw = text.strip().replace("_", "")
+    factor = 1
+    if raw and raw[-1] in _SUFFIXES:
+        factor, raw = _SUFFIXES[raw[-1]], raw[:-1]
+    try:
+        value = float(raw) * factor
+    except ValueError:
+        raise CLIError(
+            f"cannot read {text!r} as a size; use digits with an optional suffix "
+            "(k/m/g = 10^3/10^6/10^9, K/M/G = 2^10/2^20/2^30), e.g. 32k or 1M"
+        ) from None
+    if value != int(value) or value < 1:
+        raise CLIError(f"size {text!r} must be a positive whole number of tokens")
+    return int(value)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A comma list (``"30000,512"``) or a log-spaced range ``"1k..1M"`` / ``"1k..1M:40"``."""
+    text = text.strip()
+    if ".." in text:
+        span, _, count = text.partition(":")
+        lo_text, _, hi_text = span.partition("..")
+        lo, hi = parse_size(lo_text), parse_size(hi_text)
+        if hi < lo:
+            raise CLIError(f"range {text!r} runs backwards; write LOW..HIGH")
+        n = parse_size(count) if count else _DEFAULT_RANGE_POINTS
+        if n == 1 or lo == hi:
+            return [lo]
+        ratio = math.log(hi / lo) / (n - 1)
+        points = sorted({round(lo * math.exp(i * ratio)) for i in range(n)} | {lo, hi})
+        return points
+    values = [parse_size(part) for part in text.split(",") if part.strip()]
+    if not values:
+        raise CLIError("give at least one prompt length, e.g. --prompt-lens 30000,512")
+    return values
+
+
+def _parse_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+# --- gate ----------------------------------------------------------------------------------
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    import tokpool as tp
+
+    if args.model in tp.MODEL_KINDS:
+        kind = tp.MODEL_KINDS[args.model]
+        tasks, attn, archs, label = kind.tasks, kind.attn_type, kind.architectures, kind.example
+    else:
+        model = tp.load_model(args.model)
+        tasks, attn, archs = model.supported_tasks, model.attn_type, model.architectures
+        label = model.name
+    selected = tp.select_task(tasks, requested=args.task, architectures=archs)
+    print(f"model: {args.model} ({label}); attn_type={attn}; declares {sorted(tasks)}")
+    runner = sorted(tp.runner_tasks(attn_type=attn, policy=args.policy))
+    print(f"gate policy: {args.policy}; runner set {runner}")
+    served = tp.gate(tasks, requested=args.task, attn_type=attn, policy=args.policy,
+                     architectures=archs)
+    print(f"selected task: {selected}")
+    print(f"served: {sorted(served)}")
+    return 0
+
+
+# --- simulate / sweep ----------------------------------------------------------------------
+
+
+def _sim_config(args: argparse.Namespace, **overrides):
+    import tokpool as tp
+
+    fields: dict = {
+        "max_num_batched_tokens": args.budget,
+        "max_num_seqs": args.max_num_seqs,
+        "enable_chunked_prefill": not args.no_chunked_prefill,
+        "dtype": args.dtype,
+        "head_dtype": args.head_dtype,
+        "use_activation": args.activation,
+        "hardware": args.hardware,
+    }
+    if args.task:
+        fields["task"] = args.task
+    fields.update(overrides)
+    if args.model_preset:
+        task = fields.pop("task", None)
+        if args.hidden_size:
+            fields["hidden_size"] = args.hidden_size
+        return tp.SimConfig.for_model(args.model_preset, task=task, **fields)
+    fields["hidden_size"] = args.hidden_size or 4096
+    return tp.SimConfig(**fields)
+
+
+def _format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
+        n /= 1024
+    return str(n)  # unreachable
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    import tokpool as tp
+
+    prompt_lens = parse_sizes(args.prompt_lens)
+    config = _sim_config(args, policy=args.policy, async_scheduling=args.async_scheduling)
+    result = tp.simulate(prompt_lens, config, mode=args.mode)
+    steps = result.steps
+    columns = [c for c in ("step", "num_scheduled_tokens", "num_finished", "pool_bytes",
+                           "pool_peak_bytes", "host_bytes", "copy_bytes", "d2h_bytes",
+                           "est_step_s") if c in steps.columns]
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        table = steps[columns]
+        if len(table) > 2 * args.max_rows:
+            head, tail = table.head(args.max_rows), table.tail(args.max_rows)
+            print(head.to_string(index=False))
+            print(f"... {len(table) - 2 * args.max_rows} steps not shown ...")
+            print(tail.to_string(index=False, header=False))
+        else:
+            print(table.to_string(index=False))
+    print()
+    print(f"policy={config.policy} async_scheduling={config.async_scheduling} "
+          f"mode={args.mode} requests={len(prompt_lens)} steps={len(steps)}")
+    print(f"peak pooling bytes: {_format_bytes(result.peak_pooling_bytes)} "
+          f"({result.peak_pooling_bytes:,})")
+    print(f"peak device bytes (+ hidden buffer): {_format_bytes(result.peak_device_bytes)}")
+    print(f"bytes copied by pooling: {_format_bytes(int(steps['copy_bytes'].sum()))}; "
+          f"host copies: {_format_bytes(int(steps['d2h_bytes'].sum()))}")
+    if "est_step_s" in steps.columns:
+        total = steps["est_step_s"].sum(min_count=1)
+        if pd.notna(total):
+            print(f"estimated time (roofline ESTIMATE): {total * 1e3:,.2f} ms")
+    if args.mode == "tensor":
+        print(f"corrupted requests: {result.corrupted or 'none'}")
+    else:
+        print(f"corrupted requests (predicted): {result.corrupted or 'none'}")
+    if args.csv:
+        steps.to_csv(args.csv, index=False)
+        print(f"per-step table written to {args.csv}")
+    if args.trace:
+        path = result.to_chrome_trace(args.trace)
+        print(f"trace written to {path} (open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    import tokpool as tp
+
+    prompt_lens = parse_sizes(args.prompt_lens)
+    policies = _parse_list(args.policies)
+    for policy in policies:
+        if policy not in tp.RETENTION_POLICIES:
+            known = list(tp.RETENTION_POLICIES)
+            raise CLIError(f"unknown policy {policy!r} in --policies; choose from {known}")
+    modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.async_mode]
+    config = _sim_config(args)
+    df = tp.sweep(prompt_lens, config, policies=policies, async_scheduling=modes,
+                  mode=args.mode, progress=not args.no_progress)
+    if args.out:
+        df.to_csv(args.out, index=False)
+        print(f"{len(df)} rows written to {args.out}")
+    pivot = df.pivot_table(index="prompt_len", columns=["policy", "async_scheduling"],
+                           values="peak_pooling_bytes")
+    shown = pivot if len(pivot) <= 12 else pivot.iloc[:: max(1, len(pivot) // 12)]
+    print("peak pooling bytes by prompt length, policy and async scheduling:")
+    print(shown.map(_format_bytes).to_string())
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        ax = tp.plot_memory_vs_prompt_length(df, hardware=config.hardware,
+                                             async_scheduling=modes[-1])
+        ax.figure.savefig(args.plot, dpi=120)
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+# --- embed ---------------------------------------------------------------------------------
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    import torch
+    from safetensors.torch import save_file
+
+    import tokpool as tp
+
+    if args.text is None and args.text_file is None:
+        raise CLIError("give the text with --text '...' or --text-file PATH")
+    text = args.text if args.text is not None else Path(args.text_file).read_text()
+    model = tp.load_model(args.model, dtype=args.dtype)
+    ids = model.token_ids(text)[0].tolist()
+    (out,) = model.encode([ids], task=args.task, chunk_size=args.chunk_size,
+                          policy=args.policy, layer=args.layer,
+                          use_activation=not args.no_activation, dimensions=args.dimensions)
+    tensors = {"embeddings": out.contiguous(), "token_ids": torch.tensor(ids)}
+    save_file(tensors, args.out, metadata={"model": str(args.model), "task": args.task,
+                                           "chunk_size": str(args.chunk_size)})
+    print(f"{args.task} of {len(ids)} tokens from {args.model}: shape {tuple(out.shape)}, "
+          f"dtype {out.dtype}; written to {args.out} (keys: embeddings, token_ids)")
+    return 0
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import execute_notebooks
+
+    written = execute_notebooks(args.notebooks, args.out, quick=args.quick,
+                                timeout=args.timeout, progress=print)
+    print(f"{len(written)} report(s) written under {args.out}/")
+    return 0
+
+
+# --- parser --------------------------------------------------------------------------------
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-preset", help="model preset (hidden size, labels, time model), "
+                   "e.g. Qwen3-Embedding-8B; see tp.MODEL_PRESETS")
+    p.add_argument("--hardware", default="H100 SXM", help="hardware preset (default: H100 SXM)")
+    p.add_argument("--task", help="token_embed, token_classify, embed or classify")
+    p.add_argument("--hidden-size", type=parse_size, help="row width (default 4096 or preset)")
+    p.add_argument("--dtype", default="bfloat16", help="hidden-state dtype (default bfloat16)")
+    p.add_argument("--head-dtype", default=None, help="pooling head dtype (e.g. float32)")
+    p.add_argument("--activation", action="store_true",
+                   help="apply the head's normalise/softmax (allocates)")
+    p.add_argument("--budget", type=parse_size, default=2048,
+                   help="max_num_batched_tokens per step (default 2048)")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--no-chunked-prefill", action="store_true")
+    p.add_argument("--mode", choices=("analytic", "tensor"), default="analytic")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokpool",
+        description="Token-level pooling in LLM inference engines: the task gate, the step "
+        "simulator (ownership and memory), embeddings from real models, notebook reports.",
+        epilog="Sizes: k/m/g are powers of ten (32k = 32,000), K/M/G powers of two "
+        "(1M = 1,048,576); ranges LOW..HIGH[:POINTS] are log-spaced.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("gate", help="what the pooling runner's task gate says for a model",
+                       description="Run the task gate (vLLM's, before or after PR #50931) for a "
+                       "model kind from the catalogue or a loadable model.")
+    p.add_argument("model", metavar="MODEL_KIND|MODEL",
+                   help="a catalogue kind (e.g. decoder_embedding) or a model name/path "
+                   "(e.g. smollm2-135m)")
+    p.add_argument("--task", help="the task to request (default: the model's default task)")
+    p.add_argument("--policy", choices=("current", "legacy"), default="current")
+    p.set_defaults(func=_cmd_gate)
+
+    p = sub.add_parser("simulate", help="replay an engine's steps: per-step memory, corruption",
+                       description="Simulate chunked prefill with token-level pooling and print "
+                       "the per-step memory ledger and a summary.")
+    p.add_argument("--prompt-lens", required=True, help="e.g. 30000,512 or 1k..64k:5")
+    p.add_argument("--policy", default="clone", help="legacy, clone, prealloc or offload")
+    p.add_argument("--async", dest="async_scheduling", action="store_true",
+                   help="async scheduling (step N+1 launches before step N's host copy)")
+    _add_engine_options(p)
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
+    p.add_argument("--csv", help="write the per-step table here")
+    p.add_argument("--max-rows", type=int, default=10, help="steps shown at each end")
+    p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("sweep", help="memory and time estimates against prompt length",
+                       description="Sweep prompt lengths × policies × scheduling modes.")
+    p.add_argument("--prompt-lens", required=True, help="e.g. 1k..1M or 1K..1M:40 or 8k,32k")
+    p.add_argument("--policies", default="clone,prealloc,offload")
+    p.add_argument("--async", dest="async_mode", choices=("on", "off", "both"), default="both")
+    _add_engine_options(p)
+    p.add_argument("--out", help="CSV file for the full table")
+    p.add_argument("--plot", help="PNG file: memory vs prompt length per policy")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("embed", help="per-token embeddings of a text from a real model",
+                       description="Encode a text and save the per-token output as safetensors.")
+    p.add_argument("model", help="smollm2-135m, minilm-l6, a local directory, ...")
+    p.add_argument("--text")
+    p.add_argument("--text-file")
+    p.add_argument("--out", required=True, help="output .safetensors file")
+    p.add_argument("--task", default="token_embed")
+    p.add_argument("--chunk-size", type=parse_size, help="chunked prefill (decoders only)")
+    p.add_argument("--policy", default="clone")
+    p.add_argument("--layer", type=int, default=-1)
+    p.add_argument("--dimensions", type=int, help="Matryoshka truncation")
+    p.add_argument("--dtype", default=None, help="model dtype (default: the model's)")
+    p.add_argument("--no-activation", action="store_true", help="skip L2 normalisation")
+    p.set_defaults(func=_cmd_embed)
+
+    p = sub.add_parser("report", help="execute every notebook into HTML under reports/",
+                       description="Run the notebooks top to bottom and save them as HTML.")
+    p.add_argument("--quick", action="store_true", help="TOKPOOL_QUICK=1: small sizes")
+    p.add_argument("--out", default="reports")
+    p.add_argument("--notebooks", default="notebooks")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    p.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tokpool`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as err:
+        name = type(err).__name__
+        prefix = "" if isinstance(err, CLIError) else f"{name}: "
+        print(f"tokpool {args.command}: error: {prefix}{err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # pragma: no cover
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.exit(main())

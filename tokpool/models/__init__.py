@@ -1,0 +1,26 @@
+"""Real models offline: a model zoo, chunked prefill with a KV cache, model-backed sources.
+
+Importing this package does not import transformers; loading a model does.
+"""
+
+from .compare import compare_chunked, summarize_chunked
+from .engine import StepTimes
+from .loading import ModelNotFoundError, load_model
+from .pooling_model import PoolingModel
+from .prompts import Prompt
+from .registry import BUILTIN_MODELS, list_models, model_cache_dir
+from .source import ModelSource
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "ModelNotFoundError",
+    "ModelSource",
+    "PoolingModel",
+    "Prompt",
+    "StepTimes",
+    "compare_chunked",
+    "list_models",
+    "load_model",
+    "model_cache_dir",
+    "summarize_chunked",
+]

@@ -1,0 +1,260 @@
+"""``load_model``: built-in names, local directories, GGUF files and hub ids → ``PoolingModel``.
+
+How a checkpoint becomes a pooling model (vLLM's defaults):
+- attention type: ``encoder_only`` for masked-LM families (BERT, RoBERTa, …), else ``decoder``;
+  encoder-decoder models are refused.
+- ``embed`` pooling: the sentence-transformers ``Pooling`` module when the directory has
+  ``modules.json``, else LAST for decoders and CLS for encoders.
+- ``max_length``: ``max_position_embeddings``, capped by sentence-transformers'
+  ``max_seq_length`` when present.
+- a ``*ForTokenClassification`` architecture adds ``token_classify``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..heads import resolve_dtype
+from .gguf_cache import convert_gguf
+from .pooling_model import PoolingModel
+from .registry import BUILTIN_MODELS, builtin_files, builtin_names
+from .tiny import build_tiny
+
+_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+class ModelNotFoundError(ValueError, OSError):
+    """``load_model`` found no model under that name (a ``ValueError`` and an ``OSError``)."""
+
+
+@dataclass(frozen=True)
+class SentenceTransformersConfig:
+    """What tokpool reads from a sentence-transformers directory."""
+
+    pooling: str | None = None  # "MEAN" | "CLS" | "LAST"
+    normalize: bool = False
+    max_seq_length: int | None = None
+
+
+def read_sentence_transformers_config(path: Path) -> SentenceTransformersConfig | None:
+    """Pooling mode, normalisation and ``max_seq_length`` of a sentence-transformers directory.
+
+    Returns ``None`` when ``path`` has no ``modules.json``.
+
+    Raises:
+        ValueError: a module tokpool does not reproduce (e.g. ``Dense``), named in the message.
+    """
+    modules_file = path / "modules.json"
+    if not modules_file.is_file():
+        return None
+    pooling, normalize = None, False
+    for module in json.loads(modules_file.read_text()):
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        if kind == "Transformer":
+            continue
+        if kind == "Normalize":
+            normalize = True
+        elif kind == "Pooling":
+            pooling = _st_pooling_mode(path / module.get("path", ""))
+        else:
+            raise ValueError(
+                f"{path} uses sentence-transformers module {kind!r}, which tokpool does not "
+                "reproduce (it supports Transformer, Pooling and Normalize); load the "
+                "transformer alone by removing modules.json from a copy of the directory"
+            )
+    max_seq_length = None
+    st_config = path / "sentence_bert_config.json"
+    if st_config.is_file():
+        max_seq_length = json.loads(st_config.read_text()).get("max_seq_length")
+    return SentenceTransformersConfig(pooling, normalize, max_seq_length)
+
+
+def _st_pooling_mode(pooling_dir: Path) -> str:
+    config = json.loads((pooling_dir / "config.json").read_text())
+    mode = config.get("pooling_mode")  # newer sentence-transformers write one key
+    if mode is None:
+        flags = {
+            "cls": config.get("pooling_mode_cls_token"),
+            "mean": config.get("pooling_mode_mean_tokens"),
+            "lasttoken": config.get("pooling_mode_lasttoken"),
+        }
+        chosen = [k for k, v in flags.items() if v]
+        mode = chosen[0] if len(chosen) == 1 else None
+    by_mode = {"cls": "CLS", "mean": "MEAN", "lasttoken": "LAST"}
+    if mode not in by_mode:
+        raise ValueError(
+            f"sentence-transformers pooling {config} in {pooling_dir} is not one of CLS, MEAN, "
+            "LAST (the poolers tokpool has)"
+        )
+    return by_mode[mode]
+
+
+def _attn_type(config) -> str:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    archs = config.architectures or []
+    if any(a.endswith(_CAUSAL_SUFFIXES) for a in archs):
+        return "decoder"
+    return "encoder_only" if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else "decoder"
+
+
+def _max_length(config, st: SentenceTransformersConfig | None) -> tuple[int, str]:
+    limit = getattr(config, "max_position_embeddings", None)
+    reason = "max_position_embeddings in its config"
+    if limit is not None and "roberta" in config.model_type:
+        limit -= (config.pad_token_id or 0) + 1  # why: RoBERTa positions start after padding
+    if st is not None and st.max_seq_length and (limit is None or st.max_seq_length < limit):
+        limit, reason = st.max_seq_length, "max_seq_length in its sentence_bert_config.json"
+    if limit is None:
+        raise ValueError(
+            f"{config.model_type} config has no max_position_embeddings; tokpool cannot tell "
+            "the longest prompt it accepts"
+        )
+    return int(limit), reason
+
+
+def _load_pretrained(path: str | Path, *, name: str, dtype: torch.dtype, task: str | None,
+                     local_files_only: bool, source_path: Path | None) -> PoolingModel:
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+    )
+
+    config = AutoConfig.from_pretrained(path, local_files_only=local_files_only)
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(
+            f"{name} is an encoder-decoder model ({config.model_type}); tokpool pools "
+            "decoder-only and encoder-only models"
+        )
+    archs = config.architectures or []
+    attn_type = _attn_type(config)
+    if any(a.endswith("ForTokenClassification") for a in archs):
+        auto = AutoModelForTokenClassification
+    elif attn_type == "decoder" and any(a.endswith(_CAUSAL_SUFFIXES) for a in archs):
+        auto = AutoModelForCausalLM
+    else:
+        auto = AutoModel
+    hf_model = auto.from_pretrained(path, dtype=dtype, local_files_only=local_files_only)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_files_only)
+    except (OSError, ValueError):
+        tokenizer = None  # token-id prompts still work
+    st = read_sentence_transformers_config(Path(path)) if Path(path).is_dir() else None
+    pooling = st.pooling if st is not None and st.pooling else (
+        "LAST" if attn_type == "decoder" else "CLS")
+    max_length, reason = _max_length(config, st)
+    return PoolingModel(
+        hf_model.eval(), tokenizer, name=name, attn_type=attn_type, sequence_pooling=pooling,
+        max_length=max_length, max_length_reason=reason, task=task, source_path=source_path,
+    )
+
+
+def _unknown(name: str, detail: str) -> ModelNotFoundError:
+    close = difflib.get_close_matches(name, builtin_names(), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ModelNotFoundError(
+        f"unknown model {name!r}: {detail}. Built-in names: {builtin_names()} (see "
+        f"tp.list_models()); or pass a local model directory, a .gguf file, or a hub id "
+        f"'owner/name'.{hint}"
+    )
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    *,
+    dtype: torch.dtype | str | None = None,
+    task: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> PoolingModel:
+    """Load a model for pooling, offline when the name is built in or the path is local.
+
+    Args:
+        name_or_path: a built-in name (``tp.list_models()``: ``"smollm2-135m"``,
+            ``"minilm-l6"``, ``"tiny-decoder"``, ``"tiny-encoder"``,
+            ``"tiny-token-classifier"``), a local transformers or sentence-transformers
+            directory, a ``.gguf`` file, or a hub id ``"owner/name"``.
+        dtype: weights and hidden states (``"float32"``, ``"bfloat16"``, … ; default float32).
+        task: the model's selected task; default: vLLM's priority over its declared tasks.
+        cache_dir: root for converted GGUF models (default ``tp.model_cache_dir()``).
+
+    Returns:
+        A ``PoolingModel`` in eval mode on the CPU.
+
+    Raises:
+        ModelNotFoundError: an unknown name (the built-in names are listed), a path that does
+            not exist, or a hub id transformers cannot fetch (e.g. ``HF_HUB_OFFLINE=1``).
+        FileNotFoundError: a built-in model whose carrier package is not installed.
+        ValueError: a bad ``dtype``, or a ``task`` the model does not declare.
+
+    Example:
+        >>> model = tp.load_model("smollm2-135m")  # first call converts the GGUF (cached)
+        >>> model.supported_tasks
+        frozenset({'embed', 'token_embed'})
+    """
+    torch_dtype = resolve_dtype(dtype, what="dtype") or torch.float32
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(f"name_or_path must be a str or path, got {type(name_or_path).__name__}")
+    name = os.fspath(name_or_path)
+    if name in BUILTIN_MODELS:
+        return _load_builtin(name, torch_dtype, task, cache_dir)
+    path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        converted, _ = convert_gguf(path, name=path.stem.lower(), cache_dir=cache_dir)
+        return _load_pretrained(converted, name=name, dtype=torch_dtype, task=task,
+                                local_files_only=True, source_path=converted)
+    if path.is_dir():
+        return _load_pretrained(path, name=name, dtype=torch_dtype, task=task,
+                                local_files_only=True, source_path=path.resolve())
+    if path.exists():
+        raise _unknown(name, "it is a file but not a .gguf checkpoint")
+    if not _HUB_ID.match(name):
+        raise _unknown(name, "it is not a built-in name, an existing path, or a hub id")
+    return _load_hub(name, torch_dtype, task)
+
+
+def _load_builtin(name: str, dtype: torch.dtype, task: str | None,
+                  cache_dir: str | os.PathLike | None) -> PoolingModel:
+    if name == "smollm2-135m":
+        converted, _ = convert_gguf(builtin_files(name), name=name, cache_dir=cache_dir)
+        return _load_pretrained(converted, name=name, dtype=dtype, task=task,
+                                local_files_only=True, source_path=converted)
+    if name == "minilm-l6":
+        path = builtin_files(name)
+        return _load_pretrained(path, name=name, dtype=dtype, task=task, local_files_only=True,
+                                source_path=path)
+    hf_model, tokenizer = build_tiny(name, dtype)
+    config = hf_model.config
+    encoder = BUILTIN_MODELS[name].kind == "encoder"
+    return PoolingModel(
+        hf_model, tokenizer, name=name,
+        attn_type="encoder_only" if encoder else "decoder",
+        sequence_pooling="MEAN" if encoder else "LAST",
+        max_length=config.max_position_embeddings,
+        max_length_reason="max_position_embeddings of the tiny config",
+        task=task,
+    )
+
+
+def _load_hub(name: str, dtype: torch.dtype, task: str | None) -> PoolingModel:
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        return _load_pretrained(name, name=name, dtype=dtype, task=task,
+                                local_files_only=offline, source_path=None)
+    except OSError as err:
+        why = ("HF_HUB_OFFLINE is set and it is not in the local hub cache" if offline
+               else "transformers could not fetch it from the hub")
+        raise _unknown(
+            name, f"{why} (transformers: {str(err).splitlines()[0]}). Download it where the hub "
+            "is reachable and pass the local directory"
+        ) from err

@@ -1,0 +1,59 @@
+"""Matplotlib figures and self-contained HTML for tokpool's data.
+
+Every ``plot_*`` follows matplotlib's convention: ``plot_x(data, *, ax=None, **style) -> Axes``;
+with ``ax=None`` it makes a ``layout="constrained"`` figure. Nothing here calls ``plt.show()``,
+changes global rcParams or displays as a side effect. ``tokpool`` imports this package lazily, so
+``import tokpool`` does not import matplotlib.
+"""
+
+from ._style import figure_png, format_bytes, format_tokens
+from .embeddings import cosine_similarity_matrix, pca_2d, plot_similarity, plot_token_pca
+from .equivalence import plot_chunked_error
+from .gate import gate_categories, plot_task_gate
+from .memory import plot_memory_timeline, plot_memory_vs_prompt_length, plot_time_vs_prompt_length
+from .rewards import plot_step_rewards
+from .schedule import (
+    CHUNK_KINDS,
+    overwritten_requests,
+    plot_buffer_rows,
+    plot_ownership_schedule,
+    schedule_frame,
+)
+from .token_text import (
+    ColourScale,
+    HTMLText,
+    colour_scale,
+    plot_token_values,
+    token_html,
+    token_strings,
+    visible_whitespace,
+)
+
+__all__ = [
+    "CHUNK_KINDS",
+    "ColourScale",
+    "HTMLText",
+    "colour_scale",
+    "cosine_similarity_matrix",
+    "figure_png",
+    "format_bytes",
+    "format_tokens",
+    "gate_categories",
+    "overwritten_requests",
+    "pca_2d",
+    "plot_buffer_rows",
+    "plot_chunked_error",
+    "plot_memory_timeline",
+    "plot_memory_vs_prompt_length",
+    "plot_ownership_schedule",
+    "plot_similarity",
+    "plot_step_rewards",
+    "plot_task_gate",
+    "plot_time_vs_prompt_length",
+    "plot_token_pca",
+    "plot_token_values",
+    "schedule_frame",
+    "token_html",
+    "token_strings",
+    "visible_whitespace",
+]

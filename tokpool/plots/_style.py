@@ -1,0 +1,150 @@
+"""Shared plotting helpers: one style applied through ``mpl.rc_context``, axes creation, PNG export.
+
+Nothing here touches global rcParams or calls ``plt.show()``: every plot function draws inside
+``styled()`` and returns its ``Axes``.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import matplotlib as mpl
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The project's look, applied only while a tokpool plot function runs.
+RC: dict[str, Any] = {
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.6,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10,
+    "legend.fontsize": 8.5,
+    "legend.frameon": False,
+    "xtick.labelsize": 8.5,
+    "ytick.labelsize": 8.5,
+    "figure.dpi": 100,
+    "savefig.dpi": 130,
+    "savefig.bbox": "tight",
+}
+
+#: Colours for the categorical series used across the plots (colour-blind friendly, Okabe–Ito).
+OKABE_ITO: tuple[str, ...] = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#009E73",  # green
+    "#D55E00",  # vermillion
+    "#CC79A7",  # purple
+    "#56B4E9",  # sky blue
+    "#F0E442",  # yellow
+    "#000000",
+)
+
+
+_backend_ready = False
+
+
+def _load_backend() -> None:
+    """Load pyplot's backend once, *outside* any ``rc_context``.
+
+    Jupyter's inline backend switches interactive mode on when it is first loaded; if that
+    happened inside ``rc_context``, leaving the context would switch it off again and later
+    figures would silently stop showing.
+    """
+    global _backend_ready
+    if _backend_ready:
+        return
+    import matplotlib.pyplot as plt
+
+    loader = getattr(plt, "_get_backend_mod", None)
+    if loader is not None:
+        loader()
+    else:  # pragma: no cover - older/newer matplotlib without the private hook
+        plt.close(plt.figure())
+    _backend_ready = True
+
+
+def styled(func: F) -> F:
+    """Run a plot function inside the project's ``rc_context`` (never global rcParams)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _load_backend()
+        with mpl.rc_context(RC):
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
+    """Return ``ax``, or a fresh constrained-layout figure's axes of ``figsize`` inches."""
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt  # pyplot only when we must create a figure
+
+    _, new = plt.subplots(figsize=figsize, layout="constrained")
+    return new
+
+
+def close(fig: Figure) -> None:
+    """Release a figure made by a render function (no display, no leak in pyplot's registry)."""
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def figure_png(fig: Figure, *, dpi: int = 110, close_figure: bool = True) -> bytes:
+    """PNG bytes of ``fig``; closes it by default so render functions do not leak figures."""
+    buf = io.BytesIO()
+    with mpl.rc_context(RC):
+        fig.savefig(buf, format="png", dpi=dpi)
+    if close_figure:
+        close(fig)
+    return buf.getvalue()
+
+
+def as_numpy(x: Any, *, name: str, ndim: int | None = None) -> np.ndarray:
+    """A float64 numpy copy of a tensor / array / sequence, with a shape check.
+
+    Raises:
+        ValueError: ``x`` does not have ``ndim`` dimensions.
+    """
+    if hasattr(x, "detach"):  # torch.Tensor without importing torch here
+        x = x.detach().to("cpu").float().numpy()
+    arr = np.asarray(x, dtype=np.float64)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
+    return arr
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size: ``1536 -> '1.5 KiB'``."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_tokens(n: float) -> str:
+    """Compact token count: ``131072 -> '128K'``, ``1048576 -> '1M'``."""
+    n = float(n)
+    if n >= 1024**2 and n % 1024**2 == 0:
+        return f"{n / 1024**2:.0f}M"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n / 1024:.0f}K"
+    if n >= 1e6:
+        return f"{n / 1e6:.3g}M"
+    if n >= 1e3:
+        return f"{n / 1e3:.3g}k"
+    return f"{n:.0f}"

@@ -1,0 +1,173 @@
+"""Per-token embeddings: token × token cosine similarity and a 2-D PCA coloured by position."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+
+from ._style import as_numpy, new_axes, styled
+from .token_text import visible_whitespace
+
+
+def cosine_similarity_matrix(embeddings: Any) -> np.ndarray:
+    """Cosine similarity between every pair of token vectors.
+
+    Args:
+        embeddings: ``[n_tokens, dim]`` tensor or array.
+
+    Returns:
+        ``[n_tokens, n_tokens]`` float64 array in ``[-1, 1]`` (zero vectors give 0).
+    """
+    x = as_numpy(embeddings, name="embeddings", ndim=2)  # [n, D]
+    norms = np.linalg.norm(x, axis=1, keepdims=True)  # [n, 1]
+    unit = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    return np.clip(unit @ unit.T, -1.0, 1.0)  # [n, n]
+
+
+def pca_2d(embeddings: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Project token vectors on their first two principal components.
+
+    Args:
+        embeddings: ``[n_tokens, dim]`` tensor or array, ``n_tokens >= 2``.
+
+    Returns:
+        ``(coords, explained)``: ``[n_tokens, 2]`` coordinates and the ``[2]`` fraction of
+        variance each component explains. Signs are fixed so that the largest loading is positive
+        (the picture does not flip between runs).
+
+    Raises:
+        ValueError: fewer than two tokens.
+    """
+    x = as_numpy(embeddings, name="embeddings", ndim=2)  # [n, D]
+    if x.shape[0] < 2:
+        raise ValueError(f"PCA needs at least 2 token vectors, got shape {x.shape}")
+    centred = x - x.mean(axis=0, keepdims=True)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)  # vt: [k, D]
+    k = min(2, vt.shape[0])
+    comps = vt[:k]
+    signs = np.sign(comps[np.arange(k), np.abs(comps).argmax(axis=1)])
+    comps = comps * signs[:, None]
+    coords = centred @ comps.T  # [n, k]
+    var = s**2
+    explained = var[:k] / var.sum() if var.sum() > 0 else np.zeros(k)
+    if k < 2:  # one-dimensional data: pad so callers always get two columns
+        coords = np.hstack([coords, np.zeros((coords.shape[0], 1))])
+        explained = np.append(explained, 0.0)
+    return coords, explained
+
+
+def _tick_labels(tokens: Sequence[str], max_chars: int = 10) -> list[str]:
+    out = []
+    for tok in tokens:
+        shown = visible_whitespace(tok) or "∅"
+        out.append(shown if len(shown) <= max_chars else shown[: max_chars - 1] + "…")
+    return out
+
+
+@styled
+def plot_similarity(
+    embeddings: Any,
+    *,
+    tokens: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    vmin: float = -1.0,
+    vmax: float = 1.0,
+    cmap: str = "RdBu_r",
+    max_labels: int = 40,
+    title: str | None = "Token × token cosine similarity",
+    colorbar: bool = True,
+) -> Axes:
+    """Heatmap of the cosine similarity between every pair of token vectors.
+
+    Similarity is signed, so it is drawn with ``RdBu_r`` centred at 0 on a fixed ``[-1, 1]``.
+
+    Args:
+        embeddings: ``[n_tokens, dim]`` tensor or array.
+        tokens: token strings for the tick labels (shown when ``n_tokens <= max_labels``).
+        ax: axes to draw into (a new figure when ``None``).
+        vmin: value of the first colour.
+        vmax: value of the last colour.
+        cmap: colormap.
+        max_labels: above this many tokens, ticks show positions instead of text.
+        title: axes title.
+        colorbar: draw a colorbar.
+
+    Returns:
+        The axes.
+    """
+    sim = cosine_similarity_matrix(embeddings)
+    n = sim.shape[0]
+    if tokens is not None and len(tokens) != n:
+        raise ValueError(f"got {len(tokens)} tokens for {n} embeddings; pass one per row")
+    ax = new_axes(ax, (6.4, 5.4))
+    image = ax.imshow(sim, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+    ax.grid(False)
+    if tokens is not None and n <= max_labels:
+        labels = _tick_labels(tokens)
+        ax.set_xticks(range(n), labels, rotation=90, family="monospace", fontsize=7.5)
+        ax.set_yticks(range(n), labels, family="monospace", fontsize=7.5)
+    else:
+        ax.set_xlabel("token position")
+        ax.set_ylabel("token position")
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, shrink=0.85).set_label("cosine similarity")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+@styled
+def plot_token_pca(
+    embeddings: Any,
+    *,
+    tokens: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    annotate: int = 30,
+    cmap: str = "viridis",
+    title: str | None = "Token vectors, first two principal components",
+    colorbar: bool = True,
+) -> Axes:
+    """Scatter of token vectors on their first two principal components, coloured by position.
+
+    Consecutive tokens are joined by a faint line, so the path of the text through the space is
+    visible.
+
+    Args:
+        embeddings: ``[n_tokens, dim]`` tensor or array.
+        tokens: token strings; up to ``annotate`` of them (evenly spaced) are written next to
+            their points.
+        ax: axes to draw into (a new figure when ``None``).
+        annotate: how many points to label with their token (0 for none).
+        cmap: colormap for the position (a non-negative amount: ``viridis``).
+        title: axes title.
+        colorbar: draw a colorbar for the position.
+
+    Returns:
+        The axes.
+    """
+    coords, explained = pca_2d(embeddings)
+    n = coords.shape[0]
+    if tokens is not None and len(tokens) != n:
+        raise ValueError(f"got {len(tokens)} tokens for {n} embeddings; pass one per row")
+    ax = new_axes(ax, (6.4, 5.0))
+    ax.plot(coords[:, 0], coords[:, 1], color="0.75", lw=0.7, zorder=1)
+    points = ax.scatter(
+        coords[:, 0], coords[:, 1], c=np.arange(n), cmap=cmap, vmin=0, vmax=max(n - 1, 1),
+        s=28, edgecolors="white", linewidths=0.4, zorder=2,
+    )
+    if tokens is not None and annotate > 0:
+        for i in np.unique(np.linspace(0, n - 1, min(annotate, n)).round().astype(int)):
+            ax.annotate(
+                _tick_labels([tokens[i]], 12)[0], coords[i], xytext=(3, 3),
+                textcoords="offset points", fontsize=7.5, family="monospace", color="0.2",
+            )
+    ax.set_xlabel(f"PC1 ({explained[0]:.0%} of variance)")
+    ax.set_ylabel(f"PC2 ({explained[1]:.0%} of variance)")
+    if colorbar:
+        ax.figure.colorbar(points, ax=ax).set_label("token position")
+    if title:
+        ax.set_title(title)
+    return ax

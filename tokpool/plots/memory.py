@@ -1,0 +1,289 @@
+"""Memory pictures: one run's per-step ledger, and peaks against prompt length per policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from matplotlib import ticker
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
+
+from ._style import OKABE_ITO, format_bytes, format_tokens, new_axes, styled
+
+#: Colour per retention policy (the same in every figure).
+POLICY_COLOURS: dict[str, str] = {
+    "legacy": OKABE_ITO[3],
+    "clone": OKABE_ITO[0],
+    "prealloc": OKABE_ITO[2],
+    "offload": OKABE_ITO[1],
+}
+#: Axis labels for the byte columns of ``tp.sweep``.
+BYTE_LABELS: dict[str, str] = {
+    "peak_pooling_bytes": "peak device bytes held by pooling",
+    "peak_device_bytes": "peak device bytes (pooling + hidden-state buffer)",
+    "copy_bytes": "device bytes copied by pooling",
+    "d2h_bytes": "bytes copied device → host",
+    "host_bytes": "host bytes (delivered outputs)",
+    "output_bytes": "bytes of the delivered output",
+}
+#: Line style per policy, widest first, so coinciding curves all stay visible.
+POLICY_STYLES: dict[str, dict[str, Any]] = {
+    "legacy": {"lw": 4.0, "alpha": 0.45},
+    "clone": {"lw": 2.2},
+    "prealloc": {"lw": 1.6, "ls": (0, (4, 2))},
+    "offload": {"lw": 1.6, "ls": ":"},
+}
+#: Ledger categories of ``SimResult.steps`` stacked in the timeline, with colours and labels.
+MEMORY_CATEGORIES: tuple[tuple[str, str, str], ...] = (
+    ("pool_cache_bytes", OKABE_ITO[0], "chunk cache (clones / prealloc buffer)"),
+    ("pool_output_bytes", OKABE_ITO[2], "pooled output awaiting host copy"),
+    ("pool_head_bytes", OKABE_ITO[4], "head output (cast / activation)"),
+)
+
+
+def _bytes_axis(axis: Any, *, log: bool, vmax: float | None = None) -> None:
+    """Binary units on a bytes axis: powers of 4 on a log axis, round steps of one unit else."""
+    if log:
+        axis.set_major_locator(ticker.LogLocator(base=4, numticks=30))
+        axis.set_minor_locator(ticker.NullLocator())
+    elif vmax:
+        unit = 1024 ** max(0, min(4, int(np.log(max(vmax, 1)) // np.log(1024))))
+        span = vmax / unit
+        nice = (m * 10**e for e in range(-2, 5) for m in (1, 2, 2.5, 5))
+        step = next(n for n in nice if span / n <= 6)
+        axis.set_major_locator(ticker.MultipleLocator(step * unit))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_bytes(v) if v > 0 else "0"))
+
+
+def _tokens_axis(axis: Any) -> None:
+    axis.set_major_locator(ticker.LogLocator(base=4, numticks=30))
+    axis.set_minor_locator(ticker.NullLocator())
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_tokens(v)))
+
+
+def _hardware_bytes(hardware: Any) -> tuple[str, int] | None:
+    """``(label, bytes)`` for a hardware preset name, a ``Hardware`` or a byte count."""
+    if hardware is None:
+        return None
+    if isinstance(hardware, (int, np.integer)):
+        return f"device memory ({format_bytes(hardware)})", int(hardware)
+    if isinstance(hardware, str):
+        from ..sim import HARDWARE_PRESETS
+
+        if hardware not in HARDWARE_PRESETS:
+            raise ValueError(f"unknown hardware {hardware!r}; presets: {list(HARDWARE_PRESETS)}")
+        hardware = HARDWARE_PRESETS[hardware]
+    return f"{hardware.name} memory ({format_bytes(hardware.hbm_bytes)})", int(hardware.hbm_bytes)
+
+
+def _steps_frame(result_or_steps: Any) -> Any:
+    return getattr(result_or_steps, "steps", result_or_steps)
+
+
+@styled
+def plot_memory_timeline(
+    result: Any,
+    *,
+    ax: Axes | None = None,
+    host: bool = True,
+    title: str | None = None,
+) -> Axes:
+    """Pooling's device bytes step by step, stacked by category, with the in-step peak.
+
+    The filled areas are the bytes alive at the *end* of each step (chunk cache, outputs waiting
+    for their host copy, head outputs); the black line is the *peak during* the step, which is
+    where the transient ``cat`` of the clone policy shows; the dashed line is host memory.
+
+    Args:
+        result: a ``tp.simulate(...)`` result (or its ``steps`` DataFrame).
+        ax: axes to draw into (a new figure when ``None``).
+        host: also draw ``host_bytes``.
+        title: axes title (default: policy and prompt lengths).
+
+    Returns:
+        The axes.
+    """
+    steps = _steps_frame(result)
+    ax = new_axes(ax, (7.6, 3.8))
+    x = steps["step"].to_numpy()
+    edges = np.append(x, x[-1] + 1) - 0.5 if len(x) else np.array([0.0])
+    layers = [steps[c].to_numpy(dtype=float) for c, _, _ in MEMORY_CATEGORIES]
+    bottom = np.zeros(len(x))
+    for values, (_, colour, label) in zip(layers, MEMORY_CATEGORIES, strict=True):
+        top = bottom + values
+        ax.fill_between(edges, np.append(bottom, bottom[-1:]), np.append(top, top[-1:]),
+                        step="post", color=colour, alpha=0.85, lw=0, label=label)
+        bottom = top
+    peak = steps["pool_peak_bytes"].to_numpy(dtype=float)
+    ax.stairs(peak, edges, color="black", lw=1.2, label="peak during the step")
+    if host:
+        ax.stairs(steps["host_bytes"].to_numpy(dtype=float), edges, color="0.45", lw=1.2,
+                  ls="--", label="host memory (outputs, offload)")
+    top = max(peak.max(initial=0), bottom.max(initial=0),
+              steps["host_bytes"].max() if host else 0)
+    _bytes_axis(ax.yaxis, log=False, vmax=float(top))
+    ax.set_ylim(0, top * 1.05 if top else 1)
+    ax.set_xlim(edges[0], edges[-1])
+    ax.set_xlabel("engine step")
+    ax.set_ylabel("bytes owned by pooling")
+    ax.legend(loc="upper left")
+    if title is None and hasattr(result, "config"):
+        c = result.config
+        lens = result.prompt_lens
+        shown = ", ".join(format_tokens(n) for n in lens[:4]) + (" …" if len(lens) > 4 else "")
+        title = (f"Pooling memory per step · policy={c.policy!r}, "
+                 f"{'async' if c.async_scheduling else 'sync'}, prompts [{shown}] tokens")
+    if title:
+        ax.set_title(title, loc="left", fontsize=10)
+    return ax
+
+
+def _select_async(df: Any, async_scheduling: bool | None) -> tuple[Any, str]:
+    values = sorted(set(df["async_scheduling"])) if "async_scheduling" in df.columns else []
+    if async_scheduling is None:
+        async_scheduling = values[-1] if values else None
+    if async_scheduling is None:
+        return df, ""
+    chosen = df[df["async_scheduling"] == async_scheduling]
+    if chosen.empty:
+        raise ValueError(f"no rows with async_scheduling={async_scheduling}; it has {values}")
+    return chosen, "async" if async_scheduling else "sync"
+
+
+def _plot_per_policy(df: Any, y: str, ax: Axes, *, floor_zero: bool) -> list[Any]:
+    extra: list[Any] = []
+    for policy, group in df.groupby("policy", sort=False):
+        g = group.sort_values("prompt_len")
+        colour = POLICY_COLOURS.get(str(policy), "0.3")
+        values = g[y].to_numpy(dtype=float)
+        if floor_zero and np.all(values <= 0):
+            extra.append(Line2D([], [], color=colour, lw=2, ls=":",
+                                label=f"{policy}: 0 B on the device"))
+            continue
+        shown = np.where(values > 0, values, np.nan) if floor_zero else values
+        style = POLICY_STYLES.get(str(policy), {"lw": 2.0})
+        ax.plot(g["prompt_len"], shown, color=colour, label=str(policy), **style)
+        if "corrupted" in g.columns and g["corrupted"].any():
+            bad = g[g["corrupted"]]
+            ax.scatter(bad["prompt_len"], np.where(bad[y] > 0, bad[y], np.nan), marker="x",
+                       s=36, color="black", zorder=5, lw=1.2)
+    return extra
+
+
+@styled
+def plot_memory_vs_prompt_length(
+    df: Any,
+    *,
+    y: str = "peak_pooling_bytes",
+    hardware: Any = None,
+    async_scheduling: bool | None = None,
+    ax: Axes | None = None,
+    loglog: bool = True,
+    title: str | None = None,
+) -> Axes:
+    """Peak memory against prompt length, one line per retention policy (log–log).
+
+    Args:
+        df: a ``tp.sweep(...)`` DataFrame (``prompt_len``, ``policy``, ``async_scheduling``,
+            the ``y`` column, optionally ``corrupted``).
+        y: a bytes column: ``peak_pooling_bytes`` (default), ``peak_device_bytes``,
+            ``copy_bytes``, ``host_bytes``, ...
+        hardware: a hardware preset name (``tp.HARDWARE_PRESETS``), a ``Hardware`` or a byte
+            count, drawn as a horizontal reference line.
+        async_scheduling: which rows to draw (default: async when the sweep has both).
+        ax: axes to draw into (a new figure when ``None``).
+        loglog: log–log axes (zeros, e.g. offload's device bytes, are listed in the legend).
+        title: axes title.
+
+    Returns:
+        The axes.
+
+    Raises:
+        ValueError: a missing column, unknown hardware, or no rows for ``async_scheduling``.
+    """
+    missing = [c for c in ("prompt_len", "policy", y) if c not in df.columns]
+    if missing:
+        raise ValueError(f"df lacks column(s) {missing}; it has {list(df.columns)}")
+    df, mode = _select_async(df, async_scheduling)
+    ax = new_axes(ax, (7.4, 4.6))
+    extra = _plot_per_policy(df, y, ax, floor_zero=loglog)
+    ref = _hardware_bytes(hardware)
+    if ref is not None:
+        ax.axhline(ref[1], color="0.2", lw=1.2, ls="--", zorder=1)
+        extra.append(Line2D([], [], color="0.2", lw=1.2, ls="--", label=ref[0]))
+    if "corrupted" in df.columns and df["corrupted"].any():
+        extra.append(Line2D([], [], ls="", marker="x", color="black",
+                            label="output corrupted (legacy)"))
+    if loglog:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _tokens_axis(ax.xaxis)
+        _bytes_axis(ax.yaxis, log=True)
+    else:
+        _bytes_axis(ax.yaxis, log=False)
+    ax.set_xlabel("prompt length (tokens)")
+    ax.set_ylabel(BYTE_LABELS.get(y, y.replace("_", " ")))
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + extra, loc="lower right")
+    if title is None:
+        title = f"{BYTE_LABELS.get(y, y).capitalize()} vs prompt length"
+        title += f" ({mode} scheduling)" if mode else ""
+    if title:
+        ax.set_title(title, loc="left", fontsize=10)
+    return ax
+
+
+@styled
+def plot_time_vs_prompt_length(
+    df: Any,
+    *,
+    y: str = "est_pool_s",
+    async_scheduling: bool | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """A time ESTIMATE against prompt length, one line per policy (log–log).
+
+    Args:
+        df: a ``tp.sweep(...)`` DataFrame.
+        y: an ``est_*`` column (seconds): ``est_pool_s`` (pooling copies), ``est_d2h_s``,
+            ``est_forward_s``, ``est_total_s``.
+        async_scheduling: which rows to draw (default: async when the sweep has both).
+        ax: axes to draw into (a new figure when ``None``).
+        title: axes title (always says "estimate").
+
+    Returns:
+        The axes.
+    """
+    missing = [c for c in ("prompt_len", "policy", y) if c not in df.columns]
+    if missing:
+        raise ValueError(f"df lacks column(s) {missing}; it has {list(df.columns)}")
+    df, mode = _select_async(df, async_scheduling)
+    ax = new_axes(ax, (7.4, 4.4))
+    extra = _plot_per_policy(df, y, ax, floor_zero=True)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _tokens_axis(ax.xaxis)
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(_format_seconds))
+    ax.set_xlabel("prompt length (tokens)")
+    ax.set_ylabel(f"{y.removeprefix('est_').removesuffix('_s')} time, ESTIMATE (s)")
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + extra, loc="lower right")
+    if title is None:
+        what = {"est_pool_s": "pooling copies", "est_d2h_s": "device→host copies",
+                "est_forward_s": "forward", "est_total_s": "total"}.get(y, y)
+        title = f"Estimated {what} time vs prompt length (roofline ESTIMATE"
+        title += f", {mode})" if mode else ")"
+    if title:
+        ax.set_title(title, loc="left", fontsize=10)
+    return ax
+
+
+def _format_seconds(v: float, _: Any = None) -> str:
+    if v <= 0:
+        return "0"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if v >= scale:
+            return f"{v / scale:g} {unit}"
+    return f"{v:.0e} s"

@@ -1,0 +1,265 @@
+"""Ownership schedule: which request's chunk runs in which step, what pooling keeps, what breaks.
+
+``schedule_frame`` turns a ``SimResult`` into one row per (step, request) chunk — its rows in
+the persistent hidden-state buffer, what pooling does with it, whether it is kept as a *view*
+and the step whose buffer write overwrites it before it is read. ``plot_ownership_schedule``
+draws that as a step × request Gantt chart; ``plot_buffer_rows`` draws the buffer itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
+
+from ._style import OKABE_ITO, new_axes, styled
+
+#: Chunk kinds, with the colour and legend text used everywhere.
+CHUNK_KINDS: dict[str, tuple[str, str]] = {
+    "clone": (OKABE_ITO[0], "clone (owns a copy)"),
+    "view": (OKABE_ITO[1], "view of the buffer (owns nothing)"),
+    "view + cat": (OKABE_ITO[2], "last chunk: view, then cat (new copy)"),
+    "prealloc": (OKABE_ITO[4], "copied into a preallocated buffer"),
+    "offload": (OKABE_ITO[5], "copied to host memory"),
+    "gather": ("0.6", "last row gathered (sequence task)"),
+}
+OVERWRITE_COLOUR = OKABE_ITO[3]
+INTACT_COLOUR = OKABE_ITO[2]
+
+_KIND_OF_ACTION = {
+    "clone chunk": "clone",
+    "clone (one shot)": "clone",
+    "keep view (legacy)": "view",
+    "view (one shot)": "view",
+    "view + cat": "view + cat",
+    "copy into prealloc buffer": "prealloc",
+    "offload copy to host": "offload",
+    "gather last row": "gather",
+}
+
+
+def schedule_frame(result: Any) -> pd.DataFrame:
+    """One row per scheduled chunk, with its buffer rows and what pooling does with it.
+
+    Args:
+        result: a ``tp.simulate(...)`` result.
+
+    Returns:
+        DataFrame with columns ``step``, ``request``, ``start``, ``stop`` (prompt positions),
+        ``buffer_start``, ``buffer_stop`` (rows of the persistent buffer the chunk is written
+        to), ``action`` (in words), ``kind`` (a key of ``CHUNK_KINDS``), ``read_step`` (the
+        step whose pooling or host copy last reads the chunk's rows while they are only a
+        view; ``-1`` when the chunk is copied in its own step) and ``overwritten_step`` (the
+        first step in ``(step, read_step]`` that writes over those rows before they are read;
+        ``-1`` when none does). A request with an overwritten chunk delivers a corrupted output.
+    """
+    from ..sim.trace import pooling_action
+
+    requests = result.requests.set_index("request")
+    written = {s.index: s.num_tokens for s in result.schedule}  # rows [0, n) written per step
+    rows = []
+    for step in result.schedule:
+        offset = 0
+        for r, start, stop in step.chunks:
+            action = pooling_action(result, r, start, stop)
+            kind = _KIND_OF_ACTION.get(action, "view")
+            finish = int(requests.at[r, "finish_step"])
+            delivered = int(requests.at[r, "delivered_step"])
+            if kind == "view" and stop < result.prompt_lens[r]:
+                read = finish  # legacy: a kept view is read by the cat in the finishing step
+            elif kind == "view" and delivered > step.index:
+                read = delivered  # async: the host copy reads it during the next step
+            else:
+                read = -1
+            hit = -1
+            if read > step.index:
+                for t in range(step.index + 1, read + 1):
+                    if written.get(t, 0) > offset:  # step t writes rows [0, n_t)
+                        hit = t
+                        break
+            rows.append({
+                "step": step.index, "request": r, "start": start, "stop": stop,
+                "buffer_start": offset, "buffer_stop": offset + stop - start,
+                "action": action, "kind": kind, "read_step": read, "overwritten_step": hit,
+            })
+            offset += stop - start
+    return pd.DataFrame(rows, columns=[
+        "step", "request", "start", "stop", "buffer_start", "buffer_stop", "action", "kind",
+        "read_step", "overwritten_step",
+    ])
+
+
+def _title(result: Any) -> str:
+    c = result.config
+    mode = "async" if c.async_scheduling else "sync"
+    chunked = "chunked prefill" if c.enable_chunked_prefill else "no chunked prefill"
+    return (f"policy={c.policy!r}, {mode} scheduling, {chunked}, "
+            f"budget {c.max_num_batched_tokens} tokens/step")
+
+
+@styled
+def plot_ownership_schedule(
+    result: Any,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    annotate: bool = True,
+) -> Axes:
+    """Step × request Gantt chart of a simulation: chunks, what pooling keeps, what breaks.
+
+    Each box is one chunk of one request in one step, coloured by what pooling does with it
+    (clone, view, view + cat, prealloc, offload). A line carries a kept chunk to the step that
+    reads it: solid when pooling owns a copy, dashed when it only holds a view of the reused
+    buffer. A red ✕ marks the step whose buffer write overwrites such a view before it is read;
+    the arrow at the end of each row is the host copy, red and labelled when the delivered
+    output is corrupted.
+
+    Args:
+        result: a ``tp.simulate(...)`` result.
+        ax: axes to draw into (a new figure sized to the run when ``None``).
+        title: axes title (default: policy, scheduling, budget).
+        annotate: write each chunk's token range in its box.
+
+    Returns:
+        The axes.
+    """
+    frame = schedule_frame(result)
+    reqs = result.requests
+    n_req = len(reqs)
+    last_step = int(max(result.steps["step"].max(), reqs["delivered_step"].max()))
+    ax = new_axes(ax, (max(7.0, 1.0 * (last_step + 1) + 1.6), 0.68 * n_req + 2.6))
+    corrupted = set(result.corrupted)
+    h, w = 0.46, 0.62  # box height (rows) and width (steps)
+    lane = h / 2 + 0.1  # kept chunks run along a lane just under their request's boxes
+    for row in frame.itertuples(index=False):
+        colour = CHUNK_KINDS[row.kind][0]
+        y = row.request
+        ax.add_patch(Rectangle((row.step - w / 2, y - h / 2), w, h, facecolor=colour,
+                               edgecolor="white", lw=0.8, zorder=3))
+        if annotate:
+            ax.text(row.step, y, f"{row.start}–{row.stop}", ha="center", va="center",
+                    fontsize=7.5, color="white" if row.kind != "gather" else "black", zorder=4)
+        owned = row.kind != "view"
+        final = row.stop == result.prompt_lens[row.request]
+        if not owned:
+            end = row.read_step  # a view lives until it is read
+        elif not final and row.kind in ("clone", "prealloc"):
+            end = int(reqs.at[row.request, "finish_step"])  # kept until the request finishes
+        elif final and row.kind != "offload":
+            end = int(reqs.at[row.request, "delivered_step"])  # output awaiting its host copy
+        else:
+            end = -1
+        if end > row.step:
+            ax.plot([row.step, end], [y + lane, y + lane], color=colour, lw=2.4,
+                    ls="-" if owned else (0, (2, 1.5)), zorder=2, solid_capstyle="butt")
+            ax.plot([row.step, row.step], [y + h / 2, y + lane], color=colour, lw=1.2, zorder=2)
+        if row.overwritten_step >= 0:
+            ax.scatter([row.overwritten_step], [y + lane], marker="X", s=110,
+                       color=OVERWRITE_COLOUR, edgecolors="white", linewidths=0.8, zorder=6)
+    for rec in reqs.itertuples(index=False):
+        bad = rec.request in corrupted
+        colour = OVERWRITE_COLOUR if bad else INTACT_COLOUR
+        x = rec.delivered_step + w / 2 + 0.02
+        ax.annotate("", xy=(x + 0.25, rec.request), xytext=(x, rec.request),
+                    arrowprops={"arrowstyle": "-|>", "color": colour, "lw": 2.2}, zorder=5)
+        if bad:
+            ax.text(x + 0.05, rec.request - h / 2 - 0.04, "corrupted", color=OVERWRITE_COLOUR,
+                    va="bottom", ha="left", fontsize=8, fontweight="bold")
+    ax.set_xlim(-0.6, last_step + 1.0)
+    ax.set_ylim(n_req - 0.3, -0.7)
+    steps_with_work = set(frame["step"])
+    ax.set_xticks(range(last_step + 1), [
+        f"{s}" if s in steps_with_work else f"{s}\n(collect)" for s in range(last_step + 1)
+    ])
+    labels = [f"req {r} · {n} tok" for r, n in zip(reqs["request"], reqs["prompt_len"],
+                                                     strict=True)]
+    ax.set_yticks(range(n_req), labels)
+    for tick, r in zip(ax.get_yticklabels(), reqs["request"], strict=True):
+        if r in corrupted:
+            tick.set_color(OVERWRITE_COLOUR)
+            tick.set_fontweight("bold")
+    ax.set_xlabel("engine step")
+    ax.grid(axis="y", visible=False)
+    kinds = [k for k in CHUNK_KINDS if k in set(frame["kind"])]
+    handles: list[Any] = [Patch(color=CHUNK_KINDS[k][0], label=CHUNK_KINDS[k][1]) for k in kinds]
+    kept_view = bool(((frame["kind"] == "view") & (frame["read_step"] > frame["step"])).any())
+    handles += [
+        Line2D([], [], color="0.3", lw=2, label="kept, owned copy"),
+        *([Line2D([], [], color="0.3", lw=2, ls=(0, (2, 1.5)), label="kept, only a view")]
+          if kept_view else []),
+        Line2D([], [], ls="", marker="X", color=OVERWRITE_COLOUR, ms=9,
+               label="buffer rows overwritten before read"),
+        Line2D([], [], ls="", marker=">", color=INTACT_COLOUR, ms=8, label="host copy, intact"),
+        Line2D([], [], ls="", marker=">", color=OVERWRITE_COLOUR, ms=8,
+               label="host copy, corrupted"),
+    ]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
+              fontsize=8)
+    ax.set_title(title if title is not None else _title(result), loc="left", fontsize=10)
+    return ax
+
+
+@styled
+def plot_buffer_rows(
+    result: Any,
+    *,
+    ax: Axes | None = None,
+    title: str | None = "The persistent hidden-state buffer, step by step",
+) -> Axes:
+    """Which request's tokens occupy which rows of the reused hidden-state buffer, per step.
+
+    Every step writes its tokens into rows ``0..n-1`` of the same buffer, so a chunk's rows are
+    rewritten by the next step that schedules at least that many tokens. Hatched boxes are
+    chunks pooling keeps only as a view; a red edge marks the ones overwritten before read.
+
+    Args:
+        result: a ``tp.simulate(...)`` result.
+        ax: axes to draw into (a new figure when ``None``).
+        title: axes title.
+
+    Returns:
+        The axes.
+    """
+    frame = schedule_frame(result)
+    budget = result.config.max_num_batched_tokens
+    n_steps = int(result.steps["step"].max()) + 1
+    ax = new_axes(ax, (max(6.0, 0.8 * n_steps + 2.8), 3.8))
+    palette = [c for i, c in enumerate(OKABE_ITO) if i not in (3, 6)]
+    for row in frame.itertuples(index=False):
+        colour = palette[row.request % len(palette)]
+        view = row.kind == "view" and row.read_step > row.step
+        bad = row.overwritten_step >= 0
+        ax.add_patch(Rectangle(
+            (row.step - 0.4, row.buffer_start), 0.8, row.buffer_stop - row.buffer_start,
+            facecolor=colour, alpha=0.85, hatch="///" if view else None,
+            edgecolor=OVERWRITE_COLOUR if bad else "white", lw=2.0 if bad else 0.8, zorder=3,
+        ))
+        if row.buffer_stop - row.buffer_start >= budget * 0.08:
+            ax.text(row.step, (row.buffer_start + row.buffer_stop) / 2, f"r{row.request}",
+                    ha="center", va="center", fontsize=8, color="white", zorder=4)
+    ax.set_xlim(-0.6, n_steps - 0.4)
+    ax.set_ylim(budget, 0)
+    ax.set_xticks(range(n_steps))
+    ax.set_xlabel("engine step")
+    ax.set_ylabel("buffer row")
+    ax.grid(axis="x", visible=False)
+    requests = sorted(set(frame["request"]))
+    handles: list[Any] = [Patch(color=palette[r % len(palette)], label=f"request {r}")
+                          for r in requests]
+    handles += [Patch(facecolor="white", edgecolor="0.3", hatch="///", label="kept as a view"),
+                Patch(facecolor="white", edgecolor=OVERWRITE_COLOUR, lw=2,
+                      label="overwritten before read")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def overwritten_requests(result: Any) -> list[int]:
+    """Requests with a chunk overwritten before being read (should equal ``result.corrupted``)."""
+    frame = schedule_frame(result)
+    return sorted(int(r) for r in np.unique(frame.loc[frame["overwritten_step"] >= 0, "request"]))

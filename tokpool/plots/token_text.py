@@ -1,0 +1,282 @@
+"""Token text coloured by a per-token value: self-contained HTML and a matplotlib version.
+
+The HTML needs nothing from the network (no CDN, no requirejs, no script): inline CSS only, every
+token passed through ``html.escape``, whitespace made visible (``·`` space, ``→`` tab, ``↵``
+newline), so it renders the same in JupyterLab, VS Code, a static HTML export or a widget.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib as mpl
+import numpy as np
+from matplotlib import colors as mcolors
+from matplotlib.axes import Axes
+
+from ._style import as_numpy, new_axes, styled
+
+#: How whitespace is drawn so that a token made of spaces is still visible.
+WHITESPACE_GLYPHS: dict[str, str] = {" ": "·", "\t": "→", "\n": "↵", "\r": "␍"}
+
+
+class HTMLText(str):
+    """A ``str`` of HTML that Jupyter displays as HTML (``_repr_html_``) when it ends a cell."""
+
+    def _repr_html_(self) -> str:
+        return str(self)
+
+
+def visible_whitespace(text: str) -> str:
+    """Replace whitespace with visible glyphs: ``" a\\n" -> "·a↵"``."""
+    return "".join(WHITESPACE_GLYPHS.get(ch, ch) for ch in text)
+
+
+def token_strings(tokenizer: Any, token_ids: Sequence[int] | Any) -> list[str]:
+    """Decode each token id on its own, so leading spaces and newlines stay in the text.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (anything with ``decode``).
+        token_ids: ``[n_tokens]`` ids (list or 1-D tensor).
+
+    Returns:
+        One string per token, e.g. ``["The", " cat", "\\n"]``.
+    """
+    if hasattr(token_ids, "tolist"):
+        token_ids = token_ids.tolist()
+    return [tokenizer.decode([int(t)]) for t in token_ids]
+
+
+@dataclass(frozen=True)
+class ColourScale:
+    """A fixed value → colour mapping (so colours do not jump while a slider moves).
+
+    Attributes:
+        cmap: matplotlib colormap name.
+        vmin: value drawn with the colormap's first colour.
+        vmax: value drawn with its last colour.
+    """
+
+    cmap: str
+    vmin: float
+    vmax: float
+
+    def rgba(self, values: np.ndarray) -> np.ndarray:
+        """``[n, 4]`` RGBA colours for ``values`` (clipped to ``[vmin, vmax]``)."""
+        norm = mcolors.Normalize(vmin=self.vmin, vmax=self.vmax, clip=True)
+        return mpl.colormaps[self.cmap](norm(values))
+
+    def mappable(self) -> mpl.cm.ScalarMappable:
+        """A ScalarMappable for a colorbar."""
+        norm = mcolors.Normalize(vmin=self.vmin, vmax=self.vmax)
+        return mpl.cm.ScalarMappable(norm=norm, cmap=self.cmap)
+
+
+def colour_scale(
+    values: np.ndarray,
+    *,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str | None = None,
+) -> ColourScale:
+    """Choose the project's scale for ``values`` unless given.
+
+    Signed values (any negative, or ``vmin < 0``) get ``RdBu_r`` centred at zero
+    (``vmin = -vmax``); non-negative amounts get ``viridis`` from 0.
+    """
+    finite = values[np.isfinite(values)] if values.size else values
+    if vmin is not None and vmax is not None:
+        if vmax <= vmin:
+            raise ValueError(f"vmax ({vmax}) must be greater than vmin ({vmin})")
+        return ColourScale(cmap or ("RdBu_r" if vmin < 0 else "viridis"), float(vmin), float(vmax))
+    if (vmin is not None and vmin < 0) or bool(finite.size and finite.min() < 0):
+        given = vmin if vmin is not None else vmax
+        bound = abs(float(given)) if given is not None else float(np.abs(finite).max())
+        bound = bound or 1.0
+        return ColourScale(cmap or "RdBu_r", -bound, bound)
+    lo = 0.0 if vmin is None else float(vmin)
+    hi = (float(finite.max()) if finite.size else 1.0) if vmax is None else float(vmax)
+    if hi <= lo:
+        hi = lo + 1.0
+    return ColourScale(cmap or "viridis", lo, hi)
+
+
+def _text_colour(rgba: Sequence[float]) -> str:
+    r, g, b = rgba[:3]
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return "#000" if luminance > 0.45 else "#fff"
+
+
+def _check_pair(tokens: Sequence[str], values: Any) -> np.ndarray:
+    if isinstance(tokens, str):
+        raise TypeError("tokens must be a sequence of strings (one per token), not one string")
+    vals = as_numpy(values, name="values", ndim=1)
+    if len(tokens) != vals.shape[0]:
+        raise ValueError(
+            f"got {len(tokens)} tokens but {vals.shape[0]} values; pass one value per token"
+        )
+    return vals
+
+
+def _legend_html(scale: ColourScale, label: str) -> str:
+    stops = ", ".join(
+        mcolors.to_hex(c) for c in scale.rgba(np.linspace(scale.vmin, scale.vmax, 11))
+    )
+    return (
+        '<div style="display:flex;align-items:center;gap:6px;margin-top:6px;'
+        'font-size:11px;color:#555;">'
+        f"<span>{html.escape(label)}</span>"
+        f"<span>{scale.vmin:.3g}</span>"
+        f'<span style="display:inline-block;width:160px;height:10px;border-radius:2px;'
+        f'background:linear-gradient(to right, {stops});"></span>'
+        f"<span>{scale.vmax:.3g}</span></div>"
+    )
+
+
+def token_html(
+    tokens: Sequence[str],
+    values: Any,
+    *,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str | None = None,
+    label: str = "value",
+    title: str | None = None,
+    legend: bool = True,
+) -> HTMLText:
+    """Tokens as coloured boxes in self-contained HTML (inline CSS, no script, no network).
+
+    Each token is HTML-escaped, its whitespace made visible, and given a tooltip with its index
+    and value. A newline token also breaks the line.
+
+    Args:
+        tokens: ``n`` token strings (see ``token_strings``).
+        values: ``[n]`` one number per token (norm, reward, error, ...).
+        vmin: value of the first colour (default: 0, or ``-max|v|`` for signed values).
+        vmax: value of the last colour (default: the maximum, or ``max|v|``). Pass both to keep
+            colours fixed while something changes.
+        cmap: colormap (default ``viridis``, or ``RdBu_r`` centred at 0 for signed values).
+        label: what the value is, shown in the legend and tooltips.
+        title: optional heading.
+        legend: draw the colour scale under the tokens.
+
+    Returns:
+        An ``HTMLText`` (a ``str``) that Jupyter renders when it ends a cell.
+
+    Raises:
+        ValueError: ``tokens`` and ``values`` differ in length.
+
+    Example:
+        >>> tp.token_html(["<b>", " hi"], [0.2, 0.9])  # doctest: +SKIP
+    """
+    vals = _check_pair(tokens, values)
+    scale = colour_scale(vals, vmin=vmin, vmax=vmax, cmap=cmap)
+    rgba = scale.rgba(vals)
+    parts = []
+    if title:
+        parts.append(
+            f'<div style="font-weight:600;margin-bottom:4px;font-family:sans-serif;">'
+            f"{html.escape(title)}</div>"
+        )
+    parts.append(
+        '<div style="font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;'
+        'font-size:13px;line-height:2.0;">'
+    )
+    for i, (tok, val, colour) in enumerate(zip(tokens, vals, rgba, strict=True)):
+        shown = html.escape(visible_whitespace(tok)) or "∅"
+        tip = html.escape(f"#{i} {tok!r} {label}={val:.4g}", quote=True)
+        parts.append(
+            f'<span title="{tip}" style="background:{mcolors.to_hex(colour)};'
+            f"color:{_text_colour(colour)};padding:1px 2px;margin:0 1px;border-radius:3px;"
+            f'white-space:pre;">{shown}</span>'
+        )
+        if "\n" in tok:
+            parts.append("<br>")
+    parts.append("</div>")
+    if legend:
+        parts.append(_legend_html(scale, label))
+    return HTMLText(
+        '<div class="tokpool-tokens" style="max-width:100%;overflow-wrap:anywhere;">'
+        + "".join(parts)
+        + "</div>"
+    )
+
+
+@styled
+def plot_token_values(
+    tokens: Sequence[str],
+    values: Any,
+    *,
+    ax: Axes | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str | None = None,
+    label: str = "value",
+    title: str | None = None,
+    chars_per_line: int = 70,
+    fontsize: float = 10.0,
+) -> Axes:
+    """Matplotlib version of ``token_html``: tokens as coloured boxes, wrapped into lines.
+
+    Boxes are laid out in points with a monospace font, so the layout does not depend on the
+    renderer; a colorbar gives the scale.
+
+    Args:
+        tokens: ``n`` token strings.
+        values: ``[n]`` one number per token.
+        ax: axes to draw into (a new figure sized to the text when ``None``).
+        vmin: value of the first colour (see ``token_html``).
+        vmax: value of the last colour.
+        cmap: colormap (default ``viridis`` or ``RdBu_r`` for signed values).
+        label: the colorbar label.
+        title: axes title.
+        chars_per_line: wrap width in characters.
+        fontsize: token font size in points.
+
+    Returns:
+        The axes.
+    """
+    vals = _check_pair(tokens, values)
+    scale = colour_scale(vals, vmin=vmin, vmax=vmax, cmap=cmap)
+    rgba = scale.rgba(vals)
+    char_w = 0.6 * fontsize  # monospace advance width, points
+    line_h = 2.0 * fontsize
+    # Lay out in character cells: (line, column) per token.
+    cells, line, col = [], 0, 0
+    for tok in tokens:
+        width = max(1, len(visible_whitespace(tok)))
+        if col and col + width > chars_per_line:
+            line, col = line + 1, 0
+        cells.append((line, col))
+        col += width + 1
+        if "\n" in tok:
+            line, col = line + 1, 0
+    n_lines = (cells[-1][0] + 1) if cells else 1
+    if ax is None:
+        width_in = max(4.0, (chars_per_line * char_w) / 72 + 1.6)
+        height_in = max(1.0, n_lines * line_h / 72 + 0.45)
+        ax = new_axes(None, (width_in, height_in))
+    ax.set_axis_off()
+    for tok, (ln, cl), colour in zip(tokens, cells, rgba, strict=True):
+        ax.annotate(
+            visible_whitespace(tok) or "∅",
+            xy=(0, 1),
+            xycoords="axes fraction",
+            xytext=(cl * char_w, -(ln + 0.75) * line_h),
+            textcoords="offset points",
+            family="monospace",
+            fontsize=fontsize,
+            color=_text_colour(colour),
+            va="baseline",
+            ha="left",
+            bbox={"boxstyle": "round,pad=0.15", "facecolor": colour, "edgecolor": "none"},
+            annotation_clip=False,
+        )
+    cbar = ax.figure.colorbar(scale.mappable(), ax=ax, fraction=0.025, pad=0.01)
+    cbar.set_label(label)
+    if title:
+        ax.set_title(title, loc="left")
+    return ax

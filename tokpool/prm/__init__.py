@@ -1,0 +1,48 @@
+"""Process reward models: text → steps → tag positions → STEP pooling → rewards → metrics.
+
+- ``steps``: ``format_steps``, ``step_rewards`` in three conventions (two_class, token_pair,
+  value_head), ``first_error_from_rewards``.
+- ``metrics``: ``processbench_f1``, ``step_auroc``.
+- ``dataset``: the seeded step-labelled arithmetic dataset and its loader.
+- ``probe``: the probe PRM on SmolLM2 and ``load_prm``.
+- ``memory``: what each convention's pooled output costs, from the simulator.
+
+Nothing here imports transformers until a model is loaded.
+"""
+
+from .dataset import (
+    ERROR_TYPES,
+    generate_prm_dataset,
+    load_prm_dataset,
+    write_prm_dataset,
+)
+from .metrics import ProcessBenchScores, processbench_f1, processbench_scores, step_auroc
+from .steps import (
+    CONVENTIONS,
+    STEP_TAG_CANDIDATES,
+    FormattedSteps,
+    first_error_from_rewards,
+    format_steps,
+    resolve_step_tag,
+    step_logits,
+    step_rewards,
+)
+
+__all__ = [
+    "CONVENTIONS",
+    "ERROR_TYPES",
+    "STEP_TAG_CANDIDATES",
+    "FormattedSteps",
+    "ProcessBenchScores",
+    "first_error_from_rewards",
+    "format_steps",
+    "generate_prm_dataset",
+    "load_prm_dataset",
+    "processbench_f1",
+    "processbench_scores",
+    "resolve_step_tag",
+    "step_auroc",
+    "step_logits",
+    "step_rewards",
+    "write_prm_dataset",
+]

@@ -1,0 +1,431 @@
+"""A process reward model served the engine's way: per-token outputs → STEP pooling → rewards.
+
+``load_prm()`` returns the shipped *probe PRM*: frozen SmolLM2-135M-Instruct hidden states at
+one layer, then a small trained head (``ProbeHead``) that maps every token to 2 logits, exactly
+like Qwen2.5-Math-PRM's score head. ``step_rewards`` then keeps the tag rows (STEP pooling) and
+takes softmax index 1 (the ``two_class`` convention).
+
+``load_prm(path)`` also takes a real PRM from a local directory, through the same API:
+
+- ``*ForTokenClassification`` checkpoint (via ``tp.load_model``): 2 labels → ``two_class``,
+  1 label → ``value_head``;
+- ``*ForCausalLM`` checkpoint (Math-Shepherd style): ``token_pair`` over the LM logits of a
+  good and a bad token (default ``"+"``/``"-"``);
+- a checkpoint with its own modelling code (Qwen2.5-Math-PRM's ``Qwen2ForProcessRewardModel``):
+  ``trust_remote_code=True`` runs the code shipped in that directory (offline), ``two_class``
+  with Qwen's tag ``<extra_0>``, no separator and its system prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from .dataset import default_data_dir
+from .steps import (
+    CONVENTIONS,
+    Convention,
+    FormattedSteps,
+    first_error_from_rewards,
+    format_steps,
+    step_rewards,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..models.pooling_model import PoolingModel
+
+PROBE_FILE = "probe.safetensors"
+PROBE_FORMAT = "tokpool-prm-probe/1"
+QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+class ProbeHead(nn.Module):
+    """Standardise, then linear (``hidden_units == 0``) or one-hidden-layer MLP → logits.
+
+    Args:
+        hidden_size: width of the hidden states it reads.
+        num_labels: 2 for ``two_class``, 1 for ``value_head``.
+        hidden_units: width of the MLP's hidden layer (0: a linear probe).
+
+    Call: ``head(hidden [n_tokens, hidden_size]) -> [n_tokens, num_labels]`` logits (float32).
+    """
+
+    def __init__(self, hidden_size: int, num_labels: int = 2, hidden_units: int = 0) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(hidden_size))
+        self.register_buffer("scale", torch.ones(hidden_size))
+        if hidden_units:
+            self.net: nn.Module = nn.Sequential(
+                nn.Linear(hidden_size, hidden_units), nn.GELU(),
+                nn.Linear(hidden_units, num_labels),
+            )
+        else:
+            self.net = nn.Sequential(nn.Linear(hidden_size, num_labels))
+        self.hidden_size, self.num_labels, self.hidden_units = hidden_size, num_labels, hidden_units
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        x = (hidden.float() - self.mean) / self.scale  # [n_tokens, hidden_size]
+        return self.net(x)  # [n_tokens, num_labels]
+
+
+@dataclass(frozen=True)
+class StepScores:
+    """What a PRM says about one solution.
+
+    Attributes:
+        rewards: ``[n_steps]`` float32 in [0, 1], the probability each step is correct.
+        first_error: index of the first step with reward below ``threshold``; ``-1`` when all
+            pass.
+        threshold: the cut used for ``first_error``.
+        steps: the step texts.
+        formatted: the prompt that was scored (text, token ids, tag positions).
+    """
+
+    rewards: Tensor
+    first_error: int
+    threshold: float
+    steps: list[str] = field(repr=False)
+    formatted: FormattedSteps = field(repr=False)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per step: ``step``, ``text``, ``reward``, ``passed``."""
+        import pandas as pd
+
+        rewards = self.rewards.tolist()
+        return pd.DataFrame({
+            "step": range(len(rewards)),
+            "text": self.steps,
+            "reward": rewards,
+            "passed": [r >= self.threshold for r in rewards],
+        })
+
+
+class ProcessRewardModel:
+    """A PRM: formats steps, runs the model, and turns tag rows into rewards.
+
+    Build one with ``tp.load_prm``. Attributes are plain and may be changed (e.g.
+    ``prm.threshold = 0.3``).
+
+    Attributes:
+        model: the ``PoolingModel`` (or, with remote code, the transformers model).
+        tokenizer: its tokenizer.
+        convention: ``"two_class"``, ``"token_pair"`` or ``"value_head"``.
+        threshold: ``first_error`` is the first step whose reward is below it.
+        tag, separator, chat, system: how ``format_steps`` lays out the prompt.
+        returned_token_ids: ``(good, bad)`` vocabulary ids for ``token_pair``.
+        head: the probe head (probe PRMs only) and ``layer``, the hidden states it reads.
+        info: provenance (file, base model, training metrics, …).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        tokenizer: Any = None,
+        convention: Convention,
+        threshold: float = 0.5,
+        tag: str | None = None,
+        separator: str = "\n",
+        chat: bool = True,
+        system: str | None = None,
+        returned_token_ids: Sequence[int] | None = None,
+        head: ProbeHead | None = None,
+        layer: int = -1,
+        remote: bool = False,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        if convention not in CONVENTIONS:
+            raise ValueError(f"unknown convention {convention!r}; use one of {list(CONVENTIONS)}")
+        self.model = model
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        if self.tokenizer is None:
+            raise ValueError("a PRM needs a tokenizer to format steps; pass tokenizer=")
+        self.convention = convention
+        self.threshold = float(threshold)
+        self.tag, self.separator, self.chat, self.system = tag, separator, chat, system
+        self.returned_token_ids = None if returned_token_ids is None else list(returned_token_ids)
+        self.head, self.layer, self.remote = head, layer, remote
+        self.info = dict(info or {})
+
+    def __repr__(self) -> str:
+        what = f"probe(layer={self.layer})" if self.head is not None else "model"
+        name = getattr(self.model, "name", type(self.model).__name__)
+        return (f"ProcessRewardModel({name!r}, {what}, convention={self.convention!r}, "
+                f"tag={self.tag!r}, threshold={self.threshold:.3f})")
+
+    def format(self, problem: str, steps: Sequence[str]) -> FormattedSteps:
+        """The prompt this PRM scores (see ``tp.format_steps``)."""
+        return format_steps(problem, steps, tokenizer=self.tokenizer, tag=self.tag,
+                            separator=self.separator, chat=self.chat, system=self.system)
+
+    def per_token(self, token_ids: Sequence[int] | Tensor, *,
+                  chunk_size: int | None = None) -> Tensor:
+        """The model's per-token output for one prompt, before STEP pooling.
+
+        Returns:
+            ``[n_tokens, 2]`` (two_class), ``[n_tokens, 1]`` (value_head) or
+            ``[n_tokens, vocab]`` (token_pair) float32 logits.
+        """
+        ids = [int(i) for i in token_ids]
+        if self.remote:
+            with torch.inference_mode():
+                out = self.model(input_ids=torch.tensor([ids]))
+            logits = out.logits if hasattr(out, "logits") else out[0]
+            return logits[0].float()  # [n_tokens, num_labels]
+        if self.head is not None:
+            (hidden,) = self.model.encode([ids], task="token_embed", layer=self.layer,
+                                          use_activation=False, chunk_size=chunk_size)
+            with torch.inference_mode():
+                return self.head(hidden)  # [n_tokens, num_labels]
+        if self.convention == "token_pair":
+            (hidden,) = self.model.encode([ids], task="token_embed", use_activation=False,
+                                          chunk_size=chunk_size)
+            lm_head = self.model.hf_model.get_output_embeddings()
+            with torch.inference_mode():
+                return lm_head(hidden.to(self.model.dtype)).float()  # [n_tokens, vocab]
+        (logits,) = self.model.encode([ids], task="token_classify", use_activation=False,
+                                      chunk_size=chunk_size)
+        return logits  # [n_tokens, num_labels]
+
+    def score(
+        self,
+        problem: str,
+        steps: Sequence[str],
+        *,
+        threshold: float | None = None,
+        chunk_size: int | None = None,
+    ) -> StepScores:
+        """Score every step of a solution.
+
+        Args:
+            problem: the question.
+            steps: the solution, one string per step.
+            threshold: overrides ``self.threshold`` for ``first_error``.
+            chunk_size: prefill in chunks of this many tokens (the rewards do not change).
+
+        Returns:
+            ``StepScores`` with one reward per step.
+
+        Example:
+            >>> prm = tp.load_prm()
+            >>> prm.score("Mia has 3 apples. She buys 4 more. How many?",
+            ...           ["3 + 4 = 8.", "So the answer is 8."]).first_error
+        """
+        formatted = self.format(problem, steps)
+        per_token = self.per_token(formatted.token_ids, chunk_size=chunk_size)
+        rewards = step_rewards(per_token, formatted.token_ids, step_tag_id=formatted.step_tag_id,
+                               convention=self.convention,
+                               returned_token_ids=self.returned_token_ids)
+        cut = self.threshold if threshold is None else float(threshold)
+        return StepScores(rewards, first_error_from_rewards(rewards, cut), cut, list(steps),
+                          formatted)
+
+    def score_records(self, records: Sequence[dict[str, Any]]) -> list[StepScores]:
+        """``score`` for dataset records (``prompt``, ``completions``)."""
+        return [self.score(r["prompt"], r["completions"]) for r in records]
+
+
+# --- saving and loading -------------------------------------------------------------------
+
+def save_probe(path: str | os.PathLike, head: ProbeHead, metadata: dict[str, Any]) -> Path:
+    """Write ``head`` and its settings to ``path`` (a ``.safetensors`` file)."""
+    from safetensors.torch import save_file
+
+    meta = {"format": PROBE_FORMAT, "hidden_size": str(head.hidden_size),
+            "num_labels": str(head.num_labels), "hidden_units": str(head.hidden_units)}
+    meta.update({k: json.dumps(v) for k, v in metadata.items()})
+    tensors = {k: v.detach().float().contiguous() for k, v in head.state_dict().items()}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata=meta)
+    return path
+
+
+def read_probe(path: str | os.PathLike) -> tuple[ProbeHead, dict[str, Any]]:
+    """``(head, settings)`` from a file written by ``save_probe``.
+
+    Raises:
+        ValueError: the file is not a tokpool probe.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as f:
+        raw = f.metadata() or {}
+    if raw.get("format") != PROBE_FORMAT:
+        raise ValueError(f"{path} is not a tokpool probe (format {raw.get('format')!r}, "
+                         f"expected {PROBE_FORMAT!r})")
+    head = ProbeHead(int(raw["hidden_size"]), int(raw["num_labels"]), int(raw["hidden_units"]))
+    head.load_state_dict(load_file(str(path)))
+    settings = {k: json.loads(v) for k, v in raw.items()
+                if k not in ("format", "hidden_size", "num_labels", "hidden_units")}
+    return head.eval(), settings
+
+
+def default_probe_path() -> Path:
+    """``data/prm/probe/probe.safetensors`` (``$TOKPOOL_DATA_DIR`` moves ``data/``)."""
+    return default_data_dir() / "prm" / "probe" / PROBE_FILE
+
+
+def load_prm(
+    path: str | os.PathLike | None = None,
+    *,
+    model: PoolingModel | None = None,
+    convention: Convention | None = None,
+    returned_token_ids: Sequence[int] | None = None,
+    tag: str | None = None,
+    threshold: float | None = None,
+    trust_remote_code: bool = False,
+) -> ProcessRewardModel:
+    """A ready process reward model: the shipped probe, or a real PRM from a local directory.
+
+    Args:
+        path: ``None`` for the shipped probe PRM on SmolLM2; a probe ``.safetensors`` file or
+            a directory holding ``probe.safetensors``; or a local transformers checkpoint
+            (see the module docstring for which architectures map to which convention).
+        model: an already loaded ``tp.load_model(...)`` to reuse as the probe's base model
+            (must be the one the probe was trained on).
+        convention: override the convention inferred from the checkpoint.
+        returned_token_ids: ``(good, bad)`` ids for ``token_pair`` (default: the ids of
+            ``"+"`` and ``"-"``, Math-Shepherd's).
+        tag: the step tag (default: the probe's, or ``format_steps``'s choice).
+        threshold: ``first_error`` cut (default: the probe's tuned value, else 0.5).
+        trust_remote_code: allow a checkpoint's own modelling code (e.g. Qwen2.5-Math-PRM);
+            it is read from ``path`` only, never downloaded.
+
+    Returns:
+        ``ProcessRewardModel`` whose ``score(problem, steps)`` gives ``StepScores``.
+
+    Raises:
+        FileNotFoundError: no such path, or the shipped probe is missing (the message says how
+            to train it).
+        ValueError: a checkpoint tokpool cannot map to a convention (the message says which
+            options to pass).
+    """
+    if path is None:
+        probe_file = default_probe_path()
+        if not probe_file.is_file():
+            raise FileNotFoundError(
+                f"the shipped probe PRM is missing at {probe_file}; rebuild it with "
+                "`python -m tokpool.prm train-probe`"
+            )
+        return _load_probe(probe_file, model=model, tag=tag, threshold=threshold)
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"no PRM at {path}")
+    if path.is_file() and path.suffix == ".safetensors":
+        return _load_probe(path, model=model, tag=tag, threshold=threshold)
+    if (path / PROBE_FILE).is_file():
+        return _load_probe(path / PROBE_FILE, model=model, tag=tag, threshold=threshold)
+    return _load_checkpoint(path, convention=convention, returned_token_ids=returned_token_ids,
+                            tag=tag, threshold=threshold, trust_remote_code=trust_remote_code)
+
+
+def _load_probe(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
+    from ..models import load_model
+
+    head, settings = read_probe(file)
+    base = settings["base_model"]
+    if model is None:
+        model = load_model(base)
+    elif getattr(model, "name", None) != base:
+        raise ValueError(f"this probe reads {base!r} hidden states but model= is "
+                         f"{getattr(model, 'name', model)!r}; pass tp.load_model({base!r})")
+    if model.hidden_size != head.hidden_size:
+        raise ValueError(f"the probe expects hidden size {head.hidden_size}, the model has "
+                         f"{model.hidden_size}")
+    return ProcessRewardModel(
+        model,
+        convention=settings["convention"],
+        threshold=settings.get("threshold", 0.5) if threshold is None else threshold,
+        tag=settings["tag"] if tag is None else tag,
+        separator=settings.get("separator", "\n"),
+        chat=settings.get("chat", True),
+        system=settings.get("system"),
+        head=head,
+        layer=int(settings["layer"]),
+        info={"file": str(file), **settings},
+    )
+
+
+def _load_checkpoint(path: Path, *, convention, returned_token_ids, tag, threshold,
+                     trust_remote_code) -> ProcessRewardModel:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ValueError(f"{path} holds neither {PROBE_FILE} nor a transformers config.json")
+    config = json.loads(config_file.read_text())
+    archs = config.get("architectures") or []
+    cut = 0.5 if threshold is None else threshold
+    info = {"path": str(path), "architectures": archs}
+    if any(a.endswith("ForTokenClassification") for a in archs):
+        from ..models import load_model
+
+        model = load_model(path)
+        num_labels = int(model._classifier_module().out_features)
+        inferred = {2: "two_class", 1: "value_head"}.get(num_labels)
+        chosen = convention or inferred
+        if chosen not in ("two_class", "value_head") or (
+                _WIDTHS[chosen] != num_labels):
+            raise ValueError(
+                f"{path} has a {num_labels}-label token classifier; a PRM needs 2 labels "
+                "(two_class, softmax index 1) or 1 (value_head, sigmoid)"
+            )
+        return ProcessRewardModel(model, convention=chosen, tag=tag, threshold=cut, info=info)
+    if any(a.endswith("ForCausalLM") for a in archs) and not trust_remote_code:
+        from ..models import load_model
+
+        if convention not in (None, "token_pair"):
+            raise ValueError(f"{path} is a causal LM: its PRM convention is 'token_pair' "
+                             f"(vocabulary columns), not {convention!r}")
+        model = load_model(path)
+        columns = (list(returned_token_ids) if returned_token_ids is not None
+                   else _good_bad_ids(model.tokenizer))
+        return ProcessRewardModel(model, convention="token_pair", tag=tag, threshold=cut,
+                                  returned_token_ids=columns, info=info)
+    if not trust_remote_code:
+        raise ValueError(
+            f"{path} has architectures {archs}, which need the checkpoint's own modelling code "
+            "(Qwen2.5-Math-PRM: Qwen2ForProcessRewardModel). Pass trust_remote_code=True to "
+            "run the code in that directory, or use a *ForTokenClassification / *ForCausalLM "
+            "checkpoint"
+        )
+    return _load_remote(path, convention=convention or "two_class", tag=tag, threshold=cut,
+                        info=info)
+
+
+_WIDTHS = {"two_class": 2, "value_head": 1}
+
+
+def _good_bad_ids(tokenizer) -> list[int]:
+    ids = [tokenizer.encode(t, add_special_tokens=False) for t in ("+", "-")]
+    if any(len(i) != 1 for i in ids):
+        raise ValueError("'+' or '-' is not one token of this tokenizer; pass "
+                         "returned_token_ids=(good_id, bad_id)")
+    return [ids[0][0], ids[1][0]]
+
+
+def _load_remote(path: Path, *, convention, tag, threshold, info) -> ProcessRewardModel:
+    """Qwen2.5-Math-PRM-style checkpoint with its own code (offline, from ``path`` only)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True,
+                                              trust_remote_code=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True, trust_remote_code=True,
+                                      dtype=torch.float32).eval()
+    qwen = "<extra_0>" in tokenizer.get_vocab()
+    return ProcessRewardModel(
+        model, tokenizer=tokenizer, convention=convention, threshold=threshold,
+        tag=tag if tag is not None else ("<extra_0>" if qwen else None),
+        separator="" if qwen else "\n",
+        system=QWEN_PRM_SYSTEM if qwen else None,
+        remote=True, info=info,
+    )

@@ -1,0 +1,196 @@
+"""Closed forms for ONE request of T tokens, vectorised over T (numpy), for fast sweeps.
+
+They are the analytic engine's bookkeeping solved by hand for a single request (tests check
+them against ``simulate(mode="analytic")`` point by point). With budget C, n = ceil(T / C) steps
+and last chunk L = T − (n − 1)·C (unchunked: n = 1, L = T), row bytes r = W·s:
+
+- unfinished steps keep: clone (T − L)·r at most, prealloc T·r, legacy/offload 0 (device);
+- the final step's pooled output P owns T·r if it is a cat/clone/prealloc buffer (else a view:
+  0), and clone's cat coexists with the (T − L)·r of cached chunks: peak P + (T − L)·r;
+- STEP selection adds T·k·s (columns) and m·k·s (tag rows) while P is alive;
+- the head adds its cast and activation outputs while pooling's output Q is alive;
+- offload keeps nothing on the device: everything after the per-chunk copy lives on the host.
+
+Only legacy corrupts a lone request: with n ≥ 2, positions [0, T − C) are read after being
+overwritten (every later step rewrites the buffer from row 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..heads import dtype_size
+from .config import SimConfig
+
+
+def _sum_forward_full_steps(n, C, M, model, hardware) -> np.ndarray:
+    """Σ over full steps j = 0..n−2 of max(FLOPs_j / F, M): FLOPs_j = α + β·j grows with j."""
+    a = 2.0 * model.matmul_parameters
+    b = 4.0 * model.num_layers * model.num_attention_heads * model.head_dim
+    alpha = a * C + b * C * (C + 1) / 2.0  # FLOPs of the first full step
+    beta = b * float(C) * C  # extra attention FLOPs per earlier full chunk
+    F = hardware.bf16_flops
+    full = (n - 1).astype(np.float64)
+    # Steps below j0 are bandwidth-bound (time M), the rest compute-bound.
+    j0 = np.clip(np.ceil((M * F - alpha) / beta), 0.0, full)
+    compute = ((full - j0) * alpha + beta * (full - 1.0 + j0) * (full - j0) / 2.0) / F
+    return j0 * M + compute
+
+
+def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.ndarray]:
+    """Sweep columns for one request per entry of ``prompt_lens`` (``[n]`` int64 → ``[n]``).
+
+    Raises:
+        ValueError: without chunked prefill, prompts longer than the budget (listed).
+    """
+    cfg = config
+    T = np.asarray(prompt_lens, dtype=np.int64)
+    C = cfg.max_num_batched_tokens
+    if cfg.enable_chunked_prefill:
+        n = (T + C - 1) // C
+    else:
+        too_long = T[T > C]
+        if too_long.size:
+            raise ValueError(
+                f"prompt lengths {too_long[:5].tolist()} exceed max_num_batched_tokens={C} and "
+                "chunked prefill is disabled; they can never be scheduled"
+            )
+        n = np.ones_like(T)
+    L = T - (n - 1) * C
+    multi = n >= 2
+    s, W = cfg.dtype_size, cfg.width
+    rb = W * s  # bytes of one hidden row
+    policy, pooling = cfg.policy, cfg.pooling_method
+    clone_finished = cfg.async_scheduling and policy != "legacy"
+    offload = policy == "offload" and pooling != "LAST"
+    zero = np.zeros_like(T)
+
+    if pooling == "LAST":
+        gather = rb  # [1, W] per step
+        cache_peak, P = np.full_like(T, gather), np.full_like(T, gather)
+        copy_pool, d2h_pool = n * gather, zero
+        copy_full = np.full_like(T, gather)
+        rows_out, width_out = np.ones_like(T), W
+        peak_sel, Q, copy_sel = P, P, zero
+    else:
+        if policy == "clone":
+            P = np.where(multi | clone_finished, T * rb, 0)
+            cache_peak = np.where(multi, (T - L) * rb, 0)
+            copy_pool = np.where(multi, (2 * T - L) * rb, np.where(clone_finished, T * rb, 0))
+            copy_full = np.full_like(T, C * rb)
+        elif policy == "prealloc":
+            P = np.where(multi | clone_finished, T * rb, 0)
+            cache_peak = np.where(multi, T * rb, 0)
+            copy_pool = P.copy()  # chunk copies sum to T rows (or the one-shot clone)
+            copy_full = np.full_like(T, C * rb)
+        elif policy == "legacy":
+            P = np.where(multi, T * rb, 0)  # the cat; a one-shot output is a view
+            cache_peak, copy_pool, copy_full = zero, P.copy(), zero
+        else:  # offload: all on the host
+            P = cache_peak = copy_pool = copy_full = zero
+        if not cfg.enable_chunked_prefill:
+            P = T * rb * int(clone_finished and not offload)  # clone of the whole prompt
+            copy_pool, cache_peak = P.copy(), zero
+        d2h_pool = T * rb if offload else zero
+        if policy == "clone":
+            cache_peak = np.maximum(cache_peak, P + np.where(multi, (T - L) * rb, 0))  # the cat
+        cache_peak = np.maximum(cache_peak, P)
+        # STEP selection: columns, then tag rows.
+        columns = cfg.selected_columns
+        tag = cfg.effective_step_tag_id
+        width_out = cfg.output_width
+        if tag is None:
+            rows_out = T.copy()
+        elif cfg.step_tag_every is None:
+            rows_out = zero  # synthetic prompts without step tags
+        else:
+            rows_out = T // cfg.step_tag_every
+        col = T * width_out * s if columns is not None else zero
+        row = rows_out * width_out * s if tag is not None else zero
+        if offload:
+            peak_sel, copy_sel, Q = zero, zero, zero
+        else:
+            peak_sel = P + col + row
+            copy_sel = col + row
+            Q = row if tag is not None else (col if columns is not None else P)
+
+    head_size = dtype_size(cfg.head_dtype) if cfg.head_casts else s
+    out_bytes = rows_out * width_out * head_size  # delivered
+    cast = out_bytes if cfg.head_casts else zero
+    act = out_bytes if cfg.use_activation else zero
+    if offload:
+        peak_head, copy_head = zero, zero
+    else:
+        peak_head = Q + cast + act
+        copy_head = cast + act
+    peak = np.maximum.reduce([cache_peak, peak_sel, peak_head])
+    copy_total = copy_pool + copy_sel + copy_head
+    d2h_total = d2h_pool if offload else out_bytes
+    if cfg.policy == "legacy" and cfg.enable_chunked_prefill and pooling != "LAST":
+        stale = np.maximum(T - C, 0)  # positions [0, T − C) read after being overwritten
+        if tag is None:
+            kept_stale = stale
+        elif cfg.step_tag_every is None:
+            kept_stale = zero
+        else:
+            kept_stale = stale // cfg.step_tag_every
+        corrupted = multi & (kept_stale > 0)
+    else:
+        corrupted = np.zeros(T.shape, dtype=bool)
+
+    times = _times(T, n, L, C, rb, copy_total, copy_full, d2h_total, offload, out_bytes, cfg)
+    return {
+        "num_steps": n + int(cfg.async_scheduling),
+        "peak_pooling_bytes": peak,
+        "peak_device_bytes": peak + cfg.buffer_bytes,
+        "copy_bytes": copy_total,
+        "d2h_bytes": d2h_total,
+        "host_bytes": out_bytes,
+        "output_bytes": out_bytes,
+        "corrupted": corrupted,
+        **times,
+    }
+
+
+def _times(T, n, L, C, rb, copy_total, copy_full, d2h_total, offload, out_bytes, cfg) -> dict:
+    """Σ of the per-step roofline ESTIMATES (see ``tokpool.sim.hardware``), closed form."""
+    hw, model = cfg.hardware, cfg.model
+    Bh, Bp = hw.hbm_bandwidth, hw.pcie_bandwidth
+    full = (n - 1).astype(np.float64)
+    d2h_full = C * rb if offload else 0
+    pool_full_s = 2.0 * copy_full / Bh
+    d2h_full_s = d2h_full / Bp
+    start_last = (n - 1) * C
+    copy_last = copy_total - (n - 1) * copy_full
+    if cfg.async_scheduling:
+        d2h_last = L * rb if offload else np.zeros_like(T)
+        d2h_drain = 0 if offload else out_bytes
+    else:
+        d2h_last = d2h_total - (n - 1) * d2h_full
+        d2h_drain = 0
+    pool_last_s = 2.0 * copy_last / Bh
+    d2h_last_s = d2h_last / Bp
+    if model is None:
+        forward_full = forward_last = np.full(T.shape, np.nan)
+        step_full = np.full(T.shape, np.nan)
+    else:
+        M = model.num_parameters * cfg.dtype_size / Bh  # reading the weights once
+        ctx_last = (T * (T + 1) - start_last * (start_last + 1)) // 2
+        forward_last = np.maximum(model.flops(L, ctx_last) / hw.bf16_flops, M)
+        forward_full = _sum_forward_full_steps(n, C, M, model, hw)
+        if not cfg.async_scheduling:
+            step_full = forward_full + full * (pool_full_s + d2h_full_s)
+        elif d2h_full == 0:
+            step_full = forward_full + full * pool_full_s
+        else:  # offload: no pooling copies, the host copy overlaps: max(FLOPs/F, M, d2h)
+            step_full = _sum_forward_full_steps(n, C, max(M, d2h_full_s), model, hw)
+    if cfg.async_scheduling:
+        step_last = np.maximum(forward_last + pool_last_s, d2h_last_s) + d2h_drain / Bp
+    else:
+        step_last = forward_last + pool_last_s + d2h_last_s
+    return {
+        "est_forward_s": forward_full + forward_last,
+        "est_pool_s": 2.0 * copy_total / Bh,
+        "est_d2h_s": d2h_total / Bp,
+        "est_total_s": step_full + step_last,
+    }

@@ -1,0 +1,250 @@
+"""``SimConfig``: everything one simulation depends on, as a frozen dataclass with defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ..heads import DTypeLike, dtype_size, resolve_dtype
+from ..pooling import RetentionPolicy, check_policy
+from .hardware import Hardware, ModelPreset, resolve_hardware, resolve_model
+from .source import SYNTHETIC_STEP_TAG_ID
+
+SimTask = Literal["token_embed", "token_classify", "embed", "classify"]
+SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classify")
+SimPooling = Literal["ALL", "STEP", "LAST"]
+TOKEN_SIM_TASKS = frozenset({"token_embed", "token_classify"})
+_CLASSIFY_TASKS = frozenset({"token_classify", "classify"})
+
+
+def _check_int(name: str, value: object, *, minimum: int, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(
+            f"{name} must be an int >= {minimum}{' or None' if optional else ''}, got {value!r}"
+        )
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated engine: model output width, pooling, scheduler, retention policy.
+
+    Attributes:
+        hidden_size: the model's hidden size (pooling's row width for embed tasks).
+        dtype: dtype of the hidden states (``"bfloat16"``, ``torch.float16``, ...).
+        head_dtype: the pooling head's dtype; ``None`` keeps ``dtype`` (no cast); ``"float32"``
+            mimics engines, whose pooling heads run in float32.
+        use_activation: the head's L2 normalise (embed) / softmax or sigmoid (classify). Off by
+            default so that, like the cast, the head allocates nothing unless asked.
+        task: ``"token_embed"``/``"token_classify"`` (per-token outputs, ALL/STEP pooling) or
+            ``"embed"``/``"classify"`` (one row per request, LAST pooling) for comparison.
+        num_labels: width of the score head for the classify tasks. The score head runs
+            INSIDE the model (as for process reward models), so the hidden-state buffer and
+            pooling see ``num_labels``-wide rows of logits; embed tasks see ``hidden_size``.
+        pooling: ``"ALL"`` (token tasks), ``"STEP"`` (token_classify: ALL, then columns, then
+            step-tag rows) or ``"LAST"`` (sequence tasks); ``None`` picks ALL or LAST.
+        num_returned_columns: STEP: keep columns ``0..k-1`` of each row (e.g. 2 of a
+            full-vocabulary row, Math-Shepherd's token pair). Memory depends only on ``k``.
+        returned_token_ids: STEP: keep these columns instead (real models).
+        step_tag_every: STEP with the synthetic source: every ``k``-th token is the step tag,
+            so ``prompt_len // k`` rows are kept.
+        step_tag_id: STEP: the tag token whose rows are kept; defaults to the synthetic tag when
+            ``step_tag_every`` is set. Without a tag id, STEP keeps every row.
+        max_num_batched_tokens: the scheduler's token budget per step; also the persistent
+            hidden-state buffer's rows.
+        max_num_seqs: most requests running (admitted, unfinished) at once.
+        enable_chunked_prefill: a prompt may be split across steps; without it a prompt longer
+            than the budget is rejected.
+        async_scheduling: step N+1 is launched before step N's outputs are copied to the host.
+        policy: what pooling keeps between steps: one of ``tp.RETENTION_POLICIES``.
+        model: a model preset name (``tp.MODEL_PRESETS``) or ``ModelPreset`` for time estimates.
+        hardware: a hardware preset name (``tp.HARDWARE_PRESETS``) or ``Hardware``.
+
+    Raises:
+        ValueError: a value that makes no sense, named in the message.
+
+    Example:
+        >>> cfg = SimConfig(hidden_size=1024, max_num_batched_tokens=2048, policy="prealloc")
+        >>> cfg.width, cfg.dtype_size
+        (1024, 2)
+    """
+
+    hidden_size: int = 1024
+    dtype: DTypeLike = torch.bfloat16
+    head_dtype: DTypeLike | None = None
+    use_activation: bool = False
+    task: SimTask = "token_embed"
+    num_labels: int = 2
+    pooling: SimPooling | None = None
+    num_returned_columns: int | None = None
+    returned_token_ids: tuple[int, ...] | None = None
+    step_tag_every: int | None = None
+    step_tag_id: int | None = None
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    enable_chunked_prefill: bool = True
+    async_scheduling: bool = False
+    policy: RetentionPolicy = "clone"
+    model: str | ModelPreset | None = None
+    hardware: str | Hardware = "H100 SXM"
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalise once, here
+        _check_int("hidden_size", self.hidden_size, minimum=1)
+        _check_int("num_labels", self.num_labels, minimum=1)
+        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
+        _check_int("max_num_seqs", self.max_num_seqs, minimum=1)
+        _check_int("num_returned_columns", self.num_returned_columns, minimum=1, optional=True)
+        _check_int("step_tag_every", self.step_tag_every, minimum=1, optional=True)
+        _check_int("step_tag_id", self.step_tag_id, minimum=0, optional=True)
+        for name in ("use_activation", "enable_chunked_prefill", "async_scheduling"):
+            _check_bool(name, getattr(self, name))
+        if self.task not in SIM_TASKS:
+            raise ValueError(f"unknown task {self.task!r}; the simulator runs {list(SIM_TASKS)}")
+        check_policy(self.policy)
+        set_(self, "dtype", resolve_dtype(self.dtype, what="dtype"))
+        set_(self, "head_dtype", resolve_dtype(self.head_dtype, what="head_dtype"))
+        set_(self, "model", resolve_model(self.model))
+        set_(self, "hardware", resolve_hardware(self.hardware))
+        if self.returned_token_ids is not None:
+            ids = tuple(self.returned_token_ids)
+            if not ids or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+                raise ValueError(
+                    f"returned_token_ids must be a non-empty tuple of ints, got {ids!r}"
+                )
+            set_(self, "returned_token_ids", ids)
+        self._check_pooling()
+
+    def _check_pooling(self) -> None:
+        pooling = self.pooling_method
+        if pooling not in ("ALL", "STEP", "LAST"):
+            raise ValueError(f"unknown pooling {self.pooling!r}; use 'ALL', 'STEP' or 'LAST'")
+        token_task = self.task in TOKEN_SIM_TASKS
+        if (pooling == "LAST") == token_task:  # LAST for sequence tasks only
+            raise ValueError(
+                f"pooling {pooling!r} does not serve task {self.task!r}: token tasks use 'ALL' "
+                "(or 'STEP' for token_classify), sequence tasks use 'LAST'"
+            )
+        if pooling == "STEP" and self.task != "token_classify":
+            raise ValueError(f"STEP pooling serves token_classify only, not {self.task!r}")
+        step_only = {
+            "num_returned_columns": self.num_returned_columns,
+            "returned_token_ids": self.returned_token_ids,
+            "step_tag_every": self.step_tag_every,
+            "step_tag_id": self.step_tag_id,
+        }
+        given = [name for name, value in step_only.items() if value is not None]
+        if pooling != "STEP" and given:
+            raise ValueError(f"{given} only apply to STEP pooling; set pooling='STEP'")
+        if self.num_returned_columns is not None and self.returned_token_ids is not None:
+            raise ValueError("give num_returned_columns or returned_token_ids, not both")
+        columns = self.selected_columns
+        if columns is not None:
+            bad = [c for c in columns if not 0 <= c < self.width]
+            if bad:
+                raise ValueError(
+                    f"returned columns {bad[:5]} are outside the pooled width {self.width}"
+                )
+
+    # --- derived quantities -------------------------------------------------------------
+
+    @property
+    def pooling_method(self) -> str:
+        """The pooling actually used: ``pooling`` or ALL/LAST by task."""
+        if self.pooling is not None:
+            return self.pooling
+        return "ALL" if self.task in TOKEN_SIM_TASKS else "LAST"
+
+    @property
+    def width(self) -> int:
+        """Row width pooling sees (and the buffer holds): hidden size or num_labels."""
+        return self.num_labels if self.task in _CLASSIFY_TASKS else self.hidden_size
+
+    @property
+    def dtype_size(self) -> int:
+        """Bytes per element of the hidden states."""
+        return dtype_size(self.dtype)
+
+    @property
+    def head_casts(self) -> bool:
+        """True when the head casts (allocates a converted copy)."""
+        return self.head_dtype is not None and self.head_dtype != self.dtype
+
+    @property
+    def output_dtype(self) -> torch.dtype:
+        """Dtype of delivered outputs."""
+        return self.head_dtype if self.head_casts else self.dtype
+
+    @property
+    def selected_columns(self) -> tuple[int, ...] | None:
+        """STEP's column selection, or ``None`` (all columns)."""
+        if self.num_returned_columns is not None:
+            return tuple(range(self.num_returned_columns))
+        return self.returned_token_ids
+
+    @property
+    def output_width(self) -> int:
+        """Width of delivered rows (after STEP's column selection)."""
+        columns = self.selected_columns
+        return self.width if columns is None else len(columns)
+
+    @property
+    def effective_step_tag_id(self) -> int | None:
+        """The tag STEP selects rows by, or ``None`` (keep all rows)."""
+        if self.step_tag_id is not None:
+            return self.step_tag_id
+        return SYNTHETIC_STEP_TAG_ID if self.step_tag_every is not None else None
+
+    @property
+    def buffer_bytes(self) -> int:
+        """The persistent hidden-state buffer, bytes."""
+        return (
+            self.max_num_batched_tokens  # rows
+            * self.width                 # columns
+            * self.dtype_size            # bytes per element
+        )
+
+    def replace(self, **changes) -> SimConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def for_model(
+        cls, preset: str | ModelPreset, *, task: SimTask | None = None, **overrides
+    ) -> SimConfig:
+        """A config for a model preset: its hidden size, labels, PRM pooling, time model.
+
+        Args:
+            preset: a name in ``tp.MODEL_PRESETS`` (or Hugging Face id), or a ``ModelPreset``.
+            task: default: the preset's task.
+            **overrides: any other ``SimConfig`` field.
+
+        Example:
+            >>> SimConfig.for_model("Qwen2.5-Math-PRM-7B", step_tag_every=40).pooling_method
+            'STEP'
+        """
+        model = resolve_model(preset)
+        if model is None:
+            raise ValueError("for_model needs a preset name or ModelPreset, got None")
+        task = task or model.default_task
+        fields: dict = {"hidden_size": model.hidden_size, "task": task, "model": model}
+        if task in _CLASSIFY_TASKS and model.num_labels is not None:
+            fields["num_labels"] = model.num_labels
+        if task == "token_classify" and model.step_tag_id is not None:
+            fields["pooling"] = "STEP"
+            if model.returned_token_ids is not None and (
+                "num_returned_columns" not in overrides
+            ):
+                fields["num_returned_columns"] = len(model.returned_token_ids)
+        fields.update(overrides)
+        return cls(**fields)
+

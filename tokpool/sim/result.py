@@ -1,0 +1,85 @@
+"""``SimResult``: what ``tp.simulate`` returns — plain data (DataFrames, ints), no plotting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from torch import Tensor
+
+from .config import SimConfig
+from .scheduler import ScheduledStep
+from .trace import write_chrome_trace
+
+
+@dataclass
+class SimResult:
+    """One simulated run.
+
+    Attributes:
+        config: the configuration.
+        mode: ``"tensor"`` or ``"analytic"``.
+        prompt_lens: the requests' prompt lengths.
+        steps: one row per engine iteration; columns in ``tokpool.sim.STEP_COLUMNS``.
+        requests: one row per request; columns in ``tokpool.sim.REQUEST_COLUMNS``.
+        corrupted: requests whose delivered output differs from the reference, input order.
+        peak_pooling_bytes: max of ``steps.pool_peak_bytes``.
+        buffer_bytes: the persistent hidden-state buffer ``[max_num_batched_tokens, width]``.
+        peak_device_bytes: ``peak_pooling_bytes + buffer_bytes``.
+        schedule: the compute steps and their chunks.
+        outputs: tensor mode only: each request's delivered host output, input order.
+    """
+
+    config: SimConfig
+    mode: str
+    prompt_lens: list[int]
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+    corrupted: list[int]
+    peak_pooling_bytes: int
+    buffer_bytes: int
+    peak_device_bytes: int
+    schedule: list[ScheduledStep] = field(repr=False)
+    outputs: list[Tensor] | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"SimResult(mode={self.mode!r}, requests={len(self.prompt_lens)}, "
+            f"steps={len(self.steps)}, policy={c.policy!r}, async={c.async_scheduling}, "
+            f"peak_pooling_bytes={self.peak_pooling_bytes:,}, "
+            f"peak_device_bytes={self.peak_device_bytes:,}, corrupted={self.corrupted})"
+        )
+
+    def summary(self) -> dict:
+        """The run as one flat row (the columns of ``tp.sweep``); times are ESTIMATES."""
+        steps = self.steps
+        return {
+            "prompt_len": int(sum(self.prompt_lens)),
+            "policy": self.config.policy,
+            "async_scheduling": self.config.async_scheduling,
+            "num_steps": len(steps),
+            "peak_pooling_bytes": self.peak_pooling_bytes,
+            "peak_device_bytes": self.peak_device_bytes,
+            "copy_bytes": int(steps["copy_bytes"].sum()),
+            "d2h_bytes": int(steps["d2h_bytes"].sum()),
+            "host_bytes": int(steps["host_bytes"].iloc[-1]),
+            "output_bytes": int(self.requests["output_bytes"].sum()),
+            "corrupted": bool(self.corrupted),
+            "est_forward_s": float(steps["est_forward_s"].sum(min_count=1)),
+            "est_pool_s": float(steps["est_pool_s"].sum()),
+            "est_d2h_s": float(steps["est_d2h_s"].sum()),
+            "est_total_s": float(steps["est_step_s"].sum(min_count=1)),
+        }
+
+    def to_chrome_trace(self, path: str | Path) -> Path:
+        """Write a Perfetto / chrome://tracing JSON of the run (ESTIMATED timeline).
+
+        Tracks: steps, forward, pooling copies, host copies; one track per request with its
+        chunks and what pooling did with each (clone, view, cat, ...); byte counters.
+
+        Returns:
+            The path written.
+        """
+        return write_chrome_trace(self, path)

@@ -1,0 +1,44 @@
+"""Interactive explorers: pure ``render_*`` functions plus thin ipywidgets wiring.
+
+``tokpool`` imports this package lazily (``tp.token_explorer``), so ``import tokpool`` does not
+import ipywidgets or matplotlib.
+"""
+
+from .explorers import (
+    Explorer,
+    MemoryExplorer,
+    OwnershipExplorer,
+    StepRewardExplorer,
+    TokenExplorer,
+    memory_explorer,
+    ownership_explorer,
+    step_reward_explorer,
+    token_explorer,
+)
+from .memory import prompt_grid, render_memory
+from .ownership import parse_prompt_lens, render_ownership
+from .rewards import render_step_rewards
+from .tokens import TOKEN_METRICS, hidden_states, render_tokens, token_metric
+from .view import View
+
+__all__ = [
+    "TOKEN_METRICS",
+    "Explorer",
+    "MemoryExplorer",
+    "OwnershipExplorer",
+    "StepRewardExplorer",
+    "TokenExplorer",
+    "View",
+    "hidden_states",
+    "memory_explorer",
+    "ownership_explorer",
+    "parse_prompt_lens",
+    "prompt_grid",
+    "render_memory",
+    "render_ownership",
+    "render_step_rewards",
+    "render_tokens",
+    "step_reward_explorer",
+    "token_explorer",
+    "token_metric",
+]

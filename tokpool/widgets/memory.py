@@ -1,0 +1,102 @@
+"""Memory view: peak pooling memory against prompt length for real model and hardware presets."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..plots import figure_png, format_bytes, format_tokens
+from ..plots.memory import plot_memory_vs_prompt_length
+from .view import View
+
+
+def prompt_grid(low: int, high: int, *, points_per_doubling: int = 2) -> np.ndarray:
+    """Prompt lengths from ``low`` to ``high``, evenly spaced on a log axis (ints, unique)."""
+    if not 1 <= low <= high:
+        raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
+    n = max(2, round(float(np.log2(high / low)) * points_per_doubling) + 1)
+    return np.unique(np.geomspace(low, high, n).round().astype(np.int64))
+
+
+def render_memory(
+    *,
+    model: str = "Qwen3-Embedding-8B",
+    hardware: str = "H100 SXM",
+    task: str | None = None,
+    dtype: str = "bfloat16",
+    head_dtype: str | None = None,
+    prompt_len: tuple[int, int] = (1024, 1 << 20),
+    policies: Sequence[str] = ("legacy", "clone", "prealloc", "offload"),
+    async_scheduling: bool = True,
+    max_num_batched_tokens: int = 2048,
+    points_per_doubling: int = 2,
+) -> View:
+    """Peak pooling memory vs prompt length for a model and hardware preset (analytic sweep).
+
+    Args:
+        model: a name in ``tp.MODEL_PRESETS``.
+        hardware: a name in ``tp.HARDWARE_PRESETS`` (its memory is the reference line).
+        task: ``token_embed``, ``token_classify`` or ``embed`` (default: the preset's).
+        dtype: hidden-state dtype.
+        head_dtype: the head's dtype (``None``: same as ``dtype``; ``"float32"``: as engines).
+        prompt_len: ``(shortest, longest)`` prompt in tokens.
+        policies: retention policies to compare.
+        async_scheduling: async or sync scheduling.
+        max_num_batched_tokens: the chunk budget per step.
+        points_per_doubling: sweep resolution.
+
+    Returns:
+        ``View``: ``png`` = the curves; ``html`` = a table of peaks at a few lengths (and the
+        share of device memory); ``table`` = the full sweep DataFrame.
+
+    Raises:
+        ValueError: an unknown preset, task or dtype, or an empty policy list.
+    """
+    from ..sim import HARDWARE_PRESETS, SimConfig, sweep
+
+    if not policies:
+        raise ValueError("choose at least one policy")
+    config = SimConfig.for_model(model, task=task, dtype=dtype, head_dtype=head_dtype,
+                                 hardware=hardware, max_num_batched_tokens=max_num_batched_tokens)
+    lens = prompt_grid(*prompt_len, points_per_doubling=points_per_doubling)
+    df = sweep(lens, config, policies=list(policies), async_scheduling=(async_scheduling,),
+               progress=False)
+    ax = plot_memory_vs_prompt_length(
+        df, hardware=hardware,
+        title=f"{model} · {config.task} · {dtype} (head {head_dtype or dtype}) · "
+              f"{'async' if async_scheduling else 'sync'} · chunk {max_num_batched_tokens}",
+    )
+    png = figure_png(ax.figure)
+    hbm = HARDWARE_PRESETS[hardware].hbm_bytes
+    powers = lens[(lens & (lens - 1)) == 0]  # prefer round lengths (powers of two) in the table
+    pool = powers if len(powers) >= 2 else lens
+    shown = np.unique(pool[np.linspace(0, len(pool) - 1, min(4, len(pool))).round().astype(int)])
+    table = df[df["prompt_len"].isin(shown)].pivot(index="policy", columns="prompt_len",
+                                                  values="peak_pooling_bytes")
+    table = table.reindex([p for p in policies if p in table.index])
+    cells = table.map(lambda b: f"{format_bytes(b)} ({b / hbm:.1%})")
+    cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
+    caption = (f"Peak device bytes held by pooling (share of {hardware}'s "
+               f"{format_bytes(hbm)}); the model's weights and KV cache come on top.")
+    table_html = _table_html(cells, caption)
+    return View(html=table_html, png=png, table=df, data={"config": config, "peaks": table})
+
+
+def _table_html(cells: pd.DataFrame, caption: str) -> str:
+    head = "".join(f"<th style='padding:2px 10px'>{html.escape(str(c))}</th>"
+                   for c in cells.columns)
+    rows = "".join(
+        f"<tr><th style='text-align:left;padding:2px 10px'>{html.escape(str(i))}</th>"
+        + "".join(f"<td style='padding:2px 10px;text-align:right'>{html.escape(v)}</td>"
+                  for v in row)
+        + "</tr>"
+        for i, row in zip(cells.index, cells.to_numpy(), strict=True)
+    )
+    return (
+        "<table style='font-family:sans-serif;font-size:12px;border-collapse:collapse'>"
+        f"<caption style='caption-side:bottom;text-align:left;color:#555;padding-top:4px'>"
+        f"{html.escape(caption)}</caption><tr><th></th>{head}</tr>{rows}</table>"
+    )

@@ -1,0 +1,96 @@
+"""Token explorer: per-token values of a real model's hidden states, layer by layer.
+
+``render_tokens`` is pure (hidden states in, ``View`` out); ``token_explorer`` wires a layer
+slider and a metric menu to it and caches one forward pass per layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from ..plots import cosine_similarity_matrix, figure_png, plot_similarity, token_html
+from ..plots._style import as_numpy
+from .view import View
+
+TokenMetric = Literal["relative norm", "cosine to previous token", "cosine to text mean"]
+#: Each metric with its fixed colour range (so colours mean the same on every layer).
+TOKEN_METRICS: dict[str, tuple[float, float]] = {
+    "relative norm": (0.0, 3.0),
+    "cosine to previous token": (-1.0, 1.0),
+    "cosine to text mean": (-1.0, 1.0),
+}
+
+
+def token_metric(hidden: Any, metric: TokenMetric) -> np.ndarray:
+    """One number per token from ``[n_tokens, hidden]`` hidden states.
+
+    Args:
+        hidden: ``[n_tokens, hidden]`` tensor or array (unnormalised hidden states).
+        metric: ``"relative norm"`` (‖h_i‖ divided by the median norm: outliers such as the
+            first token of a decoder stand out), ``"cosine to previous token"`` (0 for the first
+            token), or ``"cosine to text mean"``.
+
+    Returns:
+        ``[n_tokens]`` float64 values.
+
+    Raises:
+        ValueError: unknown metric.
+    """
+    h = as_numpy(hidden, name="hidden", ndim=2)  # [n, H]
+    if metric == "relative norm":
+        norms = np.linalg.norm(h, axis=1)
+        median = float(np.median(norms)) or 1.0
+        return norms / median
+    if metric == "cosine to previous token":
+        sim = cosine_similarity_matrix(h)
+        return np.concatenate([[0.0], np.diagonal(sim, offset=1)]) if len(h) else np.zeros(0)
+    if metric == "cosine to text mean":
+        both = np.vstack([h, h.mean(axis=0, keepdims=True)])
+        return cosine_similarity_matrix(both)[-1, :-1]
+    raise ValueError(f"unknown metric {metric!r}; choose one of {list(TOKEN_METRICS)}")
+
+
+def render_tokens(
+    tokens: Sequence[str],
+    hidden: Any,
+    *,
+    metric: TokenMetric = "relative norm",
+    layer_label: str = "",
+    max_heatmap_tokens: int = 96,
+) -> View:
+    """Coloured tokens for one metric plus the token × token similarity heatmap.
+
+    Args:
+        tokens: ``n`` token strings.
+        hidden: ``[n, hidden]`` hidden states of those tokens.
+        metric: see ``token_metric``; its colour range is fixed (``TOKEN_METRICS``).
+        layer_label: shown in the titles, e.g. ``"layer 12 of 30"``.
+        max_heatmap_tokens: the heatmap shows at most this many leading tokens.
+
+    Returns:
+        ``View`` with ``html`` (coloured tokens), ``png`` (heatmap) and ``data['values']``.
+    """
+    values = token_metric(hidden, metric)
+    vmin, vmax = TOKEN_METRICS[metric]
+    suffix = f" · {layer_label}" if layer_label else ""
+    html = token_html(tokens, values, vmin=vmin, vmax=vmax, label=metric,
+                      title=f"{metric}{suffix}")
+    n = min(len(tokens), max_heatmap_tokens)
+    h = hidden[:n]
+    ax = plot_similarity(h, tokens=list(tokens[:n]),
+                         title=f"Token × token cosine similarity{suffix}")
+    ax.figure.set_size_inches(6.2, 5.2)
+    return View(html=html, png=figure_png(ax.figure), data={"values": values})
+
+
+def hidden_states(model: Any, text: str, *, layer: int) -> torch.Tensor:
+    """``[n_tokens, hidden]`` float32 hidden states of ``text`` at ``layer`` (no activation).
+
+    Goes through ``model.encode(task="token_embed")``, the same pooling path users study.
+    """
+    (out,) = model.encode([text], task="token_embed", layer=layer, use_activation=False)
+    return out.detach().float()
