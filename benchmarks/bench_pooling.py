@@ -46,6 +46,11 @@ class Case:
         return out
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _pool_run(case: Case, policy: str, buffer: torch.Tensor) -> tuple[float, torch.Tensor]:
     """Seconds spent inside AllPool over the whole prompt, and the output."""
     pool = tp.AllPool(async_scheduling=True, policy=policy)
@@ -57,8 +62,10 @@ def _pool_run(case: Case, policy: str, buffer: torch.Tensor) -> tuple[float, tor
                                  states=states)
         states = meta.pooling_states
         rows = buffer[:n]
+        _sync(buffer.device)
         t0 = time.perf_counter()
         (out,) = pool(rows, meta)
+        _sync(buffer.device)
         elapsed += time.perf_counter() - t0
     return elapsed, out
 
@@ -70,14 +77,20 @@ def _bound_run(case: Case, policy: str, buffer: torch.Tensor) -> tuple[float, to
     if len(steps) == 1:  # one-shot under async: one clone (offload: one host copy)
         if policy == "legacy":  # legacy hands out the view: nothing to copy
             return 0.0, buffer[: steps[0][0]]
+        _sync(buffer.device)
         t0 = time.perf_counter()
-        out = buffer[: steps[0][0]].clone()
+        if policy == "offload":
+            out = _host_like(buffer, steps[0][0]).copy_(buffer[: steps[0][0]])
+        else:
+            out = buffer[: steps[0][0]].clone()
+        _sync(buffer.device)
         return time.perf_counter() - t0, out
     kept: list[torch.Tensor] = []
     dst = None
     for i, (n, seq) in enumerate(steps):
         rows = buffer[:n]
         last = i == len(steps) - 1
+        _sync(buffer.device)
         t0 = time.perf_counter()
         if policy == "clone":
             kept.append(rows if last else rows.clone())
@@ -85,14 +98,22 @@ def _bound_run(case: Case, policy: str, buffer: torch.Tensor) -> tuple[float, to
                 dst = torch.cat(kept)
         elif policy in ("prealloc", "offload"):
             if dst is None:
-                dst = torch.empty((case.prompt_len, case.width), dtype=case.dtype)
+                dst = (_host_like(buffer, case.prompt_len) if policy == "offload"
+                       else buffer.new_empty((case.prompt_len, case.width)))
             dst[seq - n : seq].copy_(rows)
         else:  # legacy keeps views and only concatenates
             kept.append(rows)
             if last:
                 dst = torch.cat(kept)
+        _sync(buffer.device)
         elapsed += time.perf_counter() - t0
     return elapsed, dst
+
+
+def _host_like(buffer: torch.Tensor, rows: int) -> torch.Tensor:
+    """The host tensor ``offload`` copies into (pinned when the buffer is on a GPU)."""
+    return torch.empty((rows, buffer.shape[1]), dtype=buffer.dtype,
+                       pin_memory=buffer.is_cuda)
 
 
 def copy_bytes(case: Case, policy: str) -> int:
@@ -118,9 +139,11 @@ def _repeats(case: Case) -> int:
     return 25
 
 
-def measure(case: Case, policy: str, *, repeats: int | None = None) -> dict:
-    """Median AllPool and bound times (interleaved), checked for equal outputs."""
-    buffer = torch.randn((case.chunk, case.width)).to(case.dtype)  # the reused hidden buffer
+def measure(case: Case, policy: str, *, repeats: int | None = None,
+            device: str = "cpu") -> dict:
+    """Median AllPool and bound times, interleaved run by run on the same tensors."""
+    # the reused hidden-state buffer [chunk, width]
+    buffer = torch.randn((case.chunk, case.width), device=device).to(case.dtype)
     runs: dict[str, list[float]] = {"pool": [], "bound": []}
     sides: dict[str, Callable] = {"pool": _pool_run, "bound": _bound_run}
     for _ in range(repeats or _repeats(case)):
@@ -131,6 +154,7 @@ def measure(case: Case, policy: str, *, repeats: int | None = None) -> dict:
             del out
     pool_s, bound_s = statistics.median(runs["pool"]), statistics.median(runs["bound"])
     return {
+        "device": torch.device(device).type,
         "prompt_len": case.prompt_len,
         "width": case.width,
         "dtype": str(case.dtype).removeprefix("torch."),
@@ -155,7 +179,8 @@ def cases(quick: bool = False) -> list[Case]:
     ]
 
 
-def run(quick: bool = False, progress: Callable[[str], None] | None = None) -> list[dict]:
+def run(quick: bool = False, progress: Callable[[str], None] | None = None, *,
+        device: str = "cpu", repeats: int | None = None) -> list[dict]:
     """All cases × policies; one row each."""
     torch.manual_seed(0)
     rows = []
@@ -163,13 +188,24 @@ def run(quick: bool = False, progress: Callable[[str], None] | None = None) -> l
         for policy in POLICIES:
             if progress:
                 progress(f"pooling T={case.prompt_len} W={case.width} {case.dtype} {policy}")
-            rows.append(measure(case, policy, repeats=3 if quick else None))
+            rows.append(measure(case, policy, repeats=repeats or (3 if quick else None),
+                                device=device))
     return rows
 
 
 if __name__ == "__main__":
+    import argparse
+
     import pandas as pd
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    df = pd.DataFrame(run(quick=True, progress=print))
+    parser = argparse.ArgumentParser(description="AllPool per policy vs its copy bound")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--csv")
+    args = parser.parse_args()
+    df = pd.DataFrame(run(quick=args.quick, progress=print, device=args.device,
+                          repeats=args.repeats))
     print(df.to_string(float_format=lambda x: f"{x:.3g}"))
+    if args.csv:
+        df.to_csv(args.csv, index=False)

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "02_chunked_prefill_ownership.ipynb"
 SCREENSHOT = ROOT / "docs" / "jupyterlab_ownership_explorer.png"
+WINDOW_SCREENSHOT = ROOT / "docs" / "jupyterlab_notebook02.png"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -166,7 +167,7 @@ def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page = browser.new_page(viewport={"width": 1400, "height": 1900})
             page.set_default_timeout(PAGE_TIMEOUT_MS)
             page.goto(f"{lab.url}/lab/tree/{NOTEBOOK}?token={lab.token}")
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
@@ -195,7 +196,7 @@ def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
             image = explorer.locator(".jupyter-widgets img").first
             before = image.get_attribute("src")
             # Flip the async toggle in the browser: the kernel redraws the schedule.
-            explorer.locator(".widget-toggle-button, .widget-checkbox input").first.click()
+            explorer.locator("button:has-text('async scheduling')").click()
             page.wait_for_function(
                 "([el, old]) => el.getAttribute('src') !== old",
                 arg=[image.element_handle(), before],
@@ -204,6 +205,9 @@ def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
             explorer.scroll_into_view_if_needed()
             SCREENSHOT.parent.mkdir(exist_ok=True)
             explorer.screenshot(path=str(SCREENSHOT))
+            page.set_viewport_size({"width": 1400, "height": 1000})
+            explorer.scroll_into_view_if_needed()
+            page.screenshot(path=str(WINDOW_SCREENSHOT))
         finally:
             browser.close()
-    assert SCREENSHOT.stat().st_size > 10_000
+    assert SCREENSHOT.stat().st_size > 10_000 and WINDOW_SCREENSHOT.stat().st_size > 10_000

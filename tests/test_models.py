@@ -21,6 +21,16 @@ IDS = [1024 + i for i in range(37)]
 IDS2 = [2000 + i for i in range(20)]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared machine a descheduled second OpenMP thread stalls
+    every op at its barrier (10x swings seen); restored after this module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def decoder() -> tp.PoolingModel:
     return tp.load_model("tiny-decoder")

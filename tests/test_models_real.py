@@ -27,6 +27,16 @@ TEXTS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared machine a descheduled second OpenMP thread stalls
+    every op at its barrier (10x swings seen); restored after this module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def smollm2() -> tp.PoolingModel:
     return tp.load_model("smollm2-135m")

@@ -204,3 +204,102 @@ def test_task_gate_marks_what_the_pr_opened() -> None:
     assert codes[kinds.index("plugin_only"), tasks.index("plugin")] == 3
     ax = plots.plot_task_gate(tp.task_table())
     assert "new" in [t.get_text() for t in ax.texts]
+
+
+# --- ownership schedule -----------------------------------------------------------------------
+
+SMALL = tp.SimConfig(hidden_size=8, max_num_batched_tokens=8)
+
+
+def test_schedule_frame_one_request_legacy() -> None:
+    result = tp.simulate([20], SMALL.replace(policy="legacy"))
+    frame = plots.schedule_frame(result)
+    assert frame[["step", "start", "stop", "buffer_start", "buffer_stop"]].values.tolist() == [
+        [0, 0, 8, 0, 8], [1, 8, 16, 0, 8], [2, 16, 20, 0, 4]]
+    assert frame["kind"].tolist() == ["view", "view", "view + cat"]
+    assert frame["overwritten_step"].tolist() == [1, 2, -1]
+
+
+@pytest.mark.parametrize("policy", ["legacy", "clone", "prealloc", "offload"])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("chunked", [True, False])
+def test_overwrite_marks_match_the_simulators_oracle(policy, async_scheduling, chunked) -> None:
+    lens = [20, 6, 9, 3, 12] if chunked else [8, 6, 5, 3, 7]
+    config = SMALL.replace(policy=policy, async_scheduling=async_scheduling,
+                           enable_chunked_prefill=chunked)
+    result = tp.simulate(lens, config)
+    assert plots.overwritten_requests(result) == result.corrupted
+
+
+def _corrupted_labels(ax: Axes) -> list[str]:
+    red = mpl.colors.to_rgba(plots.schedule.OVERWRITE_COLOUR)
+    return [t.get_text() for t in ax.get_yticklabels() if mpl.colors.to_rgba(t.get_color()) == red]
+
+
+def test_schedule_plot_marks_the_corrupted_request() -> None:
+    result = tp.simulate([5, 12, 3], SMALL.replace(policy="legacy", async_scheduling=True))
+    assert result.corrupted == [0, 1]
+    ax = plots.plot_ownership_schedule(result)
+    assert _corrupted_labels(ax) == ["req 0 · 5 tok", "req 1 · 12 tok"]
+    assert [t.get_text() for t in ax.texts].count("corrupted") == 2
+    assert "policy='legacy', async" in ax.get_title(loc="left")
+
+
+def test_schedule_plot_clone_marks_nothing() -> None:
+    result = tp.simulate([5, 12, 3], SMALL.replace(async_scheduling=True))
+    ax = plots.plot_ownership_schedule(result)
+    assert _corrupted_labels(ax) == []
+    assert "corrupted" not in [t.get_text() for t in ax.texts]
+
+
+def test_buffer_rows_draws_one_box_per_chunk() -> None:
+    result = tp.simulate([20, 6], SMALL)
+    ax = plots.plot_buffer_rows(result)
+    assert len(ax.patches) == len(plots.schedule_frame(result))
+    assert ax.get_ylim() == (8.0, 0.0)  # row 0 on top, the budget's rows
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def test_memory_timeline_stacks_categories_and_draws_the_peak() -> None:
+    result = tp.simulate([20], SMALL.replace(head_dtype="float32"))
+    ax = plots.plot_memory_timeline(result)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:4] == [
+        "chunk cache (clones / prealloc buffer)", "pooled output awaiting host copy",
+        "head output (cast / activation)", "peak during the step"]
+    peak = next(p for p in ax.patches if p.get_label() == "peak during the step")
+    np.testing.assert_array_equal(peak.get_data().values, result.steps["pool_peak_bytes"])
+
+
+def _sweep() -> pd.DataFrame:
+    config = tp.SimConfig(hidden_size=64, max_num_batched_tokens=256)
+    return tp.sweep([64, 256, 1024, 4096], config, progress=False)
+
+
+def test_memory_vs_prompt_length_lines_reference_and_zero_policy() -> None:
+    ax = plots.plot_memory_vs_prompt_length(_sweep(), hardware="H100 SXM")
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    drawn = [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+    assert drawn == ["legacy", "clone", "prealloc"]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "offload: 0 B on the device" in labels
+    assert "H100 SXM memory (80 GiB)" in labels
+    hbm = tp.HARDWARE_PRESETS["H100 SXM"].hbm_bytes
+    assert any(np.allclose(line.get_ydata(), hbm) for line in ax.lines)
+    assert "output corrupted (legacy)" in labels
+    with pytest.raises(ValueError, match="unknown hardware"):
+        plots.plot_memory_vs_prompt_length(_sweep(), hardware="TPU")
+
+
+def test_memory_vs_prompt_length_clone_is_twice_prealloc_for_long_prompts() -> None:
+    ax = plots.plot_memory_vs_prompt_length(_sweep(), async_scheduling=False)
+    lines = {line.get_label(): line.get_ydata() for line in ax.lines}
+    # clone peaks at (2T - L)·W·s, prealloc at T·W·s: T=4096, L=256
+    assert lines["clone"][-1] / lines["prealloc"][-1] == pytest.approx((2 * 4096 - 256) / 4096)
+
+
+def test_time_plot_says_estimate() -> None:
+    ax = plots.plot_time_vs_prompt_length(_sweep(), y="est_pool_s")
+    assert "ESTIMATE" in ax.get_ylabel() and "ESTIMATE" in ax.get_title(loc="left")

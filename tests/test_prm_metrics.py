@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 import tokpool as tp
 
-
 # --- ProcessBench F1 ---------------------------------------------------------------------
 
 def test_processbench_hand_made_case():

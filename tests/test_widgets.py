@@ -105,3 +105,94 @@ def test_step_reward_explorer_threshold_and_edits() -> None:
     assert "labelled" not in ex.html.value
     ex.steps.value = "   "
     assert "at least one step" in ex._errors.value
+
+
+# --- ownership --------------------------------------------------------------------------------
+
+
+def test_render_ownership_reports_corruption_and_why() -> None:
+    view = widgets.render_ownership([5, 12, 3], max_num_batched_tokens=8, policy="legacy",
+                                    async_scheduling=True, hidden_size=8)
+    assert view.data["corrupted"] == [0, 1] == view.data["result"].corrupted
+    assert "2 of 3 outputs corrupted" in view.html
+    assert "request 0: tokens 0–5 were kept as a view" in view.html
+    assert view.png.startswith(PNG_MAGIC)
+    assert list(view.table["corrupted"]) == [True, True, False]
+
+
+def test_ownership_explorer_controls_redraw() -> None:
+    ex = tp.ownership_explorer([5, 12, 3], budget=8, policy="legacy", hidden_size=8)
+    assert ex.view.data["corrupted"] == [1]
+    for slider in (ex.prompt_len, ex.budget):
+        assert slider.continuous_update is False
+    png = ex.image.value
+    ex.async_scheduling.value = True
+    assert ex.view.data["corrupted"] == [0, 1] and ex.image.value != png
+    ex.policy.value = "clone"
+    assert ex.view.data["corrupted"] == [] and "all 3 outputs intact" in ex.html.value
+    ex.prompt_len.value = 30
+    assert ex.prompt_lens == [30, 12, 3]
+    assert ex.view.data["result"].prompt_lens == [30, 12, 3]
+
+
+def test_ownership_explorer_shows_bad_settings_instead_of_raising() -> None:
+    ex = tp.ownership_explorer([5], budget=8, hidden_size=8)
+    ex.chunked.value = False
+    ex.prompt_len.value = 20  # longer than the budget without chunked prefill
+    assert "can never be scheduled" in ex._errors.value
+    ex.more_requests.value = "3, x"
+    assert "positive integers" in ex._errors.value
+    ex.more_requests.value = ""
+    ex.prompt_len.value = 5
+    assert ex._errors.value == "" and ex.view.data["result"].prompt_lens == [5]
+
+
+def test_corruption_table_traces_rows_to_their_tokens() -> None:
+    result = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8,
+                                            policy="legacy"))
+    table = tp.corruption_table(result, 0)
+    # the final step wrote tokens 16-19 into rows 0-3; rows 4-7 still hold tokens 12-15
+    assert table["holds"].tolist()[:8] == [f"r0 t{t}" for t in (16, 17, 18, 19, 12, 13, 14, 15)]
+    assert table["ok"].tolist() == [False] * 12 + [True] * 8
+    clean = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8))
+    assert tp.corruption_table(clean, 0)["ok"].all()
+    with pytest.raises(ValueError, match="tensor-mode"):
+        tp.corruption_table(tp.simulate([20], mode="analytic"), 0)
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def test_prompt_grid_is_log_spaced_and_bounded() -> None:
+    grid = widgets.prompt_grid(1024, 1 << 20)
+    assert grid[0] == 1024 and grid[-1] == 1 << 20 and np.all(np.diff(grid) > 0)
+    assert len(grid) == 21
+    with pytest.raises(ValueError, match="low <= high"):
+        widgets.prompt_grid(10, 5)
+
+
+def test_render_memory_table_of_peaks() -> None:
+    view = widgets.render_memory(model="Qwen3-Embedding-8B", hardware="H100 SXM",
+                                 prompt_len=(1024, 1 << 20))
+    peaks = view.data["peaks"]
+    assert list(peaks.index) == ["legacy", "clone", "prealloc", "offload"]
+    assert peaks.loc["prealloc", 1 << 20] == (1 << 20) * 4096 * 2  # T·W·s, bf16 hidden 4096
+    assert (peaks.loc["offload"] == 0).all()
+    assert "1M tokens" in view.html
+    assert "8 GiB (10.0%)" in view.html  # prealloc at 1M tokens: 8 GiB of the H100's 80 GiB
+    assert set(view.table["prompt_len"]) >= {1024, 1 << 20}
+
+
+def test_memory_explorer_controls_redraw() -> None:
+    ex = tp.memory_explorer(prompt_len=(1024, 1 << 16))
+    assert ex.prompt_len.continuous_update is False
+    assert ex.view.table["prompt_len"].max() == 1 << 16
+    png = ex.image.value
+    ex.prompt_len.value = (1024, 1 << 20)
+    assert ex.view.table["prompt_len"].max() == 1 << 20 and ex.image.value != png
+    ex.model.value = "Qwen2.5-Math-PRM-7B"
+    assert ex.view.data["config"].task == "token_classify"
+    ex.policies.value = ("clone",)
+    assert list(ex.view.data["peaks"].index) == ["clone"]
+    ex.policies.value = ()
+    assert "at least one policy" in ex._errors.value

@@ -12,6 +12,7 @@ How a checkpoint becomes a pooling model (vLLM's defaults):
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -29,6 +30,8 @@ from .tiny import build_tiny
 
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
+                    "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
 
 
 class ModelNotFoundError(ValueError, OSError):
@@ -146,11 +149,13 @@ def _load_pretrained(path: str | Path, *, name: str, dtype: torch.dtype, task: s
     else:
         auto = AutoModel
     hf_model = auto.from_pretrained(path, dtype=dtype, local_files_only=local_files_only)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_files_only)
-    except (OSError, ValueError):
-        tokenizer = None  # token-id prompts still work
-    st = read_sentence_transformers_config(Path(path)) if Path(path).is_dir() else None
+    tokenizer = None  # token-id prompts still work without one
+    local_dir = Path(path).is_dir()
+    # why the file check: transformers 5 builds a 5-token stub tokenizer from a bare config
+    if not local_dir or any((Path(path) / f).is_file() for f in _TOKENIZER_FILES):
+        with contextlib.suppress(OSError, ValueError):
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_files_only)
+    st = read_sentence_transformers_config(Path(path)) if local_dir else None
     pooling = st.pooling if st is not None and st.pooling else (
         "LAST" if attn_type == "decoder" else "CLS")
     max_length, reason = _max_length(config, st)

@@ -87,6 +87,7 @@ def plot_memory_timeline(
     *,
     ax: Axes | None = None,
     host: bool = True,
+    legend: bool = True,
     title: str | None = None,
 ) -> Axes:
     """Pooling's device bytes step by step, stacked by category, with the in-step peak.
@@ -99,6 +100,7 @@ def plot_memory_timeline(
         result: a ``tp.simulate(...)`` result (or its ``steps`` DataFrame).
         ax: axes to draw into (a new figure when ``None``).
         host: also draw ``host_bytes``.
+        legend: draw the legend.
         title: axes title (default: policy and prompt lengths).
 
     Returns:
@@ -117,6 +119,10 @@ def plot_memory_timeline(
         bottom = top
     peak = steps["pool_peak_bytes"].to_numpy(dtype=float)
     ax.stairs(peak, edges, color="black", lw=1.2, label="peak during the step")
+    if len(peak) and peak.max() > 0:
+        i = int(peak.argmax())
+        ax.annotate(f"peak {format_bytes(peak[i])}", xy=(x[i], peak[i]), xytext=(-6, -2),
+                    textcoords="offset points", ha="right", va="top", fontsize=8.5)
     if host:
         ax.stairs(steps["host_bytes"].to_numpy(dtype=float), edges, color="0.45", lw=1.2,
                   ls="--", label="host memory (outputs, offload)")
@@ -125,9 +131,11 @@ def plot_memory_timeline(
     _bytes_axis(ax.yaxis, log=False, vmax=float(top))
     ax.set_ylim(0, top * 1.05 if top else 1)
     ax.set_xlim(edges[0], edges[-1])
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.set_xlabel("engine step")
     ax.set_ylabel("bytes owned by pooling")
-    ax.legend(loc="upper left")
+    if legend:
+        ax.legend(loc="upper left")
     if title is None and hasattr(result, "config"):
         c = result.config
         lens = result.prompt_lens
@@ -151,19 +159,27 @@ def _select_async(df: Any, async_scheduling: bool | None) -> tuple[Any, str]:
     return chosen, "async" if async_scheduling else "sync"
 
 
-def _plot_per_policy(df: Any, y: str, ax: Axes, *, floor_zero: bool) -> list[Any]:
+def _plot_lines(df: Any, y: str, ax: Axes, *, hue: str, floor_zero: bool,
+                zero_label: str = "0 B on the device") -> list[Any]:
+    """One line per value of ``hue``; returns legend entries for all-zero series."""
+    if hue not in df.columns:
+        raise ValueError(f"df lacks the hue column {hue!r}; it has {list(df.columns)}")
     extra: list[Any] = []
-    for policy, group in df.groupby("policy", sort=False):
+    for i, (name, group) in enumerate(df.groupby(hue, sort=False)):
         g = group.sort_values("prompt_len")
-        colour = POLICY_COLOURS.get(str(policy), "0.3")
+        if hue == "policy":
+            colour = POLICY_COLOURS.get(str(name), "0.3")
+            style = POLICY_STYLES.get(str(name), {"lw": 2.0})
+        else:
+            colour = OKABE_ITO[i % len(OKABE_ITO)]
+            style = {"lw": 2.0}
         values = g[y].to_numpy(dtype=float)
         if floor_zero and np.all(values <= 0):
             extra.append(Line2D([], [], color=colour, lw=2, ls=":",
-                                label=f"{policy}: 0 B on the device"))
+                                label=f"{name}: {zero_label}"))
             continue
         shown = np.where(values > 0, values, np.nan) if floor_zero else values
-        style = POLICY_STYLES.get(str(policy), {"lw": 2.0})
-        ax.plot(g["prompt_len"], shown, color=colour, label=str(policy), **style)
+        ax.plot(g["prompt_len"], shown, color=colour, label=str(name), **style)
         if "corrupted" in g.columns and g["corrupted"].any():
             bad = g[g["corrupted"]]
             ax.scatter(bad["prompt_len"], np.where(bad[y] > 0, bad[y], np.nan), marker="x",
@@ -177,6 +193,7 @@ def plot_memory_vs_prompt_length(
     *,
     y: str = "peak_pooling_bytes",
     hardware: Any = None,
+    hue: str = "policy",
     async_scheduling: bool | None = None,
     ax: Axes | None = None,
     loglog: bool = True,
@@ -191,6 +208,8 @@ def plot_memory_vs_prompt_length(
             ``copy_bytes``, ``host_bytes``, ...
         hardware: a hardware preset name (``tp.HARDWARE_PRESETS``), a ``Hardware`` or a byte
             count, drawn as a horizontal reference line.
+        hue: the column with one line per value (default ``policy``; e.g. a ``model`` column
+            added to concatenated sweeps).
         async_scheduling: which rows to draw (default: async when the sweep has both).
         ax: axes to draw into (a new figure when ``None``).
         loglog: log–log axes (zeros, e.g. offload's device bytes, are listed in the legend).
@@ -202,12 +221,12 @@ def plot_memory_vs_prompt_length(
     Raises:
         ValueError: a missing column, unknown hardware, or no rows for ``async_scheduling``.
     """
-    missing = [c for c in ("prompt_len", "policy", y) if c not in df.columns]
+    missing = [c for c in ("prompt_len", hue, y) if c not in df.columns]
     if missing:
         raise ValueError(f"df lacks column(s) {missing}; it has {list(df.columns)}")
     df, mode = _select_async(df, async_scheduling)
     ax = new_axes(ax, (7.4, 4.6))
-    extra = _plot_per_policy(df, y, ax, floor_zero=loglog)
+    extra = _plot_lines(df, y, ax, hue=hue, floor_zero=loglog)
     ref = _hardware_bytes(hardware)
     if ref is not None:
         ax.axhline(ref[1], color="0.2", lw=1.2, ls="--", zorder=1)
@@ -239,6 +258,7 @@ def plot_time_vs_prompt_length(
     df: Any,
     *,
     y: str = "est_pool_s",
+    hue: str = "policy",
     async_scheduling: bool | None = None,
     ax: Axes | None = None,
     title: str | None = None,
@@ -249,6 +269,7 @@ def plot_time_vs_prompt_length(
         df: a ``tp.sweep(...)`` DataFrame.
         y: an ``est_*`` column (seconds): ``est_pool_s`` (pooling copies), ``est_d2h_s``,
             ``est_forward_s``, ``est_total_s``.
+        hue: the column with one line per value (default ``policy``).
         async_scheduling: which rows to draw (default: async when the sweep has both).
         ax: axes to draw into (a new figure when ``None``).
         title: axes title (always says "estimate").
@@ -256,12 +277,15 @@ def plot_time_vs_prompt_length(
     Returns:
         The axes.
     """
-    missing = [c for c in ("prompt_len", "policy", y) if c not in df.columns]
+    missing = [c for c in ("prompt_len", hue, y) if c not in df.columns]
     if missing:
         raise ValueError(f"df lacks column(s) {missing}; it has {list(df.columns)}")
     df, mode = _select_async(df, async_scheduling)
     ax = new_axes(ax, (7.4, 4.4))
-    extra = _plot_per_policy(df, y, ax, floor_zero=True)
+    extra = _plot_lines(df, y, ax, hue=hue, floor_zero=True, zero_label="0 s (no such copies)")
+    if "corrupted" in df.columns and df["corrupted"].any():
+        extra.append(Line2D([], [], ls="", marker="x", color="black",
+                            label="output corrupted (legacy)"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     _tokens_axis(ax.xaxis)

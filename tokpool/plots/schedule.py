@@ -30,16 +30,29 @@ CHUNK_KINDS: dict[str, tuple[str, str]] = {
 OVERWRITE_COLOUR = OKABE_ITO[3]
 INTACT_COLOUR = OKABE_ITO[2]
 
-_KIND_OF_ACTION = {
-    "clone chunk": "clone",
-    "clone (one shot)": "clone",
-    "keep view (legacy)": "view",
-    "view (one shot)": "view",
-    "view + cat": "view + cat",
-    "copy into prealloc buffer": "prealloc",
-    "offload copy to host": "offload",
-    "gather last row": "gather",
-}
+
+
+def pooling_action(config: Any, prompt_len: int, start: int, stop: int) -> str:
+    """What pooling does with one chunk ``[start, stop)`` of a ``prompt_len``-token request.
+
+    Follows the AllPool table of DESIGN.md for ``config``'s policy, chunking and scheduling.
+
+    Returns:
+        A key of ``CHUNK_KINDS``.
+    """
+    done, first = stop == prompt_len, start == 0
+    if config.pooling_method == "LAST":
+        return "gather"
+    if config.policy == "offload":
+        return "offload"
+    if not config.enable_chunked_prefill or (done and first):
+        owned = config.async_scheduling and config.policy != "legacy"
+        return "clone" if owned else "view"
+    if config.policy == "prealloc":
+        return "prealloc"
+    if done:
+        return "view + cat"
+    return "clone" if config.policy == "clone" else "view"
 
 
 def schedule_frame(result: Any) -> pd.DataFrame:
@@ -51,22 +64,19 @@ def schedule_frame(result: Any) -> pd.DataFrame:
     Returns:
         DataFrame with columns ``step``, ``request``, ``start``, ``stop`` (prompt positions),
         ``buffer_start``, ``buffer_stop`` (rows of the persistent buffer the chunk is written
-        to), ``action`` (in words), ``kind`` (a key of ``CHUNK_KINDS``), ``read_step`` (the
+        to), ``kind`` (what pooling does with it: a key of ``CHUNK_KINDS``), ``read_step`` (the
         step whose pooling or host copy last reads the chunk's rows while they are only a
         view; ``-1`` when the chunk is copied in its own step) and ``overwritten_step`` (the
         first step in ``(step, read_step]`` that writes over those rows before they are read;
         ``-1`` when none does). A request with an overwritten chunk delivers a corrupted output.
     """
-    from ..sim.trace import pooling_action
-
     requests = result.requests.set_index("request")
     written = {s.index: s.num_tokens for s in result.schedule}  # rows [0, n) written per step
     rows = []
     for step in result.schedule:
         offset = 0
         for r, start, stop in step.chunks:
-            action = pooling_action(result, r, start, stop)
-            kind = _KIND_OF_ACTION.get(action, "view")
+            kind = pooling_action(result.config, result.prompt_lens[r], start, stop)
             finish = int(requests.at[r, "finish_step"])
             delivered = int(requests.at[r, "delivered_step"])
             if kind == "view" and stop < result.prompt_lens[r]:
@@ -83,12 +93,12 @@ def schedule_frame(result: Any) -> pd.DataFrame:
                         break
             rows.append({
                 "step": step.index, "request": r, "start": start, "stop": stop,
-                "buffer_start": offset, "buffer_stop": offset + stop - start,
-                "action": action, "kind": kind, "read_step": read, "overwritten_step": hit,
+                "buffer_start": offset, "buffer_stop": offset + stop - start, "kind": kind,
+                "read_step": read, "overwritten_step": hit,
             })
             offset += stop - start
     return pd.DataFrame(rows, columns=[
-        "step", "request", "start", "stop", "buffer_start", "buffer_stop", "action", "kind",
+        "step", "request", "start", "stop", "buffer_start", "buffer_stop", "kind",
         "read_step", "overwritten_step",
     ])
 
@@ -197,7 +207,7 @@ def plot_ownership_schedule(
         Line2D([], [], ls="", marker=">", color=OVERWRITE_COLOUR, ms=8,
                label="host copy, corrupted"),
     ]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
               fontsize=8)
     ax.set_title(title if title is not None else _title(result), loc="left", fontsize=10)
     return ax
@@ -238,9 +248,12 @@ def plot_buffer_rows(
             facecolor=colour, alpha=0.85, hatch="///" if view else None,
             edgecolor=OVERWRITE_COLOUR if bad else "white", lw=2.0 if bad else 0.8, zorder=3,
         ))
-        if row.buffer_stop - row.buffer_start >= budget * 0.08:
-            ax.text(row.step, (row.buffer_start + row.buffer_stop) / 2, f"r{row.request}",
-                    ha="center", va="center", fontsize=8, color="white", zorder=4)
+        rows_used = row.buffer_stop - row.buffer_start
+        if rows_used >= budget * 0.08:
+            label = (f"req {row.request}\ntok {row.start}–{row.stop}"
+                     if rows_used >= budget * 0.2 else f"r{row.request}")
+            ax.text(row.step, (row.buffer_start + row.buffer_stop) / 2, label,
+                    ha="center", va="center", fontsize=7.5, color="white", zorder=4)
     ax.set_xlim(-0.6, n_steps - 0.4)
     ax.set_ylim(budget, 0)
     ax.set_xticks(range(n_steps))
@@ -250,9 +263,12 @@ def plot_buffer_rows(
     requests = sorted(set(frame["request"]))
     handles: list[Any] = [Patch(color=palette[r % len(palette)], label=f"request {r}")
                           for r in requests]
-    handles += [Patch(facecolor="white", edgecolor="0.3", hatch="///", label="kept as a view"),
-                Patch(facecolor="white", edgecolor=OVERWRITE_COLOUR, lw=2,
-                      label="overwritten before read")]
+    if ((frame["kind"] == "view") & (frame["read_step"] > frame["step"])).any():
+        handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="///",
+                             label="kept as a view"))
+    if (frame["overwritten_step"] >= 0).any():
+        handles.append(Patch(facecolor="white", edgecolor=OVERWRITE_COLOUR, lw=2,
+                             label="overwritten before read"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     if title:
         ax.set_title(title)

@@ -17,6 +17,7 @@ from .dataset import (
     write_prm_dataset,
 )
 from .metrics import ProcessBenchScores, processbench_f1, processbench_scores, step_auroc
+from .probe import ProbeHead, ProcessRewardModel, StepScores, load_prm
 from .steps import (
     CONVENTIONS,
     STEP_TAG_CANDIDATES,
@@ -33,10 +34,14 @@ __all__ = [
     "ERROR_TYPES",
     "STEP_TAG_CANDIDATES",
     "FormattedSteps",
+    "ProbeHead",
     "ProcessBenchScores",
+    "ProcessRewardModel",
+    "StepScores",
     "first_error_from_rewards",
     "format_steps",
     "generate_prm_dataset",
+    "load_prm",
     "load_prm_dataset",
     "processbench_f1",
     "processbench_scores",

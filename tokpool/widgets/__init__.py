@@ -16,7 +16,7 @@ from .explorers import (
     token_explorer,
 )
 from .memory import prompt_grid, render_memory
-from .ownership import parse_prompt_lens, render_ownership
+from .ownership import corruption_table, parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards
 from .tokens import TOKEN_METRICS, hidden_states, render_tokens, token_metric
 from .view import View
@@ -29,6 +29,7 @@ __all__ = [
     "StepRewardExplorer",
     "TokenExplorer",
     "View",
+    "corruption_table",
     "hidden_states",
     "memory_explorer",
     "ownership_explorer",

@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from ..plots import figure_png, format_bytes
-from ..plots._style import RC
+from ..plots._style import styled
 from ..plots.memory import plot_memory_timeline
 from ..plots.schedule import plot_ownership_schedule, schedule_frame
 from .view import View
@@ -46,6 +46,7 @@ def _explain(result: Any) -> list[str]:
     return lines
 
 
+@styled
 def render_ownership(
     prompt_lens: Sequence[int],
     *,
@@ -86,10 +87,9 @@ def render_ownership(
     result = simulate(list(prompt_lens), config, mode="tensor")
     n_req = len(result.prompt_lens)
     n_steps = int(max(result.steps["step"].max(), result.requests["delivered_step"].max())) + 1
-    with plt.rc_context(RC):
-        fig = plt.figure(figsize=(max(8.0, 0.95 * n_steps + 3.0), 0.62 * n_req + 6.2),
-                         layout="constrained")
-        top, bottom = fig.subplots(2, 1, height_ratios=[0.62 * n_req + 2.4, 2.6])
+    fig = plt.figure(figsize=(max(8.0, 0.95 * n_steps + 3.0), 0.62 * n_req + 6.2),
+                     layout="constrained")
+    top, bottom = fig.subplots(2, 1, height_ratios=[0.62 * n_req + 2.4, 2.6])
     plot_ownership_schedule(result, ax=top)
     plot_memory_timeline(result, ax=bottom, title="Bytes owned by pooling, per step")
     bottom.set_xlim(top.get_xlim())
@@ -136,7 +136,7 @@ def corruption_table(result: Any, request: int, *, column: int = 0) -> Any:
     import pandas as pd
     import torch
 
-    from ..sim.simulate import default_source
+    from ..sim import SyntheticSource
 
     cfg = result.config
     if result.outputs is None:
@@ -145,7 +145,7 @@ def corruption_table(result: Any, request: int, *, column: int = 0) -> Any:
         raise ValueError("corruption_table supports ALL pooling without activation only")
     if not 0 <= request < len(result.prompt_lens):
         raise ValueError(f"request {request} is not in 0..{len(result.prompt_lens) - 1}")
-    source = default_source(cfg)
+    source = SyntheticSource(cfg.width, cfg.dtype)  # simulate's default for ALL pooling
     source.prepare(result.prompt_lens)
     owner: dict[bytes, str] = {}
     for r in range(len(result.prompt_lens)):

@@ -1,0 +1,237 @@
+"""Regenerate the README's figures under ``docs/``: ``python -m tokpool.docs_figures``.
+
+Each figure is one function of the public API, the same calls the notebooks make. Figures that
+need a real model (SmolLM2, MiniLM, the probe PRM) are skipped with ``--no-models`` or when the
+model cannot be loaded; the JupyterLab screenshots come from ``tests/test_browser.py``.
+
+Usage::
+
+    python -m tokpool.docs_figures                 # all figures into docs/
+    python -m tokpool.docs_figures --only memory_vs_prompt_length ownership_schedule
+    python -m tokpool.docs_figures --no-models --out /tmp/figs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import tokpool as tp
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+TEXT = (
+    "Token-level pooling keeps one vector per token. A long prompt is split into chunks, and "
+    "every chunk must survive until the last one arrives."
+)
+
+
+def _fig(ax):
+    return ax.figure
+
+
+def _subplots(*args, **kwargs):
+    """``plt.subplots`` in the project's style (axes made here, not by a plot function)."""
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+
+    from .plots._style import RC
+
+    with mpl.rc_context(RC):
+        return plt.subplots(*args, layout="constrained", **kwargs)
+
+
+def task_gate():
+    """Model kinds × tasks: what the runner serves before and after PR #50931 (notebook 01)."""
+    return _fig(tp.plot_task_gate(tp.task_table()))
+
+
+def ownership_schedule():
+    """legacy vs clone under async scheduling, same three requests (notebook 02)."""
+    config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=8, async_scheduling=True)
+    fig, axes = _subplots(2, 1, figsize=(8.4, 9.6))
+    for ax, policy in zip(axes, ("legacy", "clone"), strict=True):
+        tp.plot_ownership_schedule(tp.simulate([5, 12, 3], config.replace(policy=policy)), ax=ax)
+    return fig
+
+
+def buffer_rows():
+    """The reused hidden-state buffer under legacy + async (notebook 02)."""
+    config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=8, policy="legacy",
+                          async_scheduling=True)
+    return _fig(tp.plot_buffer_rows(tp.simulate([5, 12, 3], config)))
+
+
+def _lens(points: int = 41) -> np.ndarray:
+    return np.unique(np.geomspace(1024, 1 << 20, points).round().astype(int))
+
+
+def memory_vs_prompt_length():
+    """Qwen3-Embedding-8B token_embed, every policy, H100 line (notebook 05)."""
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
+    return _fig(tp.plot_memory_vs_prompt_length(tp.sweep(_lens(), config), hardware="H100 SXM"))
+
+
+def memory_per_model():
+    """clone, async, every model preset with its task (notebook 05)."""
+    import pandas as pd
+
+    frames = [
+        tp.sweep(_lens(), tp.SimConfig.for_model(name), policies=["clone"],
+                 async_scheduling=[True]).assign(
+            model=f"{name} · {tp.SimConfig.for_model(name).task}")
+        for name in tp.MODEL_PRESETS
+    ]
+    return _fig(tp.plot_memory_vs_prompt_length(
+        pd.concat(frames), hue="model", hardware="H100 SXM",
+        title="clone policy, async, per model preset and task"))
+
+
+def memory_timeline():
+    """One 1M-token prompt under clone, step by step (notebook 05)."""
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", async_scheduling=True)
+    return _fig(tp.plot_memory_timeline(tp.simulate([1 << 20], config, mode="analytic")))
+
+
+def time_estimates():
+    """Pooling-copy time ESTIMATE vs prompt length (notebook 05)."""
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
+    return _fig(tp.plot_time_vs_prompt_length(tp.sweep(_lens(), config), y="est_pool_s"))
+
+
+def _smollm():
+    return tp.load_model("smollm2-135m")
+
+
+def token_similarity():
+    """SmolLM2 and MiniLM token × token similarity side by side (notebook 03)."""
+    fig, axes = _subplots(1, 2, figsize=(15, 6.4))
+    for ax, name, label in ((axes[0], "smollm2-135m", "SmolLM2 (decoder)"),
+                            (axes[1], "minilm-l6", "MiniLM (encoder)")):
+        model = tp.load_model(name)
+        (emb,) = model.encode(TEXT, task="token_embed")
+        tokens = tp.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
+        tp.plot_similarity(emb, tokens=tokens, ax=ax, title=f"{label}, final layer",
+                           colorbar=name == "minilm-l6")
+    return fig
+
+
+def token_pca():
+    """SmolLM2 token vectors on two principal components, by position (notebook 03)."""
+    model = _smollm()
+    (emb,) = model.encode(TEXT, task="token_embed")
+    tokens = tp.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
+    return _fig(tp.plot_token_pca(emb, tokens=tokens))
+
+
+def token_norms():
+    """SmolLM2 middle-layer norms per token, coloured text (notebook 03)."""
+    model = _smollm()
+    layer = model.num_layers // 2
+    (raw,) = model.encode(TEXT, task="token_embed", layer=layer, use_activation=False)
+    norms = raw.norm(dim=-1)
+    tokens = tp.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
+    return _fig(tp.plot_token_values(tokens, norms / norms.median(), vmin=0, vmax=3,
+                                     label="norm / median",
+                                     title=f"SmolLM2 layer {layer}: hidden-state norm per token"))
+
+
+def chunked_vs_full():
+    """SmolLM2 chunked prefill vs full forward, float32 and bfloat16 (notebook 03)."""
+    df = tp.compare_chunked(_smollm(), TEXT, chunk_sizes=(8,), dtypes=("float32", "bfloat16"))
+    return _fig(tp.plot_chunked_error(df, metric="rel_rms", chunk_size=8))
+
+
+def step_rewards():
+    """The shipped probe PRM on a test example with an error (notebook 04)."""
+    prm = tp.load_prm()
+    record = next(r for r in tp.load_prm_dataset("test") if r["first_error"] >= 0)
+    scores = prm.score(record["prompt"], record["completions"])
+    return _fig(tp.plot_step_rewards(scores.rewards, threshold=scores.threshold,
+                                     true_first_error=record["first_error"],
+                                     step_labels=record["labels"],
+                                     step_texts=record["completions"]))
+
+
+#: Figure name (file ``docs/<name>.png``) → function; the second group needs real models.
+FIGURES: dict[str, Callable] = {
+    "task_gate": task_gate,
+    "ownership_schedule": ownership_schedule,
+    "buffer_rows": buffer_rows,
+    "memory_vs_prompt_length": memory_vs_prompt_length,
+    "memory_per_model": memory_per_model,
+    "memory_timeline": memory_timeline,
+    "time_estimates": time_estimates,
+}
+MODEL_FIGURES: dict[str, Callable] = {
+    "token_similarity": token_similarity,
+    "token_pca": token_pca,
+    "token_norms": token_norms,
+    "chunked_vs_full": chunked_vs_full,
+    "step_rewards": step_rewards,
+}
+
+
+def make_figures(
+    out: str | Path = DOCS, *, only: list[str] | None = None, models: bool = True,
+    dpi: int = 130,
+) -> list[Path]:
+    """Draw the figures and save them as ``<out>/<name>.png``.
+
+    Args:
+        out: output directory (default: the repository's ``docs/``).
+        only: names to draw (default: all).
+        models: include figures that load real models.
+        dpi: resolution.
+
+    Returns:
+        The files written. A model figure that cannot be made (model or probe missing) is
+        reported on stderr and skipped.
+
+    Raises:
+        ValueError: an unknown name in ``only``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    known = {**FIGURES, **MODEL_FIGURES}
+    names = list(known) if only is None else list(only)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown figure(s) {unknown}; choose from {list(known)}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in names:
+        if name in MODEL_FIGURES and not models:
+            continue
+        try:
+            fig = known[name]()
+        except (FileNotFoundError, ImportError, OSError, AttributeError) as err:
+            print(f"skipped {name}: {err}", file=sys.stderr)
+            continue
+        path = out / f"{name}.png"
+        fig.savefig(path, dpi=dpi, bbox_inches="tight", facecolor="white")
+        plt.close(fig)
+        written.append(path)
+        print(f"wrote {path}")
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(DOCS), help="output directory (default: docs/)")
+    parser.add_argument("--only", nargs="+", help="figure names to draw")
+    parser.add_argument("--no-models", action="store_true",
+                        help="skip the figures that load real models")
+    args = parser.parse_args(argv)
+    make_figures(args.out, only=args.only, models=not args.no_models)
+
+
+if __name__ == "__main__":
+    main()
