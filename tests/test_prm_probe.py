@@ -169,6 +169,9 @@ def test_probe_refuses_a_different_base_model_and_foreign_files(tmp_path, tiny_d
 def test_shipped_probe_loads_and_scores():
     prm = tp.load_prm()
     assert prm.convention == "two_class" and 0 < prm.threshold < 1
+    metrics = prm.info["metrics"]  # the test-split figures written at training time
+    assert metrics["baseline_always_correct.processbench_f1"] == 0.0
+    assert 0 <= metrics["processbench_f1"] <= 1
     example = tp.load_prm_dataset("test")[1]
     scores = prm.score(example["prompt"], example["completions"])
     assert scores.rewards.shape == (len(example["completions"]),)

@@ -170,7 +170,7 @@ def test_format_steps_puts_one_tag_after_each_step(tiny_tokenizer):
     ids, tag_id = out  # unpacks as (token_ids, step_tag_id)
     assert tag_id == tiny_tokenizer.convert_tokens_to_ids("<extra_0>")
     assert [i for i, t in enumerate(ids) if t == tag_id] == out.tag_positions
-    assert out.num_steps == 3 and len(out) == len(ids)
+    assert out.num_steps == 3 and out.num_tokens == len(ids)
     for (start, stop), step, pos in zip(out.step_spans, steps, out.tag_positions, strict=True):
         assert stop == pos + 1
         assert tiny_tokenizer.decode(ids[start:pos]) == step

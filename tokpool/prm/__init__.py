@@ -16,6 +16,7 @@ from .dataset import (
     load_prm_dataset,
     write_prm_dataset,
 )
+from .memory import MEMORY_COLUMNS, prm_memory_table
 from .metrics import ProcessBenchScores, processbench_f1, processbench_scores, step_auroc
 from .probe import ProbeHead, ProcessRewardModel, StepScores, load_prm
 from .steps import (
@@ -32,6 +33,7 @@ from .steps import (
 __all__ = [
     "CONVENTIONS",
     "ERROR_TYPES",
+    "MEMORY_COLUMNS",
     "STEP_TAG_CANDIDATES",
     "FormattedSteps",
     "ProbeHead",
@@ -43,6 +45,7 @@ __all__ = [
     "generate_prm_dataset",
     "load_prm",
     "load_prm_dataset",
+    "prm_memory_table",
     "processbench_f1",
     "processbench_scores",
     "resolve_step_tag",

@@ -236,17 +236,23 @@ class ProcessRewardModel:
 
 # --- saving and loading -------------------------------------------------------------------
 
+_META_KEY = "tokpool"
+
+
 def save_probe(path: str | os.PathLike, head: ProbeHead, metadata: dict[str, Any]) -> Path:
-    """Write ``head`` and its settings to ``path`` (a ``.safetensors`` file)."""
+    """Write ``head`` and its settings to ``path`` (a ``.safetensors`` file).
+
+    The settings go into the header as ONE JSON string (sorted keys): safetensors writes its
+    metadata map in arbitrary order, so one key keeps the file byte-for-byte reproducible.
+    """
     from safetensors.torch import save_file
 
-    meta = {"format": PROBE_FORMAT, "hidden_size": str(head.hidden_size),
-            "num_labels": str(head.num_labels), "hidden_units": str(head.hidden_units)}
-    meta.update({k: json.dumps(v) for k, v in metadata.items()})
+    settings = {**metadata, "format": PROBE_FORMAT, "hidden_size": head.hidden_size,
+                "num_labels": head.num_labels, "hidden_units": head.hidden_units}
     tensors = {k: v.detach().float().contiguous() for k, v in head.state_dict().items()}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata=meta)
+    save_file(tensors, str(path), metadata={_META_KEY: json.dumps(settings, sort_keys=True)})
     return path
 
 
@@ -260,14 +266,15 @@ def read_probe(path: str | os.PathLike) -> tuple[ProbeHead, dict[str, Any]]:
     from safetensors.torch import load_file
 
     with safe_open(str(path), framework="pt") as f:
-        raw = f.metadata() or {}
-    if raw.get("format") != PROBE_FORMAT:
-        raise ValueError(f"{path} is not a tokpool probe (format {raw.get('format')!r}, "
+        raw = (f.metadata() or {}).get(_META_KEY)
+    settings = json.loads(raw) if raw else {}
+    if settings.get("format") != PROBE_FORMAT:
+        raise ValueError(f"{path} is not a tokpool probe (format {settings.get('format')!r}, "
                          f"expected {PROBE_FORMAT!r})")
-    head = ProbeHead(int(raw["hidden_size"]), int(raw["num_labels"]), int(raw["hidden_units"]))
+    head = ProbeHead(settings.pop("hidden_size"), settings.pop("num_labels"),
+                     settings.pop("hidden_units"))
     head.load_state_dict(load_file(str(path)))
-    settings = {k: json.loads(v) for k, v in raw.items()
-                if k not in ("format", "hidden_size", "num_labels", "hidden_units")}
+    settings.pop("format")
     return head.eval(), settings
 
 
@@ -353,8 +360,22 @@ def _load_probe(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
         system=settings.get("system"),
         head=head,
         layer=int(settings["layer"]),
-        info={"file": str(file), **settings},
+        info={"file": str(file), **settings, "metrics": _shipped_metrics(file)},
     )
+
+
+def _shipped_metrics(probe_file: Path) -> dict[str, Any]:
+    """The test-split figures ``train-probe`` wrote next to the probe (flat), or ``{}``."""
+    report_file = probe_file.parent / "metrics.json"
+    if not report_file.is_file():
+        return {}
+    test = json.loads(report_file.read_text()).get("test", {})
+    flat = {k: v for k, v in test.items() if not isinstance(v, dict)}
+    for baseline, values in test.items():
+        if isinstance(values, dict):
+            flat.update({f"{baseline}.{k}": v for k, v in values.items()
+                         if not isinstance(v, dict)})
+    return flat
 
 
 def _load_checkpoint(path: Path, *, convention, returned_token_ids, tag, threshold,
@@ -370,11 +391,9 @@ def _load_checkpoint(path: Path, *, convention, returned_token_ids, tag, thresho
         from ..models import load_model
 
         model = load_model(path)
-        num_labels = int(model._classifier_module().out_features)
-        inferred = {2: "two_class", 1: "value_head"}.get(num_labels)
-        chosen = convention or inferred
-        if chosen not in ("two_class", "value_head") or (
-                _WIDTHS[chosen] != num_labels):
+        num_labels = int(model.hf_model.config.num_labels)
+        chosen = convention or {2: "two_class", 1: "value_head"}.get(num_labels)
+        if chosen not in _WIDTHS or _WIDTHS[chosen] != num_labels:
             raise ValueError(
                 f"{path} has a {num_labels}-label token classifier; a PRM needs 2 labels "
                 "(two_class, softmax index 1) or 1 (value_head, sigmoid)"

@@ -68,7 +68,8 @@ class FormattedSteps:
     def num_steps(self) -> int:
         return len(self.tag_positions)
 
-    def __len__(self) -> int:
+    @property
+    def num_tokens(self) -> int:
         return len(self.token_ids)
 
     def __iter__(self) -> Iterator[Any]:

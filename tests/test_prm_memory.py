@@ -1,0 +1,52 @@
+"""Pooling memory per PRM convention, from the simulator's analytic mode."""
+
+import pytest
+
+import tokpool as tp
+
+T, C, EVERY = 32_768, 8_192, 64
+
+
+@pytest.fixture(scope="module")
+def table():
+    return tp.prm_memory_table([T], max_num_batched_tokens=C, step_tag_every=EVERY)
+
+
+def test_widths_per_convention(table):
+    vocab = tp.MODEL_PRESETS["Qwen2.5-Math-PRM-7B"].vocab_size
+    rows = table.set_index("convention")
+    assert rows.loc["two_class", ["pooled_width", "returned_width"]].tolist() == [2, 2]
+    assert rows.loc["token_pair", ["pooled_width", "returned_width"]].tolist() == [vocab, 2]
+    assert rows.loc["value_head", ["pooled_width", "returned_width"]].tolist() == [1, 1]
+    assert rows["bytes_per_token"].tolist() == [2 * 2, vocab * 2, 1 * 2]  # bf16 rows
+
+
+def test_clone_peak_is_the_design_formula_with_the_convention_width(table):
+    # clone: the finishing cat allocates T rows while T - L rows of cache are alive
+    last = T - (T // C - 1) * C
+    for row in table.itertuples():
+        assert row.peak_pooling_bytes == (2 * T - last) * row.pooled_width * 2, row.convention
+        # what the host receives is tiny: one float32 row of returned_width per step
+        assert row.output_bytes == (T // EVERY) * row.returned_width * 4
+        assert row.num_steps == T // EVERY
+
+
+def test_token_pair_pays_for_the_vocabulary_before_selection(table):
+    peak = table.set_index("convention")["peak_pooling_bytes"]
+    vocab = tp.MODEL_PRESETS["Qwen2.5-Math-PRM-7B"].vocab_size
+    assert peak["token_pair"] == peak["two_class"] * vocab // 2
+    assert peak["two_class"] == 2 * peak["value_head"]
+    assert 0 < table.set_index("convention").loc["token_pair", "share_of_hbm"] < 1
+
+
+def test_offload_keeps_nothing_on_the_device_and_several_lengths():
+    t = tp.prm_memory_table([4_096, T], policy="offload", conventions=["token_pair"])
+    assert t["prompt_len"].tolist() == [4_096, T]
+    assert (t["peak_pooling_bytes"] == 0).all()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown conventions"):
+        tp.prm_memory_table([T], conventions=["softmax"])
+    with pytest.raises(ValueError, match="unknown model"):
+        tp.prm_memory_table([T], model="gpt-9")
