@@ -153,7 +153,8 @@ def step_rewards():
     return _fig(tp.plot_step_rewards(scores.rewards, threshold=scores.threshold,
                                      true_first_error=record["first_error"],
                                      step_labels=record["labels"],
-                                     step_texts=record["completions"]))
+                                     step_texts=record["completions"],
+                                     title="Probe PRM on the first erroneous test solution"))
 
 
 #: Figure name (file ``docs/<name>.png``) → function; the second group needs real models.
@@ -194,9 +195,6 @@ def make_figures(
     Raises:
         ValueError: an unknown name in ``only``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     known = {**FIGURES, **MODEL_FIGURES}
@@ -230,6 +228,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-models", action="store_true",
                         help="skip the figures that load real models")
     args = parser.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")  # a command-line run draws off-screen
     make_figures(args.out, only=args.only, models=not args.no_models)
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 
 from ._style import OKABE_ITO, new_axes, styled
@@ -22,7 +21,7 @@ _METRIC_LABELS = {
 
 @styled
 def plot_chunked_error(
-    df: Any,
+    df: pd.DataFrame,
     *,
     metric: str = "max_abs_err",
     x: str = "position",

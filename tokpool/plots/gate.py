@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
@@ -20,7 +19,7 @@ _CATEGORIES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def gate_categories(table: Any) -> tuple[np.ndarray, list[str], list[str]]:
+def gate_categories(table: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]:
     """Cell categories of ``tp.task_table()``: 0 undeclared, 1 both, 2 current only, 3 neither.
 
     Returns:
@@ -47,7 +46,7 @@ def gate_categories(table: Any) -> tuple[np.ndarray, list[str], list[str]]:
 
 @styled
 def plot_task_gate(
-    table: Any,
+    table: pd.DataFrame,
     *,
     ax: Axes | None = None,
     title: str | None = "Which tasks the pooling runner serves, per model kind",

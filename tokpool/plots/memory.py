@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ._style import OKABE_ITO, format_bytes, format_tokens, new_axes, styled
+
+if TYPE_CHECKING:
+    from ..sim import SimResult
 
 #: Colour per retention policy (the same in every figure).
 POLICY_COLOURS: dict[str, str] = {
@@ -77,13 +81,13 @@ def _hardware_bytes(hardware: Any) -> tuple[str, int] | None:
     return f"{hardware.name} memory ({format_bytes(hardware.hbm_bytes)})", int(hardware.hbm_bytes)
 
 
-def _steps_frame(result_or_steps: Any) -> Any:
+def _steps_frame(result_or_steps: SimResult | pd.DataFrame) -> pd.DataFrame:
     return getattr(result_or_steps, "steps", result_or_steps)
 
 
 @styled
 def plot_memory_timeline(
-    result: Any,
+    result: SimResult | pd.DataFrame,
     *,
     ax: Axes | None = None,
     host: bool = True,
@@ -121,21 +125,24 @@ def plot_memory_timeline(
     ax.stairs(peak, edges, color="black", lw=1.2, label="peak during the step")
     if len(peak) and peak.max() > 0:
         i = int(peak.argmax())
-        ax.annotate(f"peak {format_bytes(peak[i])}", xy=(x[i], peak[i]), xytext=(-6, -2),
-                    textcoords="offset points", ha="right", va="top", fontsize=8.5)
+        ax.annotate(f"peak {format_bytes(peak[i])}", xy=(x[i], peak[i]), xytext=(0, 3),
+                    textcoords="offset points", ha="center" if 0 < i < len(x) - 1 else
+                    ("left" if i == 0 else "right"), va="bottom", fontsize=8.5)
     if host:
         ax.stairs(steps["host_bytes"].to_numpy(dtype=float), edges, color="0.45", lw=1.2,
                   ls="--", label="host memory (outputs, offload)")
-    top = max(peak.max(initial=0), bottom.max(initial=0),
-              steps["host_bytes"].max() if host else 0)
+    top = 1.15 * max(peak.max(initial=0), bottom.max(initial=0),
+                     steps["host_bytes"].max() if host else 0)  # headroom for the peak label
+    if len(ax.get_shared_y_axes().get_siblings(ax)) > 1:  # sharey: never cut another panel
+        top = max(top, ax.get_ylim()[1])
     _bytes_axis(ax.yaxis, log=False, vmax=float(top))
-    ax.set_ylim(0, top * 1.05 if top else 1)
+    ax.set_ylim(0, top or 1)
     ax.set_xlim(edges[0], edges[-1])
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.set_xlabel("engine step")
     ax.set_ylabel("bytes owned by pooling")
     if legend:
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=8)
     if title is None and hasattr(result, "config"):
         c = result.config
         lens = result.prompt_lens
@@ -147,7 +154,7 @@ def plot_memory_timeline(
     return ax
 
 
-def _select_async(df: Any, async_scheduling: bool | None) -> tuple[Any, str]:
+def _select_async(df: pd.DataFrame, async_scheduling: bool | None) -> tuple[pd.DataFrame, str]:
     values = sorted(set(df["async_scheduling"])) if "async_scheduling" in df.columns else []
     if async_scheduling is None:
         async_scheduling = values[-1] if values else None
@@ -159,7 +166,7 @@ def _select_async(df: Any, async_scheduling: bool | None) -> tuple[Any, str]:
     return chosen, "async" if async_scheduling else "sync"
 
 
-def _plot_lines(df: Any, y: str, ax: Axes, *, hue: str, floor_zero: bool,
+def _plot_lines(df: pd.DataFrame, y: str, ax: Axes, *, hue: str, floor_zero: bool,
                 zero_label: str = "0 B on the device") -> list[Any]:
     """One line per value of ``hue``; returns legend entries for all-zero series."""
     if hue not in df.columns:
@@ -189,7 +196,7 @@ def _plot_lines(df: Any, y: str, ax: Axes, *, hue: str, floor_zero: bool,
 
 @styled
 def plot_memory_vs_prompt_length(
-    df: Any,
+    df: pd.DataFrame,
     *,
     y: str = "peak_pooling_bytes",
     hardware: Any = None,
@@ -255,7 +262,7 @@ def plot_memory_vs_prompt_length(
 
 @styled
 def plot_time_vs_prompt_length(
-    df: Any,
+    df: pd.DataFrame,
     *,
     y: str = "est_pool_s",
     hue: str = "policy",

@@ -71,7 +71,7 @@ def plot_step_rewards(
         if seq is not None and len(seq) != n:
             raise ValueError(f"{name} has {len(seq)} entries for {n} rewards; pass one per step")
     pred = first_below(r, threshold) if predicted_first_error is None else predicted_first_error
-    ax = new_axes(ax, (max(4.5, 0.55 * n + 2.5), 3.6))
+    ax = new_axes(ax, (max(7.0, 0.75 * n + 4.2), 3.8))
     colours = mpl.colormaps[cmap](np.clip(r, 0.0, 1.0))
     x = np.arange(n)
     ax.bar(x, r, color=colours, width=0.7, zorder=2)
@@ -102,7 +102,7 @@ def plot_step_rewards(
     ax.set_xlim(-0.6, n - 0.4)
     ticks = [f"{i}" for i in range(n)]
     if step_texts is not None:
-        ticks = [f"{i}: {_wrap(t, 18)}" for i, t in enumerate(step_texts)]
+        ticks = [f"{i}: {_wrap(t, 24)}" for i, t in enumerate(step_texts)]
         ax.set_xticks(x, ticks, rotation=30, ha="right", fontsize=7.5)
     else:
         ax.set_xticks(x, ticks)

@@ -8,7 +8,7 @@ draws that as a step × request Gantt chart; ``plot_buffer_rows`` draws the buff
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ._style import OKABE_ITO, new_axes, styled
+
+if TYPE_CHECKING:
+    from ..sim import SimResult
 
 #: Chunk kinds, with the colour and legend text used everywhere.
 CHUNK_KINDS: dict[str, tuple[str, str]] = {
@@ -55,7 +58,7 @@ def pooling_action(config: Any, prompt_len: int, start: int, stop: int) -> str:
     return "clone" if config.policy == "clone" else "view"
 
 
-def schedule_frame(result: Any) -> pd.DataFrame:
+def schedule_frame(result: SimResult) -> pd.DataFrame:
     """One row per scheduled chunk, with its buffer rows and what pooling does with it.
 
     Args:
@@ -103,7 +106,7 @@ def schedule_frame(result: Any) -> pd.DataFrame:
     ])
 
 
-def _title(result: Any) -> str:
+def _title(result: SimResult) -> str:
     c = result.config
     mode = "async" if c.async_scheduling else "sync"
     chunked = "chunked prefill" if c.enable_chunked_prefill else "no chunked prefill"
@@ -113,7 +116,7 @@ def _title(result: Any) -> str:
 
 @styled
 def plot_ownership_schedule(
-    result: Any,
+    result: SimResult,
     *,
     ax: Axes | None = None,
     title: str | None = None,
@@ -215,7 +218,7 @@ def plot_ownership_schedule(
 
 @styled
 def plot_buffer_rows(
-    result: Any,
+    result: SimResult,
     *,
     ax: Axes | None = None,
     title: str | None = "The persistent hidden-state buffer, step by step",
@@ -275,7 +278,7 @@ def plot_buffer_rows(
     return ax
 
 
-def overwritten_requests(result: Any) -> list[int]:
+def overwritten_requests(result: SimResult) -> list[int]:
     """Requests with a chunk overwritten before being read (should equal ``result.corrupted``)."""
     frame = schedule_frame(result)
     return sorted(int(r) for r in np.unique(frame.loc[frame["overwritten_step"] >= 0, "request"]))

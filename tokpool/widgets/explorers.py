@@ -12,7 +12,7 @@ Controls that recompute use ``continuous_update=False``: work happens when a sli
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
@@ -22,6 +22,10 @@ from .ownership import parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards
 from .tokens import TOKEN_METRICS, TokenMetric, hidden_states, render_tokens
 from .view import View
+
+if TYPE_CHECKING:
+    from ..models import PoolingModel
+    from ..prm import ProcessRewardModel
 
 
 def _image() -> W.Image:
@@ -88,7 +92,7 @@ class TokenExplorer(Explorer):
         tokens: the token strings.
     """
 
-    def __init__(self, model: Any, text: str, *, layer: int = -1,
+    def __init__(self, model: PoolingModel, text: str, *, layer: int = -1,
                  metric: TokenMetric = "relative norm") -> None:
         if metric not in TOKEN_METRICS:
             raise ValueError(f"unknown metric {metric!r}; choose one of {list(TOKEN_METRICS)}")
@@ -115,7 +119,7 @@ class TokenExplorer(Explorer):
                              layer_label=label)
 
 
-def token_explorer(model: Any, text: str, *, layer: int = -1,
+def token_explorer(model: PoolingModel, text: str, *, layer: int = -1,
                    metric: TokenMetric = "relative norm") -> TokenExplorer:
     """Explore a model's per-token hidden states of ``text``: layer slider, metric menu.
 
@@ -143,7 +147,7 @@ class StepRewardExplorer(Explorer):
         scores: the last ``StepScores`` from ``prm.score``.
     """
 
-    def __init__(self, prm: Any, problem: str, steps: list[str], *,
+    def __init__(self, prm: ProcessRewardModel, problem: str, steps: list[str], *,
                  true_first_error: int | None = None,
                  step_labels: list[bool] | None = None) -> None:
         self.prm = prm
@@ -176,7 +180,7 @@ class StepRewardExplorer(Explorer):
                                    true_first_error=truth, step_labels=labels)
 
 
-def step_reward_explorer(prm: Any, problem: str, steps: list[str], *,
+def step_reward_explorer(prm: ProcessRewardModel, problem: str, steps: list[str], *,
                          true_first_error: int | None = None,
                          step_labels: list[bool] | None = None) -> StepRewardExplorer:
     """Explore a PRM's rewards for one solution: threshold slider, editable problem and steps.

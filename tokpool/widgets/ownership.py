@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 
@@ -13,6 +13,11 @@ from ..plots._style import styled
 from ..plots.memory import plot_memory_timeline
 from ..plots.schedule import plot_ownership_schedule, schedule_frame
 from .view import View
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..sim import SimResult
 
 
 def parse_prompt_lens(text: str) -> list[int]:
@@ -30,7 +35,7 @@ def parse_prompt_lens(text: str) -> list[int]:
     return lens
 
 
-def _explain(result: Any) -> list[str]:
+def _explain(result: SimResult) -> list[str]:
     """One sentence per corrupted request: which chunk was overwritten in which step."""
     frame = schedule_frame(result)
     hits = frame[frame["overwritten_step"] >= 0]
@@ -113,7 +118,7 @@ def render_ownership(
                 data={"result": result, "corrupted": list(bad)})
 
 
-def corruption_table(result: Any, request: int, *, column: int = 0) -> Any:
+def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.DataFrame:
     """What each row of a request's delivered output actually holds, with real numbers.
 
     Every row of the default synthetic source identifies its token exactly, so each delivered
@@ -147,19 +152,17 @@ def corruption_table(result: Any, request: int, *, column: int = 0) -> Any:
         raise ValueError(f"request {request} is not in 0..{len(result.prompt_lens) - 1}")
     source = SyntheticSource(cfg.width, cfg.dtype)  # simulate's default for ALL pooling
     source.prepare(result.prompt_lens)
+
+    def key(row: torch.Tensor) -> bytes:  # exact bit pattern of one row
+        return row.contiguous().view(torch.uint8).numpy().tobytes()
+
     owner: dict[bytes, str] = {}
     for r in range(len(result.prompt_lens)):
         ref = source.reference(r).to(cfg.output_dtype)  # [prompt_len, W]
         for p in range(ref.shape[0]):
-            owner[ref[p].numpy().tobytes() if ref.dtype != torch.bfloat16
-                  else ref[p].view(torch.int16).numpy().tobytes()] = f"r{r} t{p}"
-    expected = source.reference(request).to(cfg.output_dtype)
-    delivered = result.outputs[request]
-
-    def key(row: Any) -> bytes:
-        row = row.view(torch.int16) if row.dtype == torch.bfloat16 else row
-        return row.numpy().tobytes()
-
+            owner[key(ref[p])] = f"r{r} t{p}"
+    expected = source.reference(request).to(cfg.output_dtype)  # [prompt_len, W]
+    delivered = result.outputs[request]  # [prompt_len, W]
     rows = []
     for p in range(expected.shape[0]):
         holds = owner.get(key(delivered[p]), "?")

@@ -7,7 +7,7 @@ slider and a metric menu to it and caches one forward pass per layer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -15,6 +15,9 @@ import torch
 from ..plots import cosine_similarity_matrix, figure_png, plot_similarity, token_html
 from ..plots._style import as_numpy
 from .view import View
+
+if TYPE_CHECKING:
+    from ..models import PoolingModel
 
 TokenMetric = Literal["relative norm", "cosine to previous token", "cosine to text mean"]
 #: Each metric with its fixed colour range (so colours mean the same on every layer).
@@ -87,7 +90,7 @@ def render_tokens(
     return View(html=html, png=figure_png(ax.figure), data={"values": values})
 
 
-def hidden_states(model: Any, text: str, *, layer: int) -> torch.Tensor:
+def hidden_states(model: PoolingModel, text: str, *, layer: int) -> torch.Tensor:
     """``[n_tokens, hidden]`` float32 hidden states of ``text`` at ``layer`` (no activation).
 
     Goes through ``model.encode(task="token_embed")``, the same pooling path users study.
