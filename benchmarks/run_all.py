@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import sys
@@ -55,6 +56,8 @@ def verdict(ok: bool) -> str:
 
 def md_table(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     def fmt(v):
+        if isinstance(v, float) and not pd.isna(v) and v.is_integer() and abs(v) >= 1000:
+            v = int(v)
         if isinstance(v, float):
             return "" if pd.isna(v) else floatfmt.format(v)
         if isinstance(v, (int,)) and not isinstance(v, bool) and abs(v) >= 10_000:
@@ -71,6 +74,13 @@ def mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
+def human_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{int(n)} B"
+
+
 # --- sections --------------------------------------------------------------------------------
 
 
@@ -84,7 +94,9 @@ def section_pooling(pool: pd.DataFrame) -> tuple[str, dict]:
 
 `AllPool` per policy (async scheduling, chunk 2048) against the bare copies that policy must
 make (`clone`/`copy_`/`cat` of the same tensors, no pooling code): ratio = AllPool time / bound
-time, medians of interleaved runs. Target: `clone` and `prealloc` within
+time, best of N interleaved runs each (noise on this shared VM only adds time; gigabyte
+allocations alone swing 2-4x from first-touch page faults; `median_ratio` is in
+`results/pooling.csv`). Target: `clone` and `prealloc` within
 {TARGETS['copy_bound']}x of their bound.
 
 **Result: median ratio {med:.2f}x, worst {worst:.2f}x over {len(owned)} clone/prealloc cases —
@@ -202,7 +214,7 @@ and first (GGUF conversion) vs cached load. Pooling overhead target: at most
 def section_memory(mem: pd.DataFrame) -> str:
     shown = mem.copy()
     for col in [c for c in shown.columns if c.startswith("peak_at_")]:
-        shown[col] = shown[col].map(lambda v: f"{v / 2**30:,.2f} GiB")
+        shown[col] = shown[col].map(human_bytes)
     for col in ("tokens_to_1GiB", "tokens_to_10pct_card"):
         shown[col] = shown[col].map(lambda v: "never" if pd.isna(v) else f"{int(v):,}")
     card = tp.HARDWARE_PRESETS[bench_memory.HARDWARE].hbm_bytes
@@ -215,6 +227,14 @@ allocation. PRMs use STEP pooling (a step tag every 64 tokens); their head runs 
 rows are selected, so it costs nothing here — the full-width ALL cache does.
 `offload` keeps no device bytes (it moves the same bytes to host memory instead).
 
+Reading it: with the engines' float32 head and normalisation, the head's two float32 tensors
+(8 bytes per element, against 2 for the bf16 pooled rows) set the peak, so for a token_embed
+model every correct policy peaks alike; `prealloc` halves the peak only when the head does not
+allocate (bf16 head or no activation). For PRMs the head runs on the few step rows, and what
+counts is the width ALL pooling caches before STEP selects columns: 2 logits per token cost
+nothing, a full vocabulary row per token (Math-Shepherd's token pair) passes 1 GiB at 8.6k
+tokens under `clone`.
+
 {md_table(shown)}
 """
 
@@ -224,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
     parser.add_argument("--csv-dir", default=str(HERE / "results"))
+    parser.add_argument("--render-only", action="store_true",
+                        help="rewrite RESULTS.md from the CSVs of the last run (no measuring)")
     args = parser.parse_args(argv)
     csv_dir = Path(args.csv_dir)
     csv_dir.mkdir(parents=True, exist_ok=True)
@@ -232,19 +254,26 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(f"[{time.perf_counter() - began:7.1f}s] {msg}", flush=True)
 
-    say("1. pooling vs copy bound")
-    pool = pd.DataFrame(bench_pooling.run(quick=args.quick))
-    pool.to_csv(csv_dir / "pooling.csv", index=False)
-    say("3. simulator speed")
-    sim = bench_sim.run(quick=args.quick)
-    pd.DataFrame(sim["tensor"]).to_csv(csv_dir / "sim_tensor.csv", index=False)
-    pd.DataFrame([sim["sweep"]]).to_csv(csv_dir / "sim_sweep.csv", index=False)
-    say("4. real model")
-    models = pd.DataFrame(bench_models.run(quick=args.quick, progress=say))
-    models.to_csv(csv_dir / "models.csv", index=False)
-    say("5. memory vs prompt length")
-    mem = pd.DataFrame(bench_memory.run(quick=args.quick))
-    mem.to_csv(csv_dir / "memory.csv", index=False)
+    if args.render_only:
+        pool = pd.read_csv(csv_dir / "pooling.csv")
+        sim = {"sweep": pd.read_csv(csv_dir / "sim_sweep.csv").iloc[0].to_dict(),
+               "tensor": pd.read_csv(csv_dir / "sim_tensor.csv").to_dict("records")}
+        models = pd.read_csv(csv_dir / "models.csv")
+        mem = pd.read_csv(csv_dir / "memory.csv")
+    else:
+        say("1. pooling vs copy bound")
+        pool = pd.DataFrame(bench_pooling.run(quick=args.quick))
+        pool.to_csv(csv_dir / "pooling.csv", index=False)
+        say("3. simulator speed")
+        sim = bench_sim.run(quick=args.quick)
+        pd.DataFrame(sim["tensor"]).to_csv(csv_dir / "sim_tensor.csv", index=False)
+        pd.DataFrame([sim["sweep"]]).to_csv(csv_dir / "sim_sweep.csv", index=False)
+        say("4. real model")
+        models = pd.DataFrame(bench_models.run(quick=args.quick, progress=say))
+        models.to_csv(csv_dir / "models.csv", index=False)
+        say("5. memory vs prompt length")
+        mem = pd.DataFrame(bench_memory.run(quick=args.quick))
+        mem.to_csv(csv_dir / "memory.csv", index=False)
 
     parts, headline = [], {}
     for text, figures in (section_pooling(pool), section_policies(pool), section_sim(sim),
@@ -253,14 +282,21 @@ def main(argv: list[str] | None = None) -> int:
         headline.update(figures)
     parts.append(section_memory(mem))
     pd.DataFrame([headline]).to_csv(csv_dir / "headline.csv", index=False)
-    command = "python -m benchmarks.run_all" + (" --quick" if args.quick else "")
-    quick_note = " — QUICK run: small sizes, not the reference figures" if args.quick else ""
+    info_path = csv_dir / "run_info.json"
+    if args.render_only and info_path.exists():
+        info = json.loads(info_path.read_text())
+    else:
+        info = {"date": dt.date.today().isoformat(), "seconds": time.perf_counter() - began,
+                "machine": machine(), "quick": args.quick}
+        info_path.write_text(json.dumps(info, indent=1))
+    command = "python -m benchmarks.run_all" + (" --quick" if info["quick"] else "")
+    quick_note = " — QUICK run: small sizes, not the reference figures" if info["quick"] else ""
     header = f"""# Benchmark results
 
-Written by `{command}` (or `make bench`) on {dt.date.today().isoformat()} in
-{time.perf_counter() - began:,.0f} s{quick_note}.
+Written by `{command}` (or `make bench`) on {info['date']}; measuring took
+{info['seconds']:,.0f} s{quick_note}.
 
-Machine: {machine()}.
+Machine: {info['machine']}.
 
 All figures are ratios of things measured side by side in this one run, or exact bytes from the
 simulator; absolute times depend on the machine and its load and are given only for context.

@@ -16,6 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from ..sim.trace import chunk_kind
 from ._style import OKABE_ITO, new_axes, styled
 
 if TYPE_CHECKING:
@@ -33,29 +34,6 @@ CHUNK_KINDS: dict[str, tuple[str, str]] = {
 OVERWRITE_COLOUR = OKABE_ITO[3]
 INTACT_COLOUR = OKABE_ITO[2]
 
-
-
-def pooling_action(config: Any, prompt_len: int, start: int, stop: int) -> str:
-    """What pooling does with one chunk ``[start, stop)`` of a ``prompt_len``-token request.
-
-    Follows the AllPool table of DESIGN.md for ``config``'s policy, chunking and scheduling.
-
-    Returns:
-        A key of ``CHUNK_KINDS``.
-    """
-    done, first = stop == prompt_len, start == 0
-    if config.pooling_method == "LAST":
-        return "gather"
-    if config.policy == "offload":
-        return "offload"
-    if not config.enable_chunked_prefill or (done and first):
-        owned = config.async_scheduling and config.policy != "legacy"
-        return "clone" if owned else "view"
-    if config.policy == "prealloc":
-        return "prealloc"
-    if done:
-        return "view + cat"
-    return "clone" if config.policy == "clone" else "view"
 
 
 def schedule_frame(result: SimResult) -> pd.DataFrame:
@@ -79,7 +57,7 @@ def schedule_frame(result: SimResult) -> pd.DataFrame:
     for step in result.schedule:
         offset = 0
         for r, start, stop in step.chunks:
-            kind = pooling_action(result.config, result.prompt_lens[r], start, stop)
+            kind = chunk_kind(result.config, result.prompt_lens[r], start, stop)
             finish = int(requests.at[r, "finish_step"])
             delivered = int(requests.at[r, "delivered_step"])
             if kind == "view" and stop < result.prompt_lens[r]:

@@ -18,23 +18,46 @@ if TYPE_CHECKING:
 _NOMINAL_STEP_S = 1e-3  # used when there is no model preset (forward time unknown)
 
 
-def pooling_action(result: SimResult, request: int, start: int, stop: int) -> str:
-    """What pooling does with one chunk, in words (for the trace)."""
-    cfg = result.config
-    prompt_len = result.prompt_lens[request]
+#: What pooling does with one chunk (keys of ``chunk_kind``), in words for the trace.
+CHUNK_ACTIONS: dict[str, str] = {
+    "gather": "gather last row",
+    "offload": "offload copy to host",
+    "clone": "clone chunk",
+    "view": "keep view",
+    "prealloc": "copy into prealloc buffer",
+    "view + cat": "view + cat",
+}
+
+
+def chunk_kind(config, prompt_len: int, start: int, stop: int) -> str:
+    """What pooling does with one chunk ``[start, stop)`` of a ``prompt_len``-token request,
+    following DESIGN.md's AllPool table for ``config``'s policy, chunking and scheduling.
+
+    Returns:
+        One of ``"gather"`` (sequence tasks), ``"offload"``, ``"clone"``, ``"view"``,
+        ``"prealloc"``, ``"view + cat"`` (the final chunk, joined by a concat).
+    """
     done, first = stop == prompt_len, start == 0
-    if cfg.pooling_method == "LAST":
-        return "gather last row"
-    if cfg.policy == "offload":
-        return "offload copy to host"
-    if not cfg.enable_chunked_prefill or (done and first):
-        owned = cfg.async_scheduling and cfg.policy != "legacy"
-        return "clone (one shot)" if owned else "view (one shot)"
-    if cfg.policy == "prealloc":
-        return "copy into prealloc buffer"
+    if config.pooling_method == "LAST":
+        return "gather"
+    if config.policy == "offload":
+        return "offload"
+    if not config.enable_chunked_prefill or (done and first):
+        owned = config.async_scheduling and config.policy != "legacy"
+        return "clone" if owned else "view"
+    if config.policy == "prealloc":
+        return "prealloc"
     if done:
         return "view + cat"
-    return "clone chunk" if cfg.policy == "clone" else "keep view (legacy)"
+    return "clone" if config.policy == "clone" else "view"
+
+
+def pooling_action(result: SimResult, request: int, start: int, stop: int) -> str:
+    """What pooling does with one chunk, in words (for the trace)."""
+    kind = chunk_kind(result.config, result.prompt_lens[request], start, stop)
+    one_shot = start == 0 and stop == result.prompt_lens[request]
+    words = CHUNK_ACTIONS[kind]
+    return f"{words} (one shot)" if one_shot and kind in ("clone", "view") else words
 
 
 def chrome_trace(result: SimResult) -> dict:
