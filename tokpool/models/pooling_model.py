@@ -118,10 +118,6 @@ class PoolingModel:
                 return module
         return None
 
-    def _classifier_module(self) -> torch.nn.Module | None:
-        """Alias of ``classifier`` kept for callers written against the first draft."""
-        return self.classifier
-
     def _float32_classifier(self) -> torch.nn.Module | None:
         # why: heads run in float32 (engines' default head dtype), so the weights must too.
         module = self.classifier

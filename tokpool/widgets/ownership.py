@@ -141,7 +141,7 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
     import pandas as pd
     import torch
 
-    from ..sim import SyntheticSource
+    from ..sim.simulation import default_source
 
     cfg = result.config
     if result.outputs is None:
@@ -150,7 +150,7 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
         raise ValueError("corruption_table supports ALL pooling without activation only")
     if not 0 <= request < len(result.prompt_lens):
         raise ValueError(f"request {request} is not in 0..{len(result.prompt_lens) - 1}")
-    source = SyntheticSource(cfg.width, cfg.dtype)  # simulate's default for ALL pooling
+    source = default_source(cfg)  # the source simulate used for this config
     source.prepare(result.prompt_lens)
 
     def key(row: torch.Tensor) -> bytes:  # exact bit pattern of one row
