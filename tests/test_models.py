@@ -20,15 +20,7 @@ from tokpool.models.gguf_cache import MARKER, _is_complete, gguf_cache_key
 IDS = [1024 + i for i in range(37)]
 IDS2 = [2000 + i for i in range(20)]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared machine a descheduled second OpenMP thread stalls
-    every op at its barrier (10x swings seen); restored after this module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

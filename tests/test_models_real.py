@@ -18,23 +18,13 @@ import torch.nn.functional as F
 import tokpool as tp
 from tokpool.models.gguf_cache import MARKER
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.usefixtures("one_thread")]
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
     "Token-level pooling keeps one hidden state per prompt token.",
     "hi",
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared machine a descheduled second OpenMP thread stalls
-    every op at its barrier (10x swings seen); restored after this module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

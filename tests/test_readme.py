@@ -21,5 +21,5 @@ def test_readme_examples_run_in_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the examples write a trace file
     namespace: dict = {}
     for block in python_blocks():
-        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
+        exec(compile(block, str(README), "exec"), namespace)
     assert (tmp_path / "run.json").exists()
