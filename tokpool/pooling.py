@@ -17,27 +17,21 @@ See DESIGN.md ("Semantics", "Retention policies and memory") for the exact table
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
-
 import torch
 from torch import Tensor
 
+from .keep_rule import RETENTION_POLICIES, KeepRule, RetentionPolicy, check_policy, keep_rule
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates
 
-RetentionPolicy = Literal["legacy", "clone", "prealloc", "offload"]
-RETENTION_POLICIES: tuple[str, ...] = ("legacy", "clone", "prealloc", "offload")
+__all__ = [
+    "RETENTION_POLICIES", "AllPool", "CLSPool", "LastPool", "MeanPool", "RetentionPolicy",
+    "StepPool", "check_policy", "get_pooling_method",
+]
 
 #: ``probe(event, outputs_so_far)`` is called after each allocation pooling makes, so a memory
 #: ledger can measure live storages at the exact moments of a step (events: ``"retain"``,
 #: ``"concat"``, ``"clean"``; StepPool adds ``"select"``, passing every tensor it holds).
 MemoryProbe = Callable[[str, Sequence[Tensor | None]], None]
-
-
-def check_policy(policy: str) -> None:
-    if policy not in RETENTION_POLICIES:
-        raise ValueError(
-            f"unknown retention policy {policy!r}; choose one of {list(RETENTION_POLICIES)}"
-        )
 
 
 def _check_hidden(hidden_states: Tensor, cursor: PoolingCursor) -> list[int]:
@@ -94,8 +88,6 @@ class AllPool:
         self.enable_chunked_prefill = bool(enable_chunked_prefill)
         self.async_scheduling = bool(async_scheduling)
         self.policy = policy
-        # PR #50931's flag: finished outputs must own storage under async scheduling.
-        self.clone_finished = self.async_scheduling and policy != "legacy"
         self.probe: MemoryProbe | None = None
 
     def __repr__(self) -> str:
@@ -114,21 +106,68 @@ class AllPool:
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
         return self.forward(hidden_states, metadata)
 
+    def rule(self, *, finished: bool, first_chunk: bool) -> KeepRule:
+        """The ownership-table cell for one chunk (``tokpool.keep_rule``)."""
+        return keep_rule(self.policy, chunked=self.enable_chunked_prefill,
+                         async_scheduling=self.async_scheduling, finished=finished,
+                         first_chunk=first_chunk)
+
     def forward(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
         cursor = metadata.get_pooling_cursor()
         sizes = _check_hidden(hidden_states, cursor)
         chunks = list(torch.split(hidden_states, sizes))  # each [n_scheduled_i, hidden] (views)
         if not self.enable_chunked_prefill:
-            return self._forward_unchunked(chunks, cursor)
+            self._check_whole_prompts(cursor)
         states = metadata.pooling_states
         self._check_continuity(states, cursor)
-        if self.policy in ("legacy", "clone"):
-            return self._forward_cache(chunks, states, cursor)
-        return self._forward_buffer(chunks, states, cursor)
+        finished = cursor.get_finished_mask()
+        prompt_lens = cursor.prompt_lens_cpu.tolist()
+        rules = [
+            self.rule(finished=bool(done), first_chunk=state.num_cached_tokens == 0)
+            for state, done in zip(states, finished, strict=True)
+        ]
+        # 1. Keep each chunk as the table says (clones and buffer copies happen here).
+        for state, chunk, rule, prompt_len in zip(states, chunks, rules, prompt_lens,
+                                                  strict=True):
+            self._keep(state, chunk, rule, prompt_len)
+        # 2. Hand finished requests their whole prompt and clean their state.
+        outputs: list[Tensor | None] = []
+        for state, rule in zip(states, rules, strict=True):
+            if rule.returns is None:
+                outputs.append(None)
+                continue
+            if rule.returns == "chunk":
+                outputs.append(state.hidden_states_cache[0])
+            elif rule.returns == "buffer":
+                outputs.append(state.buffer)
+            else:
+                # [prompt_len, hidden], new storage; the final chunk may stay a view because
+                # the concat copies it right away.
+                outputs.append(torch.cat(state.hidden_states_cache, dim=0))
+                self._notify("concat", outputs)
+            state.clean()
+            self._notify("clean", outputs)
+        return outputs
 
-    def _forward_unchunked(
-        self, chunks: list[Tensor], cursor: PoolingCursor
-    ) -> list[Tensor | None]:
+    def _keep(self, state: PoolingStates, chunk: Tensor, rule: KeepRule, prompt_len: int) -> None:
+        if rule.keep in ("view", "clone"):
+            state.hidden_states_cache.append(chunk.clone() if rule.keep == "clone" else chunk)
+            if rule.keep == "clone":
+                self._notify("retain", [])
+            return
+        if state.buffer is None:
+            state.buffer = (
+                _host_buffer(prompt_len, chunk)
+                if rule.keep == "host"
+                else chunk.new_empty((prompt_len, chunk.shape[1]))  # [prompt_len, hidden]
+            )
+        start = state.num_filled
+        state.buffer[start : start + chunk.shape[0]].copy_(chunk)
+        state.num_filled += chunk.shape[0]
+        self._notify("retain", [])
+
+    @staticmethod
+    def _check_whole_prompts(cursor: PoolingCursor) -> None:
         partial = [
             (i, s, p)
             for i, (s, p) in enumerate(zip(cursor.num_scheduled_tokens_cpu.tolist(),
@@ -141,20 +180,6 @@ class AllPool:
                 f"chunked prefill is disabled but request {i} has {s} of {p} prompt tokens "
                 "scheduled; use AllPool(enable_chunked_prefill=True) or schedule whole prompts"
             )
-        if self.policy == "offload":
-            outputs: list[Tensor | None] = []
-            for chunk in chunks:
-                host = _host_buffer(chunk.shape[0], chunk)
-                outputs.append(host.copy_(chunk))
-                self._notify("retain", outputs)
-            return outputs
-        if not self.clone_finished:
-            return list(chunks)
-        outputs = []
-        for chunk in chunks:
-            outputs.append(chunk.clone())
-            self._notify("retain", outputs)
-        return outputs
 
     @staticmethod
     def _check_continuity(states: list[PoolingStates], cursor: PoolingCursor) -> None:
@@ -168,73 +193,6 @@ class AllPool:
                     f"but its pooling state holds {state.num_cached_tokens}; pass the previous "
                     "step's meta.pooling_states as states= (and clean states on preemption)"
                 )
-
-    def _forward_cache(
-        self, chunks: list[Tensor], states: list[PoolingStates], cursor: PoolingCursor
-    ) -> list[Tensor | None]:
-        finished = cursor.get_finished_mask()
-        # 1. Retain this step's chunk in the request's cache. Unfinished chunks outlive the
-        #    step in every mode; a one-shot finish under async scheduling is read after the
-        #    next step has started writing the buffer. Both must own their storage.
-        for state, chunk, done in zip(states, chunks, finished, strict=True):
-            owned = self.policy == "clone" and (
-                not done or (self.clone_finished and not state.hidden_states_cache)
-            )
-            state.hidden_states_cache.append(chunk.clone() if owned else chunk)
-            if owned:
-                self._notify("retain", [])
-        # 2. Hand finished requests their whole prompt; the final chunk may stay a view because
-        #    the concat below copies it into new storage.
-        outputs: list[Tensor | None] = []
-        for state, done in zip(states, finished, strict=True):
-            if not done:
-                outputs.append(None)
-                continue
-            cache = state.hidden_states_cache
-            if len(cache) == 1:
-                outputs.append(cache[0])
-            else:
-                outputs.append(torch.cat(cache, dim=0))  # [prompt_len, hidden], new storage
-                self._notify("concat", outputs)
-            state.clean()
-            self._notify("clean", outputs)
-        return outputs
-
-    def _forward_buffer(
-        self, chunks: list[Tensor], states: list[PoolingStates], cursor: PoolingCursor
-    ) -> list[Tensor | None]:
-        finished = cursor.get_finished_mask()
-        prompt_lens = cursor.prompt_lens_cpu.tolist()
-        offload = self.policy == "offload"
-        outputs: list[Tensor | None] = []
-        for state, chunk, done, prompt_len in zip(states, chunks, finished, prompt_lens,
-                                                  strict=True):
-            one_shot = done and state.buffer is None
-            if one_shot and not offload:
-                # prealloc changes only multi-chunk requests; a one-shot finish follows the
-                # clone rule (owned only when the next step may overwrite the buffer).
-                outputs.append(chunk.clone() if self.clone_finished else chunk)
-                if self.clone_finished:
-                    self._notify("retain", outputs)
-                continue
-            if state.buffer is None:
-                state.buffer = (
-                    _host_buffer(prompt_len, chunk)
-                    if offload
-                    else chunk.new_empty((prompt_len, chunk.shape[1]))  # [prompt_len, hidden]
-                )
-            start = state.num_filled
-            state.buffer[start : start + chunk.shape[0]].copy_(chunk)
-            state.num_filled += chunk.shape[0]
-            if not done:
-                outputs.append(None)
-                self._notify("retain", outputs)
-                continue
-            outputs.append(state.buffer)
-            self._notify("retain", outputs)
-            state.clean()
-            self._notify("clean", outputs)
-        return outputs
 
 
 class StepPool(AllPool):

@@ -16,6 +16,9 @@ from .source import SYNTHETIC_STEP_TAG_ID
 SimTask = Literal["token_embed", "token_classify", "embed", "classify"]
 SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classify")
 SimPooling = Literal["ALL", "STEP", "LAST"]
+OutputMemory = Literal["vllm", "one_buffer"]
+OUTPUT_MEMORIES: tuple[str, ...] = ("vllm", "one_buffer")
+DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE = 512
 TOKEN_SIM_TASKS = frozenset({"token_embed", "token_classify"})
 _CLASSIFY_TASKS = frozenset({"token_classify", "classify"})
 
@@ -68,6 +71,15 @@ class SimConfig:
         policy: what pooling keeps between steps: one of ``tp.RETENTION_POLICIES``.
         model: a model preset name (``tp.MODEL_PRESETS``) or ``ModelPreset`` for time estimates.
         hardware: a hardware preset name (``tp.HARDWARE_PRESETS``) or ``Hardware``.
+        output_memory: where each step's hidden states live. ``"vllm"``: a step whose token
+            count pads to a CUDA-graph capture size replays into persistent graph output memory
+            (rows ``[0, padded)``, rewritten by later replays); a larger step runs eagerly into
+            a fresh tensor (never overwritten; a kept view pins all of it). ``"one_buffer"``:
+            the teaching model, every step rewrites rows ``[0, n)`` of one buffer of
+            ``max_num_batched_tokens`` rows.
+        enforce_eager: no CUDA graphs: every step is eager (vLLM's ``--enforce-eager``).
+        max_cudagraph_capture_size: largest captured step, tokens (vLLM's default 512).
+        cudagraph_capture_sizes: the captured sizes (default vLLM's list up to the max).
 
     Raises:
         ValueError: a value that makes no sense, named in the message.
@@ -96,6 +108,10 @@ class SimConfig:
     policy: RetentionPolicy = "clone"
     model: str | ModelPreset | None = None
     hardware: str | Hardware = "H100 SXM"
+    output_memory: OutputMemory = "one_buffer"
+    enforce_eager: bool = False
+    max_cudagraph_capture_size: int | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
@@ -106,7 +122,22 @@ class SimConfig:
         _check_int("num_returned_columns", self.num_returned_columns, minimum=1, optional=True)
         _check_int("step_tag_every", self.step_tag_every, minimum=1, optional=True)
         _check_int("step_tag_id", self.step_tag_id, minimum=0, optional=True)
-        for name in ("use_activation", "enable_chunked_prefill", "async_scheduling"):
+        _check_int("max_cudagraph_capture_size", self.max_cudagraph_capture_size, minimum=1,
+                   optional=True)
+        if self.output_memory not in OUTPUT_MEMORIES:
+            raise ValueError(
+                f"unknown output_memory {self.output_memory!r}; use one of {list(OUTPUT_MEMORIES)}"
+            )
+        if self.cudagraph_capture_sizes is not None:
+            sizes = tuple(self.cudagraph_capture_sizes)
+            if not sizes or any(isinstance(x, bool) or not isinstance(x, int) or x < 1
+                                for x in sizes):
+                raise ValueError(
+                    f"cudagraph_capture_sizes must be positive ints, got {sizes!r}"
+                )
+            set_(self, "cudagraph_capture_sizes", tuple(sorted(set(sizes))))
+        for name in ("use_activation", "enable_chunked_prefill", "async_scheduling",
+                     "enforce_eager"):
             _check_bool(name, getattr(self, name))
         if self.task not in SIM_TASKS:
             raise ValueError(f"unknown task {self.task!r}; the simulator runs {list(SIM_TASKS)}")
@@ -205,12 +236,37 @@ class SimConfig:
         return SYNTHETIC_STEP_TAG_ID if self.step_tag_every is not None else None
 
     @property
+    def capture_sizes(self) -> tuple[int, ...]:
+        """Step sizes (tokens) that replay a CUDA graph; empty when eager or ``one_buffer``."""
+        if self.output_memory != "vllm" or self.enforce_eager:
+            return ()
+        if self.cudagraph_capture_sizes is not None:
+            return self.cudagraph_capture_sizes
+        from .step_memory import cudagraph_capture_sizes
+
+        top = self.max_cudagraph_capture_size or DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE
+        return cudagraph_capture_sizes(min(top, self.max_num_batched_tokens))
+
+    @property
+    def graph_buffer_rows(self) -> int:
+        """Rows of the persistent graph output buffer: the largest capture size (0: eager)."""
+        sizes = self.capture_sizes
+        return sizes[-1] if sizes else 0
+
+    @property
+    def buffer_rows(self) -> int:
+        """Rows of the persistent output memory every replay (or step) rewrites."""
+        if self.output_memory == "one_buffer":
+            return self.max_num_batched_tokens
+        return self.graph_buffer_rows
+
+    @property
     def buffer_bytes(self) -> int:
-        """The persistent hidden-state buffer, bytes."""
+        """The persistent hidden-state buffer, bytes (graph output memory under ``"vllm"``)."""
         return (
-            self.max_num_batched_tokens  # rows
-            * self.width                 # columns
-            * self.dtype_size            # bytes per element
+            self.buffer_rows     # rows
+            * self.width         # columns
+            * self.dtype_size    # bytes per element
         )
 
     def replace(self, **changes) -> SimConfig:

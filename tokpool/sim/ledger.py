@@ -57,6 +57,9 @@ STEP_COLUMNS: dict[str, str] = {
                   "copies, STEP selections, LAST gathers, head cast/activation outputs",
     "d2h_bytes": "bytes copied device -> host in the step: delivered outputs (under async, "
                  "the previous step's) and offload's per-chunk copies",
+    "stranded_bytes": "part of pool_bytes that is stranded: rows of earlier EAGER steps' "
+                      "output tensors that no kept view covers but that views keep alive "
+                      "(a view pins its whole step tensor)",
     "est_forward_s": "ESTIMATE: roofline forward time of the step (NaN without a model preset)",
     "est_pool_s": "ESTIMATE: 2 * copy_bytes / HBM bandwidth",
     "est_d2h_s": "ESTIMATE: d2h_bytes / PCIe bandwidth",
@@ -73,6 +76,8 @@ REQUEST_COLUMNS: dict[str, str] = {
     "num_chunks": "steps it was scheduled in",
     "output_bytes": "host bytes of its delivered output",
     "corrupted": "the delivered output differs from the reference",
+    "stranded_bytes": "most bytes its kept views pinned at once beyond its own rows (other "
+                      "requests' rows of an eager step's output tensor)",
 }
 
 
@@ -92,6 +97,7 @@ class StepRecord:
     host_bytes: int
     copy_bytes: int
     d2h_bytes: int
+    stranded_bytes: int
     context_sum: int  # Σ (position + 1) over the step's tokens, for the time model
 
 
@@ -107,6 +113,7 @@ class RequestRecord:
     num_chunks: int = 0
     output_bytes: int = 0
     corrupted: bool = False
+    stranded_bytes: int = 0
 
 
 BYTE_COLUMNS: tuple[str, ...] = tuple(

@@ -29,6 +29,9 @@ class SimResult:
         peak_device_bytes: ``peak_pooling_bytes + buffer_bytes``.
         schedule: the compute steps and their chunks.
         outputs: tensor mode only: each request's delivered host output, input order.
+        chunks: one row per (step, request) chunk: what the keep rule did with it, when it
+            was read, which step overwrote it (columns in ``tokpool.sim.CHUNK_COLUMNS``).
+        closed_form: ``mode="closed_form"`` only: the formula's numbers (``summary()``).
     """
 
     config: SimConfig
@@ -42,6 +45,8 @@ class SimResult:
     peak_device_bytes: int
     schedule: list[ScheduledStep] = field(repr=False)
     outputs: list[Tensor] | None = field(default=None, repr=False)
+    chunks: pd.DataFrame | None = field(default=None, repr=False)
+    closed_form: dict | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         c = self.config
@@ -54,6 +59,8 @@ class SimResult:
 
     def summary(self) -> dict:
         """The run as one flat row (the columns of ``tp.sweep``); times are ESTIMATES."""
+        if self.closed_form is not None:
+            return dict(self.closed_form)
         steps = self.steps
         return {
             "prompt_len": int(sum(self.prompt_lens)),

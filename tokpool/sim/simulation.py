@@ -5,16 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from .analytic import run_analytic
+import numpy as np
+
+import pandas as pd
+
 from .config import SimConfig
+from .counting import run_counting
 from .hardware import estimate_step_times
 from .ledger import requests_frame, steps_frame
+from .loop import CHUNK_COLUMNS
 from .result import SimResult
 from .scheduler import check_prompt_lens, schedule
 from .source import SYNTHETIC_STEP_TAG_ID, HiddenStateSource, SyntheticSource, check_source
 from .tensor import run_tensor
 
-SimMode = Literal["tensor", "analytic"]
+SimMode = Literal["tensor", "analytic", "closed_form"]
+SIM_MODES: tuple[str, ...] = ("tensor", "analytic", "closed_form")
 
 
 def default_source(config: SimConfig) -> SyntheticSource:
@@ -34,6 +40,7 @@ def simulate(
     mode: SimMode = "tensor",
     source: HiddenStateSource | None = None,
     arrival_steps: Sequence[int] | None = None,
+    device: str = "cpu",
 ) -> SimResult:
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
@@ -42,11 +49,15 @@ def simulate(
         config: the engine (default ``SimConfig()``).
         mode: ``"tensor"`` runs real tensors through the core's poolers and heads, measures
             real storages and checks every output against the source's reference;
-            ``"analytic"`` computes the same ledger with integers (no allocation; fast for
-            million-token prompts). Both agree to the byte on every column.
+            ``"analytic"`` runs the same loop with integer bookkeeping (no allocation; fast for
+            million-token prompts); ``"closed_form"`` solves one request by formula (no step
+            table: ``steps`` and ``chunks`` are empty; ``summary()`` has every number). All
+            three agree to the byte.
         source: where hidden states come from (tensor mode); default a ``SyntheticSource``.
             In analytic mode only its ``token_ids`` are used (STEP tag rows).
         arrival_steps: per request, the first step it may be scheduled in (default all 0).
+        device: tensor mode: where the step's tensors live (``"cuda"`` makes it the GPU step
+            simulator: host copies on a side stream into pinned memory).
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
@@ -64,9 +75,11 @@ def simulate(
     config = SimConfig() if config is None else config
     if not isinstance(config, SimConfig):
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
-    if mode not in ("tensor", "analytic"):
-        raise ValueError(f"unknown mode {mode!r}; use 'tensor' or 'analytic'")
+    if mode not in SIM_MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
     lens = check_prompt_lens(prompt_lens)
+    if mode == "closed_form":
+        return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
     steps = schedule(
         lens,
         max_num_batched_tokens=config.max_num_batched_tokens,
@@ -82,9 +95,10 @@ def simulate(
         if source is None:
             source = default_source(config)
             source.prepare(lens)
-        records, requests, corrupted, outputs = run_tensor(lens, config, steps, source)
+        records, requests, corrupted, outputs, engine = run_tensor(
+            lens, config, steps, source, device=device)
     else:
-        records, requests, corrupted = run_analytic(lens, config, steps, source=source)
+        records, requests, corrupted, engine = run_counting(lens, config, steps, source=source)
     times = estimate_step_times(
         [r.num_scheduled_tokens for r in records],
         [r.context_sum for r in records],
@@ -109,4 +123,47 @@ def simulate(
         peak_device_bytes=peak + config.buffer_bytes,
         schedule=steps,
         outputs=outputs,
+        chunks=chunks_frame(engine.chunks),
+    )
+
+
+def chunks_frame(chunks) -> pd.DataFrame:
+    """``SimResult.chunks`` from the loop's chunk records, ``CHUNK_COLUMNS`` order."""
+    frame = pd.DataFrame([vars(c) for c in chunks], columns=list(CHUNK_COLUMNS))
+    for name in ("read_at_step", "overwritten_at_step"):
+        frame[name] = frame[name].astype("Int64")  # NA where no step applies
+    return frame.astype({c: "int64" for c in ("step", "request", "token_start", "token_end",
+                                               "buffer_row_start")} | {"eager": bool,
+                                                                       "owned": bool})
+
+
+def _closed_form_result(lens, config, *, source, arrival_steps) -> SimResult:
+    from .closed_form import single_request
+    from .ledger import REQUEST_COLUMNS, STEP_COLUMNS
+
+    if len(lens) != 1 or source is not None or arrival_steps is not None:
+        raise ValueError(
+            "mode='closed_form' solves ONE request from the synthetic source with no arrival "
+            f"steps (got {len(lens)} requests, source={source!r}, arrival_steps="
+            f"{arrival_steps!r}); use mode='analytic' for anything else"
+        )
+    values = {k: v[0] if hasattr(v, "__len__") else v
+              for k, v in single_request(np.asarray(lens, dtype=np.int64), config).items()}
+    peak = int(values["peak_pooling_bytes"])
+    summary = {"prompt_len": lens[0], "policy": config.policy,
+               "async_scheduling": config.async_scheduling}
+    summary |= {k: (bool(v) if k == "corrupted" else v.item() if hasattr(v, "item") else v)
+                for k, v in values.items() if k != "peak_device_bytes"}
+    summary["peak_device_bytes"] = peak + config.buffer_bytes
+    requests = pd.DataFrame([{
+        "request": 0, "prompt_len": lens[0], "first_step": 0, "finish_step": -1,
+        "delivered_step": -1, "num_chunks": -1, "output_bytes": int(values["output_bytes"]),
+        "corrupted": bool(values["corrupted"]), "stranded_bytes": -1,
+    }], columns=list(REQUEST_COLUMNS))
+    return SimResult(
+        config=config, mode="closed_form", prompt_lens=lens,
+        steps=pd.DataFrame(columns=list(STEP_COLUMNS)), requests=requests,
+        corrupted=[0] if values["corrupted"] else [], peak_pooling_bytes=peak,
+        buffer_bytes=config.buffer_bytes, peak_device_bytes=peak + config.buffer_bytes,
+        schedule=[], chunks=pd.DataFrame(columns=list(CHUNK_COLUMNS)), closed_form=summary,
     )

@@ -1,0 +1,288 @@
+"""Counting backend ("analytic" mode): the engine loop with integers instead of tensors.
+
+A tensor is a ``_Storage`` record (bytes, device or host, reference count); a view of a step's
+output memory is a ``_View`` (which rows, and the eager output it pins, if any). Pooling follows
+``AllPool``'s two passes exactly — keep every chunk as the keep rule says, then hand finished
+requests their output — so allocations happen at the same moments as in tensor mode, and the
+peak is taken right after each of them. Nothing is allocated, so a million-token prompt costs
+only its step count: each step touches the requests in it and the views still intact.
+Corruption is judged by the loop (``tokpool.sim.loop``) from the views it tracked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..heads import dtype_size
+from ..keep_rule import KeepRule
+from .config import SimConfig
+from .ledger import RequestRecord, StepRecord
+from .loop import EngineLoop, KeptRows
+from .scheduler import ScheduledStep
+from .step_memory import StepOutput
+
+
+class _Storage:
+    """A tensor's storage: ``nbytes`` on the device or the host, alive while ``refs > 0``.
+    A step's eager output is not pooling's while its step runs (``counted`` is False)."""
+
+    __slots__ = ("counted", "host", "nbytes", "refs")
+
+    def __init__(self, nbytes: int, host: bool, counted: bool = True) -> None:
+        self.nbytes = nbytes
+        self.host = host
+        self.refs = 0
+        self.counted = counted
+
+
+@dataclass(frozen=True)
+class _View:
+    """Rows of a step's output memory; owns nothing, but pins ``base`` (an eager output)."""
+
+    rows: int
+    base: _Storage | None
+
+
+Handle = _Storage | _View
+
+
+@dataclass
+class _State:
+    cache: list[Handle] = field(default_factory=list)
+    buffer: _Storage | None = None
+    owned: int = 0  # device bytes of its clones and buffer
+
+
+class CountingEngine(EngineLoop):
+    """Runs a schedule with integer bookkeeping; see the module docstring."""
+
+    def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows) -> None:
+        super().__init__(prompt_lens, config, kept)
+        self.offload = config.policy == "offload" and config.pooling_method != "LAST"
+        self.states: dict[int, _State] = {}
+        self.device_live = 0  # device bytes of live (counted) storages, right now
+        self.host_live = 0  # host bytes of live storages (offload buffers, host outputs)
+        self.peak_step = 0
+        self.copy = 0
+        self.d2h = 0
+        self.delivered_bytes = 0
+        self._step_output: _Storage | None = None
+
+    # --- storage bookkeeping ---------------------------------------------------------------
+
+    def _alloc(self, nbytes: int, host: bool = False) -> _Storage:
+        s = _Storage(nbytes, host)
+        self._hold(s)
+        if not host:
+            self.copy += nbytes  # every new device tensor is written in full by its op
+            self.peak_step = max(self.peak_step, self.device_live)
+        return s
+
+    def _count(self, s: _Storage, sign: int) -> None:
+        if s.host:
+            self.host_live += sign * s.nbytes
+        elif s.counted:
+            self.device_live += sign * s.nbytes
+
+    def _hold(self, t: Handle | None) -> None:
+        s = t.base if isinstance(t, _View) else t
+        if s is not None:
+            if s.refs == 0:
+                self._count(s, +1)
+            s.refs += 1
+
+    def _drop(self, t: Handle | None) -> None:
+        s = t.base if isinstance(t, _View) else t
+        if s is not None:
+            s.refs -= 1
+            if s.refs == 0:
+                self._count(s, -1)
+
+    # --- loop hooks --------------------------------------------------------------------------
+
+    def begin_iteration(self, index: int) -> None:
+        self.copy = 0
+        self.d2h = 0
+        self.peak_step = self.device_live  # what the step starts with
+
+    def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
+        self._step_output = (_Storage(out.rows * self.row_bytes, False, counted=False)
+                             if out.eager else None)
+        for r, start, _ in step.chunks:
+            if start == 0:
+                self.states[r] = _State()
+
+    def end_iteration(self, index: int) -> None:
+        s = self._step_output
+        if s is not None:  # the engine lets go of the step's output: views now pin it
+            s.counted = True
+            if s.refs:
+                self.device_live += s.nbytes
+            self._step_output = None
+
+    def pool(self, index: int, step: ScheduledStep, rules: list[KeepRule]) -> dict[int, Handle]:
+        """Pooling's outputs for the finished requests (held), in batch order."""
+        if self.cfg.pooling_method == "LAST":
+            return self._pool_last(step)
+        rb = self.row_bytes
+        # 1. keep each chunk as the rule says (AllPool's first pass).
+        for (r, start, stop), rule in zip(step.chunks, rules, strict=True):
+            state = self.states[r]
+            n = stop - start
+            if rule.keep == "view":
+                view = _View(n, self._step_output)
+                self._hold(view)
+                state.cache.append(view)
+            elif rule.keep == "clone":
+                state.cache.append(self._alloc(n * rb))
+                state.owned += n * rb
+            else:  # "buffer" / "host": copy into the request's buffer
+                host = rule.keep == "host"
+                if state.buffer is None:
+                    state.buffer = _Storage(self.lens[r] * rb, host)
+                    self._hold(state.buffer)  # allocated empty: no bytes written yet
+                    state.owned += 0 if host else self.lens[r] * rb
+                if host:
+                    self.d2h += n * rb  # chunk copied device -> host
+                else:
+                    self.copy += n * rb  # chunk copied into the owned buffer
+                    self.peak_step = max(self.peak_step, self.device_live)
+        # 2. hand finished requests their output (AllPool's second pass).
+        pooled: dict[int, Handle] = {}
+        for (r, _, _), rule in zip(step.chunks, rules, strict=True):
+            if rule.returns is None:
+                continue
+            state = self.states[r]
+            if rule.returns == "cat":
+                out = self._alloc(self.lens[r] * rb)  # [prompt_len, W], held by the output
+            else:
+                out = state.cache[0] if rule.returns == "chunk" else state.buffer
+                self._hold(out)
+            for t in (*state.cache, state.buffer):
+                self._drop(t)
+            del self.states[r]  # cleaned on finish
+            pooled[r] = out
+        if self.cfg.pooling_method == "STEP":
+            pooled = self._select(pooled)
+        return pooled
+
+    def _pool_last(self, step: ScheduledStep) -> dict[int, Handle]:
+        # LastPool gathers the last scheduled row of every request: [n_requests, W], owned.
+        gather = self._alloc(len(step.chunks) * self.row_bytes)
+        pooled: dict[int, Handle] = {}
+        for r in step.finished:
+            pooled[r] = gather  # row r of it: a view, keeps the whole gather alive
+            self._hold(gather)
+            del self.states[r]
+        self._drop(gather)
+        return pooled
+
+    def _select(self, pooled: dict[int, Handle]) -> dict[int, Handle]:
+        """STEP: columns, then tag rows; the AllPool outputs die when StepPool returns."""
+        cfg = self.cfg
+        s, host = cfg.dtype_size, self.offload
+        columns = cfg.selected_columns
+        tag = cfg.effective_step_tag_id
+        out: dict[int, Handle] = {}
+        for r, data in pooled.items():
+            n = self.lens[r]
+            width = cfg.width
+            col = None
+            if columns is not None:
+                width = len(columns)
+                col = self._alloc(n * width * s, host)  # [prompt_len, k]
+                data = col
+            if tag is not None:
+                data = self._alloc(self.kept.count(r, 0, n) * width * s, host)  # [n_tags, k]
+                self._drop(col)  # the column selection dies once rows are picked from it
+            elif col is None:
+                self._hold(data)  # no selection: StepPool returns AllPool's tensor itself
+            out[r] = data
+        for t in pooled.values():
+            self._drop(t)
+        return out
+
+    def head(self, step: ScheduledStep, pooled: dict[int, Handle]) -> list:
+        """Cast, then activation, per finished request; returns what the host copy reads."""
+        cfg = self.cfg
+        host = self.offload
+        outs = []
+        for r in step.finished:
+            x = pooled[r]
+            rows, width = self._out_shape(r)
+            size = cfg.dtype_size
+            y, category = x, "output"
+            cast = None
+            if cfg.head_casts:
+                size = dtype_size(cfg.head_dtype)
+                cast = self._alloc(rows * width * size, host)  # [rows, width] head dtype
+                y, category = cast, "head"
+            if cfg.use_activation:
+                y, category = self._alloc(rows * width * size, host), "head"
+                self._drop(cast)
+            elif cast is None:
+                self._hold(x)  # identity head: the output IS pooling's tensor
+            outs.append((r, (y, rows * width * size), category))
+        for t in pooled.values():
+            self._drop(t)
+        return outs
+
+    def _out_shape(self, request: int) -> tuple[int, int]:
+        cfg = self.cfg
+        if cfg.pooling_method == "LAST":
+            return 1, cfg.width
+        return self.kept.count(request, 0, self.lens[request]), cfg.output_width
+
+    def deliver(self, index: int, request: int, output) -> int:
+        t, nbytes = output
+        if not (isinstance(t, _Storage) and t.host):
+            self.d2h += nbytes  # a device tensor (or a view) copied to the host
+        self.delivered_bytes += nbytes
+        self._drop(t)
+        return nbytes
+
+    def memory(self) -> dict[str, int]:
+        """End-of-step device bytes by category, unique storages (cache > output > head)."""
+        seen: set[int] = set()
+        totals = {"cache": 0, "output": 0, "head": 0}
+
+        def add(t: Handle | None, category: str) -> None:
+            s = t.base if isinstance(t, _View) else t
+            if s is not None and not s.host and s.counted and id(s) not in seen:
+                seen.add(id(s))
+                totals[category] += s.nbytes
+
+        for state in self.states.values():
+            totals["cache"] += state.owned  # clones and buffers: never shared
+            for t in state.cache:
+                if isinstance(t, _View):
+                    add(t, "cache")
+        for category in ("output", "head"):
+            for _, (t, _), cat in self.pending:
+                if cat == category:
+                    add(t, category)
+        if sum(totals.values()) != self.device_live:  # an internal bookkeeping error
+            raise RuntimeError(f"counting ledger out of balance: {totals} vs {self.device_live}")
+        return {
+            "pool_bytes": self.device_live,
+            "pool_peak_bytes": max(self.peak_step, self.device_live),
+            "pool_cache_bytes": totals["cache"],
+            "pool_output_bytes": totals["output"],
+            "pool_head_bytes": totals["head"],
+            "host_bytes": self.host_live + self.delivered_bytes,
+            "copy_bytes": self.copy,
+            "d2h_bytes": self.d2h,
+        }
+
+
+def run_counting(
+    prompt_lens: Sequence[int], config: SimConfig, steps: Sequence[ScheduledStep], *, source=None
+) -> tuple[list[StepRecord], list[RequestRecord], set[int], CountingEngine]:
+    """Counting-mode ledger of a schedule: ``(step records, request records, corrupted,
+    engine)``; the engine holds ``chunks``."""
+    kept = KeptRows.for_config(config, source, len(prompt_lens))
+    engine = CountingEngine(prompt_lens, config, kept)
+    records = engine.run(steps)
+    engine.finish(engine.judged)
+    return records, engine.requests, engine.judged, engine

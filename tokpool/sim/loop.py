@@ -1,0 +1,281 @@
+"""The one engine step loop, shared by the tensor and counting backends.
+
+One iteration (step N), in this order:
+
+1. the step's hidden states are written where the engine would put them
+   (``tokpool.sim.step_memory``: graph output memory rewritten by later replays, a fresh eager
+   tensor, or the teaching model's one buffer); the write destroys kept views it covers;
+2. pooling decides per chunk from the keep rule (``tokpool.keep_rule``) and runs:
+   ``AllPool``/``StepPool`` for token tasks, ``LastPool`` for sequence tasks;
+3. the head runs on each finished request (cast to the head dtype, then the activation);
+4. host copies: synchronous scheduling copies step N's outputs now; async scheduling copies
+   step N-1's outputs now — after step N rewrote output memory (the race of DESIGN.md "Why the
+   clone exists") — and leaves step N's for the next iteration.
+
+The loop owns everything that does not depend on how bytes are held: the schedule, request
+records, ``SimResult.chunks`` (what the keep rule did with each chunk, when it was read, which
+step overwrote it), the views pooling keeps and the memory they pin. A backend subclass does the
+pooling, head and host copies: ``TensorEngine`` on real tensors (bytes measured from storages,
+corruption seen by an exact oracle), ``CountingEngine`` with integers (corruption judged here,
+from the views the loop tracked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..keep_rule import KeepRule, keep_rule
+from .config import SimConfig
+from .ledger import RequestRecord, StepRecord
+from .scheduler import ScheduledStep, engine_steps
+from .step_memory import KeptView, StepOutput, ViewTracker, step_output_for
+
+
+class KeptRows:
+    """Which positions of each prompt pooling delivers: all, none, every k-th, or listed.
+
+    Args:
+        every: STEP tag period (positions ``k-1, 2k-1, ...``), or ``None``.
+        positions: per request, sorted numpy arrays of kept positions (from token ids).
+        keep_all: no row selection.
+    """
+
+    def __init__(self, *, every: int | None = None,
+                 positions: Sequence[np.ndarray] | None = None, keep_all: bool = False) -> None:
+        self.every = every
+        self.positions = positions
+        self.keep_all = keep_all
+
+    @classmethod
+    def for_config(cls, config: SimConfig, source=None, n_requests: int = 0) -> KeptRows:
+        tag = config.effective_step_tag_id
+        if config.pooling_method != "STEP" or tag is None:
+            return cls(keep_all=True)
+        if source is not None:
+            ids = [source.token_ids(r) for r in range(n_requests)]
+            if all(i is not None for i in ids):
+                return cls(positions=[np.flatnonzero(i.numpy() == tag) for i in ids])
+        return cls(every=config.step_tag_every)  # synthetic prompts; None = no tags at all
+
+    def count(self, request: int, lo: int, hi: int) -> int:
+        """Kept positions in ``[lo, hi)``."""
+        if hi <= lo:
+            return 0
+        if self.keep_all:
+            return hi - lo
+        if self.positions is not None:
+            pos = self.positions[request]
+            return int(np.searchsorted(pos, hi) - np.searchsorted(pos, lo))
+        if self.every is None:
+            return 0
+        return hi // self.every - lo // self.every
+
+
+@dataclass
+class ChunkRecord:
+    """One row of ``SimResult.chunks`` (see ``CHUNK_COLUMNS``)."""
+
+    step: int
+    request: int
+    token_start: int
+    token_end: int
+    buffer_row_start: int
+    eager: bool
+    action: str
+    owned: bool
+    read_at_step: int | None = None
+    overwritten_at_step: int | None = None
+
+
+#: ``SimResult.chunks`` columns, one line each.
+CHUNK_COLUMNS: dict[str, str] = {
+    "step": "engine step that computed the chunk",
+    "request": "index in prompt_lens",
+    "token_start": "first prompt position of the chunk",
+    "token_end": "one past its last position (half-open: [token_start, token_end))",
+    "buffer_row_start": "first row of the step's output memory holding the chunk",
+    "eager": "the step ran eagerly: a fresh output tensor, never overwritten (graph replays "
+             "and the teaching buffer are rewritten by later steps)",
+    "action": "what pooling did with it (keep rule label: clone, view, view + cat, prealloc, "
+              "offload; gather for sequence pooling)",
+    "owned": "pooling holds an owned copy (False: only a view of output memory)",
+    "read_at_step": "step whose cat, copy or host copy read the chunk's rows",
+    "overwritten_at_step": "first step that rewrote rows of a kept view before that read (NA "
+                           "when none did); the request is corrupted when a delivered row "
+                           "was among them",
+}
+
+
+def copies_at_finish(config: SimConfig) -> bool:
+    """Does the pipeline copy a finished output within its step (STEP selection, a head cast or
+    activation)? Then a one-shot view is read there, not by the host copy."""
+    step_selects = config.pooling_method == "STEP" and (
+        config.selected_columns is not None or config.effective_step_tag_id is not None
+    )
+    return step_selects or config.head_casts or config.use_activation
+
+
+class EngineLoop:
+    """The step loop; subclasses implement the backend hooks (``write_step`` ... ``record``)."""
+
+    def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows) -> None:
+        self.lens = list(prompt_lens)
+        self.cfg = config
+        self.kept = kept
+        self.row_bytes = config.width * config.dtype_size  # one hidden row, bytes
+        self.requests = [RequestRecord(r, n) for r, n in enumerate(self.lens)]
+        self.chunks: list[ChunkRecord] = []
+        self.tracker = ViewTracker()
+        self.judged: set[int] = set()  # corrupted, judged from the views the loop tracked
+        self.pending: list[tuple[int, Any, str]] = []  # awaiting the host copy (async)
+        self._views: dict[int, list[tuple[KeptView, ChunkRecord]]] = {}
+        self._eager_rows: dict[int, int] = {}  # eager region -> rows, while views pin it
+        self._next_region = 1
+        self._copies_at_finish = copies_at_finish(config)
+
+    # --- backend hooks -------------------------------------------------------------------
+
+    def begin_iteration(self, index: int) -> None:
+        raise NotImplementedError
+
+    def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
+        raise NotImplementedError
+
+    def pool(self, index: int, step: ScheduledStep, rules: list[KeepRule]) -> dict[int, Any]:
+        raise NotImplementedError
+
+    def head(self, step: ScheduledStep, pooled: dict[int, Any]) -> list[tuple[int, Any, str]]:
+        raise NotImplementedError
+
+    def deliver(self, index: int, request: int, output: Any) -> int:
+        raise NotImplementedError
+
+    def end_iteration(self, index: int) -> None:
+        raise NotImplementedError
+
+    def memory(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def run(self, steps: Sequence[ScheduledStep]) -> list[StepRecord]:
+        return [self._iteration(index, step)
+                for index, step in engine_steps(steps, async_scheduling=self.cfg.async_scheduling)]
+
+    def _iteration(self, index: int, step: ScheduledStep | None) -> StepRecord:
+        self.begin_iteration(index)
+        outs: list[tuple[int, Any, str]] = []
+        if step is not None:
+            out = step_output_for(self.cfg, step.num_tokens, self._next_region)
+            if out.eager:
+                self._next_region += 1
+                self._eager_rows[out.region] = out.rows
+            self.tracker.write(index, out.region, out.rows_written)
+            self.write_step(index, step, out)
+            rules = self._plan(index, step, out)
+            pooled = self.pool(index, step, rules)
+            outs = self.head(step, pooled)
+            for r in step.finished:
+                self._read_views(r, index, at_finish=True)
+                self.requests[r].finish_step = index
+        # Host copies: this step's outputs (sync) or the previous step's (async: read only now,
+        # after this step wrote its output memory).
+        if self.cfg.async_scheduling:
+            to_copy, self.pending = self.pending, outs
+        else:
+            to_copy = outs
+        for r, output, _ in to_copy:
+            self._read_views(r, index, at_finish=False)
+            rec = self.requests[r]
+            rec.output_bytes = self.deliver(index, r, output)
+            rec.delivered_step = index
+        self.end_iteration(index)
+        return self._record(index, step)
+
+    def _plan(self, index: int, step: ScheduledStep, out: StepOutput) -> list[KeepRule]:
+        """The keep rule of every chunk; records chunks and registers kept views."""
+        cfg = self.cfg
+        rules: list[KeepRule] = []
+        row = 0
+        for r, start, stop in step.chunks:
+            rec = self.requests[r]
+            rec.num_chunks += 1
+            if start == 0:
+                rec.first_step = index
+            finished = stop == self.lens[r]
+            if cfg.pooling_method == "LAST":
+                rule = None
+                chunk = ChunkRecord(index, r, start, stop, row, out.eager, "gather", True, index)
+            else:
+                rule = keep_rule(cfg.policy, chunked=cfg.enable_chunked_prefill,
+                                 async_scheduling=cfg.async_scheduling, finished=finished,
+                                 first_chunk=start == 0)
+                rules.append(rule)
+                chunk = ChunkRecord(index, r, start, stop, row, out.eager, rule.label, rule.owned)
+                if rule.owned or rule.returns == "cat":
+                    chunk.read_at_step = index  # copied (or cat) within its own step
+                else:
+                    view = KeptView(r, out.region, row, row + stop - start, start, index)
+                    self.tracker.keep(view)
+                    self._views.setdefault(r, []).append((view, chunk))
+            self.chunks.append(chunk)
+            row += stop - start
+        return rules
+
+    def _read_views(self, request: int, index: int, *, at_finish: bool) -> None:
+        """The request's kept views are read now: by the cat or a copy in its finishing step,
+        or by the host copy. Rows rewritten before this read corrupt the output."""
+        kept = self._views.get(request)
+        if not kept:
+            return
+        left = []
+        for view, chunk in kept:
+            one_shot = chunk.token_start == 0 and chunk.token_end == self.lens[request]
+            if at_finish and one_shot and not self._copies_at_finish:
+                left.append((view, chunk))  # handed over as is: the host copy reads it
+                continue
+            chunk.read_at_step = index
+            chunk.overwritten_at_step = view.overwritten_at
+            if self.kept.count(request, view.pos0, view.pos0 + view.stale):
+                self.judged.add(request)
+            self.tracker.release(view)
+        if left:
+            self._views[request] = left
+        else:
+            del self._views[request]
+
+    def _stranded(self) -> int:
+        """Bytes of eager step outputs that kept views pin beyond the rows they cover."""
+        covered: dict[int, int] = {}
+        for r, kept in self._views.items():
+            mine: dict[int, int] = {}
+            for view, _ in kept:
+                if view.region in self._eager_rows:
+                    mine[view.region] = mine.get(view.region, 0) + view.row1 - view.row0
+            for region, rows in mine.items():
+                covered[region] = covered.get(region, 0) + rows
+            beyond = sum(self._eager_rows[g] - rows for g, rows in mine.items())
+            rec = self.requests[r]
+            rec.stranded_bytes = max(rec.stranded_bytes, beyond * self.row_bytes)
+        for region in [g for g in self._eager_rows if g not in covered]:
+            del self._eager_rows[region]  # nothing pins it any more: freed
+        return sum(self._eager_rows[g] - rows for g, rows in covered.items()) * self.row_bytes
+
+    def _record(self, index: int, step: ScheduledStep | None) -> StepRecord:
+        return StepRecord(
+            step=index,
+            num_scheduled_tokens=0 if step is None else step.num_tokens,
+            num_requests=0 if step is None else len(step.chunks),
+            num_finished=0 if step is None else len(step.finished),
+            context_sum=0 if step is None else step.context_sum,
+            stranded_bytes=self._stranded(),
+            **self.memory(),
+        )
+
+    def finish(self, corrupted: set[int]) -> None:
+        for r in corrupted:
+            self.requests[r].corrupted = True
