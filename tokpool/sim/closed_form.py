@@ -4,15 +4,20 @@ They are the analytic engine's bookkeeping solved by hand for a single request (
 them against ``simulate(mode="analytic")`` point by point). With budget C, n = ceil(T / C) steps
 and last chunk L = T − (n − 1)·C (unchunked: n = 1, L = T), row bytes r = W·s:
 
-- unfinished steps keep: clone (T − L)·r at most, prealloc T·r, legacy/offload 0 (device);
+- what each chunk keeps comes from the keep rule (``tokpool.keep_rule``): unfinished chunks
+  kept as clones hold (T − L)·r at most, a prealloc buffer T·r, views and host copies 0 —
+  except views of EAGER steps (``output_memory="vllm"``, chunks larger than the largest
+  capture size), which pin their step's tensor: (T − L)·r before the final step;
 - the final step's pooled output P owns T·r if it is a cat/clone/prealloc buffer (else a view:
-  0), and clone's cat coexists with the (T − L)·r of cached chunks: peak P + (T − L)·r;
+  0), and the cat coexists with the (T − L)·r of kept chunks: peak P + (T − L)·r;
 - STEP selection adds T·k·s (columns) and m·k·s (tag rows) while P is alive;
 - the head adds its cast and activation outputs while pooling's output Q is alive;
 - offload keeps nothing on the device: everything after the per-chunk copy lives on the host.
 
-Only legacy corrupts a lone request: with n ≥ 2, positions [0, T − C) are read after being
-overwritten (every later step rewrites the buffer from row 0).
+Only views kept across steps can be overwritten; for a lone request that is legacy's unfinished
+chunks, when their steps write rewritten memory (the teaching buffer, or graph replays): with
+n ≥ 2, positions [0, (n − 2)·C + min(C, w)) are read after being overwritten, where w is the
+rows the last step writes (L, or its padded capture size).
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..heads import dtype_size
+from ..keep_rule import keep_rule
 from .config import SimConfig
+from .loop import copies_at_finish
+from .step_memory import padded_graph_size, padded_graph_sizes
 
 
 def _sum_forward_full_steps(n, C, M, model, hardware) -> np.ndarray:
@@ -60,10 +68,23 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     multi = n >= 2
     s, W = cfg.dtype_size, cfg.width
     rb = W * s  # bytes of one hidden row
-    policy, pooling = cfg.policy, cfg.pooling_method
-    clone_finished = cfg.async_scheduling and policy != "legacy"
-    offload = policy == "offload" and pooling != "LAST"
+    pooling = cfg.pooling_method
     zero = np.zeros_like(T)
+
+    def rule(finished: bool, first: bool):
+        return keep_rule(cfg.policy, chunked=cfg.enable_chunked_prefill,
+                         async_scheduling=cfg.async_scheduling, finished=finished,
+                         first_chunk=first)
+
+    one_shot = rule(True, True)
+    if cfg.enable_chunked_prefill:
+        unfinished, final = rule(False, True), rule(True, False)
+    else:
+        unfinished = final = one_shot
+    offload = one_shot.keep == "host" and pooling != "LAST"
+    # Views of full chunks: pinned when their step ran eagerly, else rewritten by later steps.
+    full_eager = cfg.output_memory == "vllm" and padded_graph_size(C, cfg.capture_sizes) is None
+    one_shot_pin = zero
 
     if pooling == "LAST":
         gather = rb  # [1, W] per step
@@ -73,27 +94,29 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
         rows_out, width_out = np.ones_like(T), W
         peak_sel, Q, copy_sel = P, P, zero
     else:
-        if policy == "clone":
-            P = np.where(multi | clone_finished, T * rb, 0)
-            cache_peak = np.where(multi, (T - L) * rb, 0)
-            copy_pool = np.where(multi, (2 * T - L) * rb, np.where(clone_finished, T * rb, 0))
-            copy_full = np.full_like(T, C * rb)
-        elif policy == "prealloc":
-            P = np.where(multi | clone_finished, T * rb, 0)
-            cache_peak = np.where(multi, T * rb, 0)
-            copy_pool = P.copy()  # chunk copies sum to T rows (or the one-shot clone)
-            copy_full = np.full_like(T, C * rb)
-        elif policy == "legacy":
-            P = np.where(multi, T * rb, 0)  # the cat; a one-shot output is a view
-            cache_peak, copy_pool, copy_full = zero, P.copy(), zero
-        else:  # offload: all on the host
-            P = cache_peak = copy_pool = copy_full = zero
-        if not cfg.enable_chunked_prefill:
-            P = T * rb * int(clone_finished and not offload)  # clone of the whole prompt
-            copy_pool, cache_peak = P.copy(), zero
+        # Device bytes held of the T − L rows computed before the final step.
+        held_before = {"clone": (T - L) * rb, "buffer": T * rb, "host": zero,
+                       "view": (T - L) * rb if full_eager else zero}[unfinished.keep]
+        # ("chunk" only when chunked prefill is off: then no request has several chunks.)
+        owned_output = {"cat": T * rb, "buffer": zero if offload else T * rb, "chunk": zero}
+        multi_P = owned_output[final.returns]
+        single_P = T * rb if one_shot.keep == "clone" else zero
+        P = np.where(multi, multi_P, single_P)
+        cache_peak = np.where(multi, held_before, 0)
+        if final.returns == "cat":
+            cache_peak = np.maximum(cache_peak, P + np.where(multi, held_before, 0))
+        copies_before = (T - L) * rb if unfinished.keep == "clone" else zero
+        multi_copy = {"cat": copies_before + T * rb, "buffer": multi_P,
+                      "chunk": zero}[final.returns]
+        copy_pool = np.where(multi, multi_copy, single_P)
+        copy_full = np.full_like(T, C * rb if unfinished.keep in ("clone", "buffer") else 0)
+        pinned_one_shot = (one_shot.keep == "view" and cfg.async_scheduling
+                           and cfg.output_memory == "vllm" and not copies_at_finish(cfg))
+        if pinned_one_shot:
+            # The host copy reads the view one iteration later: an eager output stays pinned.
+            eager_single = padded_graph_sizes(T, cfg.capture_sizes) == 0
+            one_shot_pin = np.where(eager_single & ~multi, T * rb, 0)
         d2h_pool = T * rb if offload else zero
-        if policy == "clone":
-            cache_peak = np.maximum(cache_peak, P + np.where(multi, (T - L) * rb, 0))  # the cat
         cache_peak = np.maximum(cache_peak, P)
         # STEP selection: columns, then tag rows.
         columns = cfg.selected_columns
@@ -123,11 +146,19 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     else:
         peak_head = Q + cast + act
         copy_head = cast + act
-    peak = np.maximum.reduce([cache_peak, peak_sel, peak_head])
+    peak = np.maximum.reduce([cache_peak, peak_sel, peak_head, one_shot_pin])
     copy_total = copy_pool + copy_sel + copy_head
     d2h_total = d2h_pool if offload else out_bytes
-    if cfg.policy == "legacy" and cfg.enable_chunked_prefill and pooling != "LAST":
-        stale = np.maximum(T - C, 0)  # positions [0, T − C) read after being overwritten
+    if pooling != "LAST" and unfinished.keep == "view" and cfg.enable_chunked_prefill \
+            and not full_eager:
+        # Views of rewritten memory: positions [0, (n − 2)·C + min(C, w)) were overwritten
+        # before the final step's cat read them (w: rows the final step writes).
+        if cfg.output_memory == "vllm":
+            padded = padded_graph_sizes(L, cfg.capture_sizes)
+            w_last = np.where(padded == 0, L, padded)
+        else:
+            w_last = L
+        stale = np.where(multi, (n - 2) * C + np.minimum(C, w_last), 0)
         if tag is None:
             kept_stale = stale
         elif cfg.step_tag_every is None:

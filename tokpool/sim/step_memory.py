@@ -40,6 +40,15 @@ def padded_graph_size(num_tokens: int, capture_sizes: tuple[int, ...]) -> int | 
     return capture_sizes[i] if i < len(capture_sizes) else None
 
 
+def padded_graph_sizes(num_tokens, capture_sizes: tuple[int, ...]):
+    """``padded_graph_size`` over a numpy array; 0 where the step runs eagerly."""
+    import numpy as np
+
+    sizes = np.asarray((*capture_sizes, 0), dtype=np.int64)
+    i = np.searchsorted(sizes[:-1], np.asarray(num_tokens, dtype=np.int64), side="left")
+    return sizes[i]  # the appended 0 answers indices past the last size (eager)
+
+
 @dataclass(frozen=True)
 class StepOutput:
     """Where one step's hidden states are written.
