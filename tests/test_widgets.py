@@ -115,7 +115,8 @@ def test_render_ownership_reports_corruption_and_why() -> None:
                                     async_scheduling=True, hidden_size=8)
     assert view.data["corrupted"] == [0, 1] == view.data["result"].corrupted
     assert "2 of 3 outputs corrupted" in view.html
-    assert "request 0: tokens 0–5 were kept as a view" in view.html
+    assert ("request 0 (5 tokens, 1 chunk in step 0): view; tokens 0–5 (1 chunk) were kept as "
+            "views and rewritten from step 1 before its host copy read them") in view.html
     assert view.png.startswith(PNG_MAGIC)
     assert list(view.table["corrupted"]) == [True, True, False]
 

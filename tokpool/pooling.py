@@ -17,6 +17,7 @@ See DESIGN.md ("Semantics", "Retention policies and memory") for the exact table
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
 import torch
 from torch import Tensor
 

@@ -73,11 +73,9 @@ def _hardware_bytes(hardware: Any) -> tuple[str, int] | None:
     if isinstance(hardware, (int, np.integer)):
         return f"device memory ({format_bytes(hardware)})", int(hardware)
     if isinstance(hardware, str):
-        from ..sim import HARDWARE_PRESETS
+        from ..sim.hardware import resolve_hardware  # names resolve in one place
 
-        if hardware not in HARDWARE_PRESETS:
-            raise ValueError(f"unknown hardware {hardware!r}; presets: {list(HARDWARE_PRESETS)}")
-        hardware = HARDWARE_PRESETS[hardware]
+        hardware = resolve_hardware(hardware)
     return f"{hardware.name} memory ({format_bytes(hardware.hbm_bytes)})", int(hardware.hbm_bytes)
 
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from ..sim.trace import chunk_kind
+from ..sim.analysis import overwritten_requests, schedule_frame
 from ._style import OKABE_ITO, new_axes, styled
+
+__all__ = [
+    "CHUNK_KINDS", "overwritten_requests", "plot_buffer_rows", "plot_ownership_schedule",
+    "schedule_frame",
+]
 
 if TYPE_CHECKING:
     from ..sim import SimResult
@@ -34,54 +37,6 @@ CHUNK_KINDS: dict[str, tuple[str, str]] = {
 OVERWRITE_COLOUR = OKABE_ITO[3]
 INTACT_COLOUR = OKABE_ITO[2]
 
-
-
-def schedule_frame(result: SimResult) -> pd.DataFrame:
-    """One row per scheduled chunk, with its buffer rows and what pooling does with it.
-
-    Args:
-        result: a ``tp.simulate(...)`` result.
-
-    Returns:
-        DataFrame with columns ``step``, ``request``, ``start``, ``stop`` (prompt positions),
-        ``buffer_start``, ``buffer_stop`` (rows of the persistent buffer the chunk is written
-        to), ``kind`` (what pooling does with it: a key of ``CHUNK_KINDS``), ``read_step`` (the
-        step whose pooling or host copy last reads the chunk's rows while they are only a
-        view; ``-1`` when the chunk is copied in its own step) and ``overwritten_step`` (the
-        first step in ``(step, read_step]`` that writes over those rows before they are read;
-        ``-1`` when none does). A request with an overwritten chunk delivers a corrupted output.
-    """
-    requests = result.requests.set_index("request")
-    written = {s.index: s.num_tokens for s in result.schedule}  # rows [0, n) written per step
-    rows = []
-    for step in result.schedule:
-        offset = 0
-        for r, start, stop in step.chunks:
-            kind = chunk_kind(result.config, result.prompt_lens[r], start, stop)
-            finish = int(requests.at[r, "finish_step"])
-            delivered = int(requests.at[r, "delivered_step"])
-            if kind == "view" and stop < result.prompt_lens[r]:
-                read = finish  # legacy: a kept view is read by the cat in the finishing step
-            elif kind == "view" and delivered > step.index:
-                read = delivered  # async: the host copy reads it during the next step
-            else:
-                read = -1
-            hit = -1
-            if read > step.index:
-                for t in range(step.index + 1, read + 1):
-                    if written.get(t, 0) > offset:  # step t writes rows [0, n_t)
-                        hit = t
-                        break
-            rows.append({
-                "step": step.index, "request": r, "start": start, "stop": stop,
-                "buffer_start": offset, "buffer_stop": offset + stop - start, "kind": kind,
-                "read_step": read, "overwritten_step": hit,
-            })
-            offset += stop - start
-    return pd.DataFrame(rows, columns=[
-        "step", "request", "start", "stop", "buffer_start", "buffer_stop", "kind",
-        "read_step", "overwritten_step",
-    ])
 
 
 def _title(result: SimResult) -> str:
@@ -254,9 +209,3 @@ def plot_buffer_rows(
     if title:
         ax.set_title(title)
     return ax
-
-
-def overwritten_requests(result: SimResult) -> list[int]:
-    """Requests with a chunk overwritten before being read (should equal ``result.corrupted``)."""
-    frame = schedule_frame(result)
-    return sorted(int(r) for r in np.unique(frame.loc[frame["overwritten_step"] >= 0, "request"]))

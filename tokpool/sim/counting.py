@@ -59,7 +59,7 @@ class CountingEngine(EngineLoop):
 
     def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows) -> None:
         super().__init__(prompt_lens, config, kept)
-        self.offload = config.policy == "offload" and config.pooling_method != "LAST"
+        self.offload = self.outputs_on_host
         self.states: dict[int, _State] = {}
         self.device_live = 0  # device bytes of live (counted) storages, right now
         self.host_live = 0  # host bytes of live storages (offload buffers, host outputs)

@@ -136,6 +136,10 @@ class EngineLoop:
         self._eager_rows: dict[int, int] = {}  # eager region -> rows, while views pin it
         self._next_region = 1
         self._copies_at_finish = copies_at_finish(config)
+        # The policy keeps chunks in host memory (offload): pooling's outputs live there too.
+        self.outputs_on_host = config.pooling_method != "LAST" and keep_rule(
+            config.policy, async_scheduling=False, finished=True, first_chunk=True
+        ).keep == "host"
 
     # --- backend hooks -------------------------------------------------------------------
 

@@ -80,6 +80,14 @@ class SimResult:
             "est_total_s": float(steps["est_step_s"].sum(min_count=1)),
         }
 
+    def explain(self) -> list[str]:
+        """One sentence per request: how its chunks were kept (the keep rule's actions), which
+        step rewrote a kept view before it was read, whether it was corrupted, what it
+        stranded. Drawn from ``chunks``; see ``tokpool.sim.analysis.explain``."""
+        from .analysis import explain
+
+        return explain(self)
+
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write a Perfetto / chrome://tracing JSON of the run (ESTIMATED timeline).
 

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-
 import pandas as pd
 
 from .config import SimConfig

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -21,7 +21,8 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "est_forward_s", "est_pool_s", "est_d2h_s", "est_total_s",
 )
 _BLOCK = 250_000  # prompt lengths per vectorised block (and per progress tick)
-_AUTO_PROGRESS_POINTS = {"analytic": 2_000_000, "tensor": 50}
+_AUTO_PROGRESS_POINTS = {"closed_form": 2_000_000, "analytic": 500, "tensor": 50}
+SweepMode = Literal["closed_form", "analytic", "tensor"]
 
 
 def sweep(
@@ -30,21 +31,23 @@ def sweep(
     *,
     policies: Sequence[str] = RETENTION_POLICIES,
     async_scheduling: Sequence[bool] = (False, True),
-    mode: Literal["analytic", "tensor"] = "analytic",
+    mode: SweepMode = "closed_form",
     progress: bool | None = None,
 ) -> pd.DataFrame:
     """One single-request simulation per prompt length × policy × async setting.
 
-    Analytic mode uses closed forms vectorised over prompt lengths (millions of points per
-    second); tensor mode runs ``simulate(mode="tensor")`` per point (exact, slow; small
-    prompts only). Both give the same numbers (bytes exactly, times to rounding).
+    ``"closed_form"`` (the default) uses closed forms vectorised over prompt lengths
+    (millions of points per second); ``"analytic"`` runs ``simulate(mode="analytic")`` (the
+    counting engine loop) per point; ``"tensor"`` runs ``simulate(mode="tensor")`` per point
+    (exact, slow; small prompts only). All three give the same numbers (bytes exactly, times to
+    rounding): a property test holds them to it.
 
     Args:
         prompt_lens: prompt lengths; each row simulates one request of that length.
         config: everything else (its ``policy`` and ``async_scheduling`` are overridden).
         policies: retention policies to compare.
         async_scheduling: scheduling modes to compare.
-        mode: ``"analytic"`` or ``"tensor"``.
+        mode: ``"closed_form"``, ``"analytic"`` or ``"tensor"``.
         progress: show a tqdm bar; ``None``: only when the sweep is long.
 
     Returns:
@@ -53,6 +56,7 @@ def sweep(
 
     Raises:
         ValueError: bad prompt lengths, policy or mode; prompts that can never be scheduled.
+        TypeError: ``policies`` or ``async_scheduling`` given as one value instead of a list.
 
     Example:
         >>> df = sweep([1_000, 100_000], SimConfig.for_model("Qwen3-Embedding-0.6B"))
@@ -60,20 +64,36 @@ def sweep(
         ...          values="peak_pooling_bytes")  # doctest: +SKIP
     """
     config = SimConfig() if config is None else config
-    if mode not in ("analytic", "tensor"):
-        raise ValueError(f"unknown mode {mode!r}; use 'analytic' or 'tensor'")
+    if mode not in _AUTO_PROGRESS_POINTS:
+        raise ValueError(f"unknown mode {mode!r}; use one of {list(_AUTO_PROGRESS_POINTS)}")
+    if not isinstance(config, SimConfig):
+        raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
     lens = np.asarray(check_prompt_lens(prompt_lens), dtype=np.int64)
+    if isinstance(policies, str) or not isinstance(policies, Iterable):
+        raise TypeError(
+            f"policies must be a list of policy names, got {policies!r}; "
+            f"e.g. policies=[{policies!r}]"
+        )
     policies = list(policies)
     for p in policies:
         check_policy(p)
-    modes = [bool(a) for a in async_scheduling]
+    if isinstance(async_scheduling, bool) or not isinstance(async_scheduling, Iterable):
+        raise TypeError(
+            f"async_scheduling must be a list of booleans to compare, got {async_scheduling!r}; "
+            f"e.g. async_scheduling=[{async_scheduling!r}]"
+        )
+    modes = list(async_scheduling)
+    bad = [a for a in modes if not isinstance(a, (bool, np.bool_))]
+    if bad:
+        raise TypeError(f"async_scheduling values must be True or False, got {bad}")
+    modes = [bool(a) for a in modes]
     if not policies or not modes:
         raise ValueError("give at least one policy and one async_scheduling value")
     combos = [(p, a) for p in policies for a in modes]
     n_points = len(lens) * len(combos)
     show = n_points >= _AUTO_PROGRESS_POINTS[mode] if progress is None else progress
-    if mode == "tensor":
-        return _sweep_tensor(lens, config, combos, show)
+    if mode != "closed_form":
+        return _sweep_loop(lens, config, combos, show, mode)
     blocks = []
     bar = _bar(n_points, show)
     for lo in range(0, len(lens), _BLOCK):
@@ -97,13 +117,14 @@ def sweep(
     return pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
 
 
-def _sweep_tensor(lens: np.ndarray, config: SimConfig, combos, show: bool) -> pd.DataFrame:
+def _sweep_loop(lens: np.ndarray, config: SimConfig, combos, show: bool,
+                mode: str) -> pd.DataFrame:
     bar = _bar(len(lens) * len(combos), show)
     rows = []
     for n in lens.tolist():
         for p, a in combos:
             cfg = config.replace(policy=p, async_scheduling=a)
-            rows.append(simulate([n], cfg, mode="tensor").summary())
+            rows.append(simulate([n], cfg, mode=mode).summary())
             if bar is not None:
                 bar.update(1)
     if bar is not None:

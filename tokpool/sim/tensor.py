@@ -24,9 +24,9 @@ import torch
 from torch import Tensor
 
 from ..heads import TokenClassifierHead, TokenEmbeddingHead
+from ..keep_rule import KeepRule
 from ..metadata import PoolingStates, build_metadata
 from ..ownership import storage_key, storage_nbytes
-from ..keep_rule import KeepRule
 from ..pooling import AllPool, LastPool, StepPool
 from .config import SimConfig
 from .ledger import RequestRecord, StepRecord
@@ -75,7 +75,7 @@ class TensorEngine(EngineLoop):
                              if self.device.type == "cuda" else None)
         self.pooler = make_pooler(config)
         self.head_module = make_head(config)
-        self.offload = config.policy == "offload" and config.pooling_method != "LAST"
+        self.offload = self.outputs_on_host
         self.tag = config.effective_step_tag_id
         self.states: dict[int, PoolingStates] = {}
         self.delivered: dict[int, Tensor] = {}

@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..keep_rule import keep_rule
+
 if TYPE_CHECKING:
     from .result import SimResult
 
@@ -30,26 +32,18 @@ CHUNK_ACTIONS: dict[str, str] = {
 
 
 def chunk_kind(config, prompt_len: int, start: int, stop: int) -> str:
-    """What pooling does with one chunk ``[start, stop)`` of a ``prompt_len``-token request,
-    following DESIGN.md's AllPool table for ``config``'s policy, chunking and scheduling.
+    """What pooling does with one chunk ``[start, stop)`` of a ``prompt_len``-token request:
+    the keep rule's label (``tokpool.keep_rule``), or ``"gather"`` for sequence pooling.
 
     Returns:
-        One of ``"gather"`` (sequence tasks), ``"offload"``, ``"clone"``, ``"view"``,
-        ``"prealloc"``, ``"view + cat"`` (the final chunk, joined by a concat).
+        One of ``"gather"``, ``"offload"``, ``"clone"``, ``"view"``, ``"prealloc"``,
+        ``"view + cat"`` (the final chunk, joined by a concat).
     """
-    done, first = stop == prompt_len, start == 0
     if config.pooling_method == "LAST":
         return "gather"
-    if config.policy == "offload":
-        return "offload"
-    if not config.enable_chunked_prefill or (done and first):
-        owned = config.async_scheduling and config.policy != "legacy"
-        return "clone" if owned else "view"
-    if config.policy == "prealloc":
-        return "prealloc"
-    if done:
-        return "view + cat"
-    return "clone" if config.policy == "clone" else "view"
+    return keep_rule(config.policy, chunked=config.enable_chunked_prefill,
+                     async_scheduling=config.async_scheduling, finished=stop == prompt_len,
+                     first_chunk=start == 0).label
 
 
 def pooling_action(result: SimResult, request: int, start: int, stop: int) -> str:

@@ -10,15 +10,10 @@ import pandas as pd
 
 from ..plots import figure_png, format_bytes, format_tokens
 from ..plots.memory import plot_memory_vs_prompt_length
+from ..sim.analysis import prompt_grid
 from .view import View
 
-
-def prompt_grid(low: int, high: int, *, points_per_doubling: int = 2) -> np.ndarray:
-    """Prompt lengths from ``low`` to ``high``, evenly spaced on a log axis (ints, unique)."""
-    if not 1 <= low <= high:
-        raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
-    n = max(2, round(float(np.log2(high / low)) * points_per_doubling) + 1)
-    return np.unique(np.geomspace(low, high, n).round().astype(np.int64))
+__all__ = ["prompt_grid", "render_memory"]
 
 
 def render_memory(
@@ -55,7 +50,8 @@ def render_memory(
     Raises:
         ValueError: an unknown preset, task or dtype, or an empty policy list.
     """
-    from ..sim import HARDWARE_PRESETS, SimConfig, sweep
+    from ..sim import SimConfig, sweep
+    from ..sim.hardware import resolve_hardware
 
     if not policies:
         raise ValueError("choose at least one policy")
@@ -70,7 +66,7 @@ def render_memory(
               f"{'async' if async_scheduling else 'sync'} · chunk {max_num_batched_tokens}",
     )
     png = figure_png(ax.figure)
-    hbm = HARDWARE_PRESETS[hardware].hbm_bytes
+    hbm = resolve_hardware(hardware).hbm_bytes  # names resolve in one place
     powers = lens[(lens & (lens - 1)) == 0]  # prefer round lengths (powers of two) in the table
     pool = powers if len(powers) >= 2 else lens
     shown = np.unique(pool[np.linspace(0, len(pool) - 1, min(4, len(pool))).round().astype(int)])

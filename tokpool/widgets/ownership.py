@@ -11,13 +11,14 @@ import matplotlib.pyplot as plt
 from ..plots import figure_png, format_bytes
 from ..plots._style import styled
 from ..plots.memory import plot_memory_timeline
-from ..plots.schedule import plot_ownership_schedule, schedule_frame
+from ..plots.schedule import plot_ownership_schedule
+from ..sim.analysis import corruption_table
 from .view import View
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from ..sim import SimResult
+
+__all__ = ["corruption_table", "parse_prompt_lens", "render_ownership"]
 
 
 def parse_prompt_lens(text: str) -> list[int]:
@@ -36,19 +37,8 @@ def parse_prompt_lens(text: str) -> list[int]:
 
 
 def _explain(result: SimResult) -> list[str]:
-    """One sentence per corrupted request: which chunk was overwritten in which step."""
-    frame = schedule_frame(result)
-    hits = frame[frame["overwritten_step"] >= 0]
-    lines = []
-    for row in hits.itertuples(index=False):
-        reader = ("the cat that joins its chunks" if row.stop < result.prompt_lens[row.request]
-                  else "its host copy")
-        lines.append(
-            f"request {row.request}: tokens {row.start}–{row.stop} were kept as a view of buffer "
-            f"rows {row.buffer_start}–{row.buffer_stop}; step {row.overwritten_step} wrote over "
-            f"those rows before {reader} (step {row.read_step}) read them."
-        )
-    return lines
+    """The per-request story of ``SimResult.explain()`` (kept for callers)."""
+    return result.explain()
 
 
 @styled
@@ -116,60 +106,3 @@ def render_ownership(
         parts.append(f'<ul style="font-family:sans-serif;margin:4px 0">{items}</ul>')
     return View(html="".join(parts), png=png, table=result.requests,
                 data={"result": result, "corrupted": list(bad)})
-
-
-def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.DataFrame:
-    """What each row of a request's delivered output actually holds, with real numbers.
-
-    Every row of the default synthetic source identifies its token exactly, so each delivered
-    row can be traced back to the (request, position) whose hidden state it really is.
-
-    Args:
-        result: a tensor-mode ``tp.simulate(...)`` result run with the default synthetic source,
-            ALL pooling and no activation (``use_activation=False``, the default).
-        request: which request's output to inspect.
-        column: which hidden-state column to print the values of.
-
-    Returns:
-        DataFrame, one row per position: ``position``, ``expected`` (``"r0 t5"`` = request 0,
-        token 5), ``holds`` (the token whose row was delivered there, ``"?"`` if none),
-        ``expected_value`` / ``delivered_value`` (column ``column``), ``ok``.
-
-    Raises:
-        ValueError: an analytic result, another pooling or an activation, or a bad request.
-    """
-    import pandas as pd
-    import torch
-
-    from ..sim.simulation import default_source
-
-    cfg = result.config
-    if result.outputs is None:
-        raise ValueError("corruption_table needs a tensor-mode result (mode='tensor')")
-    if cfg.pooling_method != "ALL" or cfg.use_activation:
-        raise ValueError("corruption_table supports ALL pooling without activation only")
-    if not 0 <= request < len(result.prompt_lens):
-        raise ValueError(f"request {request} is not in 0..{len(result.prompt_lens) - 1}")
-    source = default_source(cfg)  # the source simulate used for this config
-    source.prepare(result.prompt_lens)
-
-    def key(row: torch.Tensor) -> bytes:  # exact bit pattern of one row
-        return row.contiguous().view(torch.uint8).numpy().tobytes()
-
-    owner: dict[bytes, str] = {}
-    for r in range(len(result.prompt_lens)):
-        ref = source.reference(r).to(cfg.output_dtype)  # [prompt_len, W]
-        for p in range(ref.shape[0]):
-            owner[key(ref[p])] = f"r{r} t{p}"
-    expected = source.reference(request).to(cfg.output_dtype)  # [prompt_len, W]
-    delivered = result.outputs[request]  # [prompt_len, W]
-    rows = []
-    for p in range(expected.shape[0]):
-        holds = owner.get(key(delivered[p]), "?")
-        rows.append({
-            "position": p, "expected": f"r{request} t{p}", "holds": holds,
-            "expected_value": float(expected[p, column]),
-            "delivered_value": float(delivered[p, column]),
-            "ok": bool(torch.equal(expected[p], delivered[p])),
-        })
-    return pd.DataFrame(rows)

@@ -1,0 +1,154 @@
+"""Analysis of a simulation, next to the engine: per-chunk frames, per-request stories.
+
+Plots and widgets draw from these; they do not re-derive what the engine decided. Everything
+here reads ``SimResult.chunks`` (what the keep rule did with each chunk, when it was read, which
+step overwrote it), which the one engine loop records while it runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from .result import SimResult
+
+
+def schedule_frame(result: SimResult) -> pd.DataFrame:
+    """``result.chunks`` under the column names plots used first (kept for callers).
+
+    Returns:
+        DataFrame with ``step``, ``request``, ``start``, ``stop`` (prompt positions,
+        half-open), ``buffer_start``, ``buffer_stop`` (rows of the step's output memory),
+        ``kind`` (the keep rule's label: ``clone``, ``view``, ``view + cat``, ``prealloc``,
+        ``offload``, ``gather``), ``read_step`` (the step whose cat, copy or host copy read a
+        VIEW kept past its step; ``-1`` when the chunk was copied or read in its own step) and
+        ``overwritten_step`` (first step that rewrote such a view's rows before that read;
+        ``-1`` when none did).
+    """
+    chunks = result.chunks
+    read = chunks["read_at_step"].fillna(-1).astype("int64")
+    kept_past_step = (~chunks["owned"]) & (read > chunks["step"])
+    return pd.DataFrame({
+        "step": chunks["step"], "request": chunks["request"],
+        "start": chunks["token_start"], "stop": chunks["token_end"],
+        "buffer_start": chunks["buffer_row_start"],
+        "buffer_stop": chunks["buffer_row_start"] + chunks["token_end"] - chunks["token_start"],
+        "kind": chunks["action"],
+        "read_step": read.where(kept_past_step, -1),
+        "overwritten_step": chunks["overwritten_at_step"].fillna(-1).astype("int64"),
+    })
+
+
+def overwritten_requests(result: SimResult) -> list[int]:
+    """Requests with a kept view overwritten before it was read (rows of any kind; a request is
+    corrupted when a delivered row is among them)."""
+    hit = result.chunks["overwritten_at_step"].notna()
+    return sorted(int(r) for r in np.unique(result.chunks.loc[hit, "request"]))
+
+
+def explain(result: SimResult) -> list[str]:
+    """One sentence per request: how its chunks were kept, and what went wrong if anything.
+
+    Returns:
+        ``len(prompt_lens)`` strings, request order. Token ranges are half-open (``0–8`` is
+        tokens 0 to 7).
+    """
+    chunks = result.chunks
+    corrupted = set(result.corrupted)
+    lines = []
+    for rec in result.requests.itertuples(index=False):
+        mine = chunks[chunks["request"] == rec.request]
+        actions = ", ".join(dict.fromkeys(mine["action"]))
+        first_step, last_step = int(mine["step"].min()), int(mine["step"].max())
+        steps = (f"step {first_step}" if first_step == last_step
+                 else f"steps {first_step} to {last_step}")
+        head = (f"request {rec.request} ({rec.prompt_len} tokens, {len(mine)} chunk"
+                f"{'s' if len(mine) != 1 else ''} in {steps}): {actions}")
+        hits = mine[mine["overwritten_at_step"].notna()]
+        if len(hits):
+            first, last = hits.iloc[0], hits.iloc[-1]
+            reader = ("the cat that joins its chunks" if int(last["token_end"]) < rec.prompt_len
+                      else "its host copy")
+            span = (f"tokens {int(first['token_start'])}–{int(last['token_end'])}"
+                    if len(hits) > 1 else
+                    f"tokens {int(first['token_start'])}–{int(first['token_end'])}")
+            verdict = (f"; {span} ({len(hits)} chunk{'s' if len(hits) > 1 else ''}) were kept "
+                       f"as views and rewritten from step {int(first['overwritten_at_step'])} "
+                       f"before {reader} read them")
+            verdict += " → CORRUPTED" if rec.request in corrupted else " (no delivered row hit)"
+        else:
+            verdict = " → corrupted" if rec.request in corrupted else " → intact"
+        pinned = int(getattr(rec, "stranded_bytes", 0))
+        if pinned > 0:
+            verdict += f"; its views stranded {pinned:,} bytes of other rows"
+        lines.append(head + verdict + ".")
+    return lines
+
+
+def prompt_grid(low: int, high: int, *, points_per_doubling: int = 2) -> np.ndarray:
+    """Prompt lengths from ``low`` to ``high``, evenly spaced on a log axis (ints, unique)."""
+    if not 1 <= low <= high:
+        raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
+    n = max(2, round(float(np.log2(high / low)) * points_per_doubling) + 1)
+    return np.unique(np.geomspace(low, high, n).round().astype(np.int64))
+
+
+
+def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.DataFrame:
+    """What each row of a request's delivered output actually holds, with real numbers.
+
+    Every row of the default synthetic source identifies its token exactly, so each delivered
+    row can be traced back to the (request, position) whose hidden state it really is.
+
+    Args:
+        result: a tensor-mode ``tp.simulate(...)`` result run with the default synthetic source,
+            ALL pooling and no activation (``use_activation=False``, the default).
+        request: which request's output to inspect.
+        column: which hidden-state column to print the values of.
+
+    Returns:
+        DataFrame, one row per position: ``position``, ``expected`` (``"r0 t5"`` = request 0,
+        token 5), ``holds`` (the token whose row was delivered there, ``"?"`` if none),
+        ``expected_value`` / ``delivered_value`` (column ``column``), ``ok``.
+
+    Raises:
+        ValueError: an analytic result, another pooling or an activation, or a bad request.
+    """
+    import pandas as pd
+    import torch
+
+    from .simulation import default_source
+
+    cfg = result.config
+    if result.outputs is None:
+        raise ValueError("corruption_table needs a tensor-mode result (mode='tensor')")
+    if cfg.pooling_method != "ALL" or cfg.use_activation:
+        raise ValueError("corruption_table supports ALL pooling without activation only")
+    if not 0 <= request < len(result.prompt_lens):
+        raise ValueError(f"request {request} is not in 0..{len(result.prompt_lens) - 1}")
+    source = default_source(cfg)  # the source simulate used for this config
+    source.prepare(result.prompt_lens)
+
+    def key(row: torch.Tensor) -> bytes:  # exact bit pattern of one row
+        return row.contiguous().view(torch.uint8).numpy().tobytes()
+
+    owner: dict[bytes, str] = {}
+    for r in range(len(result.prompt_lens)):
+        ref = source.reference(r).to(cfg.output_dtype)  # [prompt_len, W]
+        for p in range(ref.shape[0]):
+            owner[key(ref[p])] = f"r{r} t{p}"
+    expected = source.reference(request).to(cfg.output_dtype)  # [prompt_len, W]
+    delivered = result.outputs[request]  # [prompt_len, W]
+    rows = []
+    for p in range(expected.shape[0]):
+        holds = owner.get(key(delivered[p]), "?")
+        rows.append({
+            "position": p, "expected": f"r{request} t{p}", "holds": holds,
+            "expected_value": float(expected[p, column]),
+            "delivered_value": float(delivered[p, column]),
+            "ok": bool(torch.equal(expected[p], delivered[p])),
+        })
+    return pd.DataFrame(rows)
