@@ -18,7 +18,11 @@ def test_defaults_and_derived_values():
     assert cfg.dtype == torch.bfloat16 and cfg.head_dtype is None
     assert cfg.policy == "clone" and cfg.pooling_method == "ALL"
     assert cfg.width == cfg.hidden_size and cfg.dtype_size == 2
-    assert cfg.buffer_bytes == cfg.max_num_batched_tokens * cfg.hidden_size * 2
+    # vLLM's graph output buffer: the largest capture size (512) rows
+    assert cfg.output_memory == "vllm" and cfg.graph_buffer_rows == 512
+    assert cfg.buffer_bytes == 512 * cfg.hidden_size * 2
+    teaching = cfg.replace(output_memory="one_buffer")
+    assert teaching.buffer_bytes == cfg.max_num_batched_tokens * cfg.hidden_size * 2
     assert not cfg.head_casts and cfg.output_dtype == torch.bfloat16
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.policy = "legacy"  # type: ignore[misc]

@@ -53,7 +53,7 @@ def test_clone_peaks_at_two_T_minus_L(T, C, W, dtype, async_scheduling):
                     async_scheduling=async_scheduling)
     r = both([T], cfg)
     assert r.peak_pooling_bytes == (2 * T - L) * W * s
-    assert r.peak_device_bytes == (2 * T - L) * W * s + C * W * s
+    assert r.peak_device_bytes == (2 * T - L) * W * s + cfg.buffer_bytes
     # The cache grows by C·W·s per unfinished step; one copy per cached token, then the cat.
     assert r.steps["pool_cache_bytes"].iloc[: n - 1].tolist() == [
         (k + 1) * C * W * s for k in range(n - 1)]

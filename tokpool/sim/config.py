@@ -108,7 +108,7 @@ class SimConfig:
     policy: RetentionPolicy = "clone"
     model: str | ModelPreset | None = None
     hardware: str | Hardware = "H100 SXM"
-    output_memory: OutputMemory = "one_buffer"
+    output_memory: OutputMemory = "vllm"
     enforce_eager: bool = False
     max_cudagraph_capture_size: int | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None

@@ -1,0 +1,134 @@
+"""SimResult.chunks and explain() against schedules worked out by hand; vLLM's output memory
+(graph replays vs eager steps) against hand-computed bytes; the three modes agree."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokpool.sim import SimConfig, simulate
+
+NA = pd.NA
+
+
+def _rows(result) -> list[tuple]:
+    return [tuple(None if pd.isna(v) else v for v in row)
+            for row in result.chunks.itertuples(index=False)]
+
+
+@pytest.mark.parametrize("mode", ["tensor", "analytic"])
+def test_chunks_of_a_legacy_schedule_worked_by_hand(mode):
+    # Budget 8, one buffer rewritten from row 0 each step, sync host copies.
+    # step 0: r0 [0,5) rows 0-5 (one shot), r1 [0,3) rows 5-8
+    # step 1: r1 [3,11) rows 0-8   -> rewrites r1's first view (rows 5-8)
+    # step 2: r1 [11,12) row 0, r2 [0,3) rows 1-4  -> rewrites rows 0-4 of r1's second view
+    cfg = SimConfig(hidden_size=4, max_num_batched_tokens=8, policy="legacy",
+                    output_memory="one_buffer")
+    r = simulate([5, 12, 3], cfg, mode=mode)
+    assert _rows(r) == [
+        # step, request, start, end, row, eager, action, owned, read, overwritten
+        (0, 0, 0, 5, 0, False, "view", False, 0, None),
+        (0, 1, 0, 3, 5, False, "view", False, 2, 1),
+        (1, 1, 3, 11, 0, False, "view", False, 2, 2),
+        (2, 1, 11, 12, 0, False, "view + cat", False, 2, None),
+        (2, 2, 0, 3, 1, False, "view", False, 2, None),
+    ]
+    assert r.corrupted == [1]
+    assert r.explain() == [
+        "request 0 (5 tokens, 1 chunk in step 0): view → intact.",
+        "request 1 (12 tokens, 3 chunks in steps 0 to 2): view, view + cat; tokens 0–11 "
+        "(2 chunks) were kept as views and rewritten from step 1 before the cat that joins its "
+        "chunks read them → CORRUPTED.",
+        "request 2 (3 tokens, 1 chunk in step 2): view → intact.",
+    ]
+
+
+def test_chunks_under_clone_async_are_all_owned_but_the_cat_view():
+    cfg = SimConfig(hidden_size=4, max_num_batched_tokens=8, async_scheduling=True,
+                    output_memory="one_buffer")
+    r = simulate([5, 12, 3], cfg, mode="analytic")
+    assert list(r.chunks["action"]) == ["clone", "clone", "clone", "view + cat", "clone"]
+    assert list(r.chunks["owned"]) == [True, True, True, False, True]
+    assert r.chunks["overwritten_at_step"].isna().all() and r.corrupted == []
+    assert all(line.endswith("→ intact.") for line in r.explain())
+
+
+W, S = 4, 2  # width, bytes per element (bfloat16)
+RB = W * S
+
+
+@pytest.mark.parametrize("mode", ["tensor", "analytic"])
+def test_legacy_with_eager_8192_token_steps_pins_memory_and_is_not_corrupted(mode):
+    # Steps of 8192 tokens pad past the largest capture size (512): eager, fresh outputs.
+    # step 0: r0 [0,300) one shot + r1 [0,7892): one 8192-row tensor; r1 keeps a view of it.
+    # step 1: r1 [7892,10000): 2108 tokens, eager; the cat reads the pinned view: intact.
+    cfg = SimConfig(hidden_size=W, max_num_batched_tokens=8192, policy="legacy")
+    assert cfg.output_memory == "vllm" and cfg.graph_buffer_rows == 512
+    r = simulate([300, 10_000], cfg, mode=mode)
+    assert r.corrupted == []
+    assert list(r.chunks["eager"]) == [True, True, True]
+    steps = r.steps.set_index("step")
+    # End of step 0: r1's view pins the whole 8192-row tensor; 300 rows of it are r0's.
+    assert steps.at[0, "pool_bytes"] == 8192 * RB
+    assert steps.at[0, "stranded_bytes"] == 300 * RB
+    # Step 1: the pinned 7892 rows (whole tensor: 8192) live while the cat allocates 10000.
+    assert steps.at[1, "pool_peak_bytes"] == (8192 + 10_000) * RB
+    assert steps.at[1, "stranded_bytes"] == 0
+    assert list(r.requests["stranded_bytes"]) == [0, 300 * RB]
+    assert r.buffer_bytes == 512 * RB  # the graph output buffer
+
+
+@pytest.mark.parametrize("mode", ["tensor", "analytic"])
+def test_legacy_with_captured_256_token_steps_is_corrupted(mode):
+    # 600 tokens, budget 256: steps of 256, 256, 88 tokens all replay graphs (88 pads to 88)
+    # into one persistent buffer: step 1 rewrites rows 0-256 that step 0's view holds.
+    cfg = SimConfig(hidden_size=W, max_num_batched_tokens=256, policy="legacy")
+    r = simulate([600], cfg, mode=mode)
+    assert r.corrupted == [0]
+    assert list(r.chunks["overwritten_at_step"].astype(object)) == [1, 2, NA]
+    assert r.steps["stranded_bytes"].eq(0).all()
+    clone = simulate([600], cfg.replace(policy="clone"), mode=mode)
+    assert clone.corrupted == [] and clone.peak_pooling_bytes == (2 * 600 - 88) * RB
+
+
+def test_padding_rows_of_a_replay_count_as_overwritten():
+    # Capture sizes ..., 8, 16: a 9-token step replays the 16-size graph and rewrites rows
+    # 0-16. Request 1's view sits at rows 9-12 of step 0 (6 + 3 tokens = 9 -> padded 16).
+    cfg = SimConfig(hidden_size=W, max_num_batched_tokens=12, policy="legacy",
+                    async_scheduling=True, max_cudagraph_capture_size=16)
+    r = simulate([9, 3], cfg, mode="tensor")
+    assert r.corrupted == simulate([9, 3], cfg, mode="analytic").corrupted
+
+
+def test_enforce_eager_never_corrupts_and_needs_no_graph_buffer():
+    cfg = SimConfig(hidden_size=W, max_num_batched_tokens=16, policy="legacy",
+                    async_scheduling=True, enforce_eager=True)
+    r = simulate([40, 7, 3], cfg, mode="tensor")
+    assert r.corrupted == [] and r.buffer_bytes == 0
+    assert r.chunks["eager"].all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 120), budget=st.integers(1, 40),
+       policy=st.sampled_from(("legacy", "clone", "prealloc", "offload")),
+       async_scheduling=st.booleans(), capture=st.sampled_from((None, 4, 16)),
+       head=st.sampled_from((None, "float32")), activation=st.booleans())
+def test_tensor_analytic_and_closed_form_agree(n, budget, policy, async_scheduling, capture,
+                                               head, activation):
+    memory = {"output_memory": "one_buffer"} if capture is None else {
+        "max_cudagraph_capture_size": capture}
+    cfg = SimConfig(hidden_size=3, max_num_batched_tokens=budget, policy=policy,
+                    async_scheduling=async_scheduling, head_dtype=head,
+                    use_activation=activation, **memory)
+    rows = [simulate([n], cfg, mode=m).summary() for m in ("tensor", "analytic", "closed_form")]
+    for name in rows[0]:
+        if name.startswith("est_"):
+            continue
+        assert rows[0][name] == rows[1][name] == rows[2][name], name
+
+
+def test_closed_form_mode_takes_one_request_only():
+    with pytest.raises(ValueError, match="ONE request"):
+        simulate([3, 4], SimConfig(hidden_size=2), mode="closed_form")
