@@ -23,7 +23,7 @@ import torch
 
 import tokpool as tp
 
-from . import bench_memory, bench_models, bench_pooling, bench_sim
+from . import bench_counting, bench_memory, bench_models, bench_pooling, bench_sim
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {
@@ -32,6 +32,7 @@ TARGETS = {
     "prealloc_copy": 0.60,  # prealloc copied bytes <= 0.6x clone's
     "sweep_points_per_s": 100_000,
     "tensor_vs_allpool": 1.5,
+    "counting_4x_steps": 5.0,  # counting engine: 4x the steps costs at most 5x the time
     "pooling_overhead": 0.03,
 }
 
@@ -196,6 +197,21 @@ copy), the simulator's own cost is the `sim_vs_engine` column.
                   "tensor_vs_engine_worst": tensor.sim_vs_engine.max()}
 
 
+def section_counting(rows: pd.DataFrame) -> tuple[str, dict]:
+    worst = rows.time_ratio.max()
+    text = f"""## 3b. Counting engine cost (O(steps))
+
+`tp.simulate(mode="analytic")` — the one engine loop with integer bookkeeping — on one long
+request plus two short ones at a 16-token budget, S and 4·S steps, async scheduling, best of 3
+interleaved runs each. Target: 4x the steps costs at most {TARGETS['counting_4x_steps']:.0f}x
+the time — {verdict(worst <= TARGETS['counting_4x_steps'])} (worst **{worst:.2f}x**; before
+the one-loop rewrite the same 4x cost about 13x).
+
+{md_table(rows)}
+"""
+    return text, {"counting_4x_steps_worst": worst}
+
+
 def section_models(models: pd.DataFrame) -> tuple[str, dict]:
     over = models[models.benchmark.str.contains("pooling", case=False)]
     worst = over.ratio.max() if not over.empty else float("nan")
@@ -246,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv-dir", default=str(HERE / "results"))
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite RESULTS.md from the CSVs of the last run (no measuring)")
+    parser.add_argument("--only", choices=("counting",),
+                        help="measure this benchmark alone; the rest is rendered from the CSVs")
     args = parser.parse_args(argv)
     csv_dir = Path(args.csv_dir)
     csv_dir.mkdir(parents=True, exist_ok=True)
@@ -254,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(f"[{time.perf_counter() - began:7.1f}s] {msg}", flush=True)
 
+    if args.only == "counting":
+        say("3b. counting engine cost")
+        pd.DataFrame(bench_counting.run(quick=args.quick)).to_csv(
+            csv_dir / "sim_counting.csv", index=False)
+        args.render_only = True
     if args.render_only:
         pool = pd.read_csv(csv_dir / "pooling.csv")
         sim = {"sweep": pd.read_csv(csv_dir / "sim_sweep.csv").iloc[0].to_dict(),
@@ -268,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         sim = bench_sim.run(quick=args.quick)
         pd.DataFrame(sim["tensor"]).to_csv(csv_dir / "sim_tensor.csv", index=False)
         pd.DataFrame([sim["sweep"]]).to_csv(csv_dir / "sim_sweep.csv", index=False)
+        say("3b. counting engine cost")
+        pd.DataFrame(bench_counting.run(quick=args.quick)).to_csv(
+            csv_dir / "sim_counting.csv", index=False)
         say("4. real model")
         models = pd.DataFrame(bench_models.run(quick=args.quick, progress=say))
         models.to_csv(csv_dir / "models.csv", index=False)
@@ -276,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         mem.to_csv(csv_dir / "memory.csv", index=False)
 
     parts, headline = [], {}
+    counting = pd.read_csv(csv_dir / "sim_counting.csv")
     for text, figures in (section_pooling(pool), section_policies(pool), section_sim(sim),
-                          section_models(models)):
+                          section_counting(counting), section_models(models)):
         parts.append(text)
         headline.update(figures)
     parts.append(section_memory(mem))

@@ -27,13 +27,14 @@ class _Storage:
     """A tensor's storage: ``nbytes`` on the device or the host, alive while ``refs > 0``.
     A step's eager output is not pooling's while its step runs (``counted`` is False)."""
 
-    __slots__ = ("counted", "host", "nbytes", "refs")
+    __slots__ = ("cache_refs", "counted", "host", "nbytes", "refs")
 
     def __init__(self, nbytes: int, host: bool, counted: bool = True) -> None:
         self.nbytes = nbytes
         self.host = host
         self.refs = 0
         self.counted = counted
+        self.cache_refs = 0  # views of it held in pooling states (an eager output)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class CountingEngine(EngineLoop):
         self.copy = 0
         self.d2h = 0
         self.delivered_bytes = 0
+        self.cache_pinned = 0  # device bytes of eager outputs that cached views pin
         self._step_output: _Storage | None = None
 
     # --- storage bookkeeping ---------------------------------------------------------------
@@ -99,6 +101,13 @@ class CountingEngine(EngineLoop):
             if s.refs == 0:
                 self._count(s, -1)
 
+    def _cache_pin(self, base: _Storage | None, sign: int) -> None:
+        if base is None:
+            return
+        base.cache_refs += sign
+        if base.counted and base.cache_refs == (1 if sign > 0 else 0):
+            self.cache_pinned += sign * base.nbytes
+
     # --- loop hooks --------------------------------------------------------------------------
 
     def begin_iteration(self, index: int) -> None:
@@ -119,6 +128,8 @@ class CountingEngine(EngineLoop):
             s.counted = True
             if s.refs:
                 self.device_live += s.nbytes
+            if s.cache_refs:
+                self.cache_pinned += s.nbytes
             self._step_output = None
 
     def pool(self, index: int, step: ScheduledStep, rules: list[KeepRule]) -> dict[int, Handle]:
@@ -134,6 +145,7 @@ class CountingEngine(EngineLoop):
                 view = _View(n, self._step_output)
                 self._hold(view)
                 state.cache.append(view)
+                self._cache_pin(view.base, +1)
             elif rule.keep == "clone":
                 state.cache.append(self._alloc(n * rb))
                 state.owned += n * rb
@@ -161,6 +173,8 @@ class CountingEngine(EngineLoop):
                 self._hold(out)
             for t in (*state.cache, state.buffer):
                 self._drop(t)
+                if isinstance(t, _View):
+                    self._cache_pin(t.base, -1)
             del self.states[r]  # cleaned on finish
             pooled[r] = out
         if self.cfg.pooling_method == "STEP":
@@ -249,15 +263,13 @@ class CountingEngine(EngineLoop):
 
         def add(t: Handle | None, category: str) -> None:
             s = t.base if isinstance(t, _View) else t
-            if s is not None and not s.host and s.counted and id(s) not in seen:
+            if (s is not None and not s.host and s.counted and not s.cache_refs
+                    and id(s) not in seen):
                 seen.add(id(s))
                 totals[category] += s.nbytes
 
-        for state in self.states.values():
-            totals["cache"] += state.owned  # clones and buffers: never shared
-            for t in state.cache:
-                if isinstance(t, _View):
-                    add(t, "cache")
+        # clones and buffers (never shared), and eager outputs that cached views pin
+        totals["cache"] = sum(state.owned for state in self.states.values()) + self.cache_pinned
         for category in ("output", "head"):
             for _, (t, _), cat in self.pending:
                 if cat == category:

@@ -31,7 +31,7 @@ L = T − (n−1)·C, multi-chunk), matching DESIGN.md:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import pandas as pd
 
@@ -123,7 +123,7 @@ BYTE_COLUMNS: tuple[str, ...] = tuple(
 
 def steps_frame(records: list[StepRecord], times: dict) -> pd.DataFrame:
     """``SimResult.steps``: records plus time estimates, in ``STEP_COLUMNS`` order."""
-    frame = pd.DataFrame([asdict(r) for r in records], columns=[f.name for f in fields(StepRecord)])
+    frame = pd.DataFrame([vars(r) for r in records], columns=[f.name for f in fields(StepRecord)])
     for name, values in times.items():
         frame[name] = values
     return frame[list(STEP_COLUMNS)].astype(
@@ -133,6 +133,6 @@ def steps_frame(records: list[StepRecord], times: dict) -> pd.DataFrame:
 
 def requests_frame(records: list[RequestRecord]) -> pd.DataFrame:
     """``SimResult.requests`` in ``REQUEST_COLUMNS`` order."""
-    frame = pd.DataFrame([asdict(r) for r in records], columns=list(REQUEST_COLUMNS))
+    frame = pd.DataFrame([vars(r) for r in records], columns=list(REQUEST_COLUMNS))
     return frame.astype({c: "int64" for c in REQUEST_COLUMNS if c != "corrupted"} |
                         {"corrupted": bool})

@@ -133,9 +133,17 @@ class EngineLoop:
         self.judged: set[int] = set()  # corrupted, judged from the views the loop tracked
         self.pending: list[tuple[int, Any, str]] = []  # awaiting the host copy (async)
         self._views: dict[int, list[tuple[KeptView, ChunkRecord]]] = {}
-        self._eager_rows: dict[int, int] = {}  # eager region -> rows, while views pin it
+        # Eager outputs pinned by views: region -> [rows, rows covered by live views], and per
+        # request the rows of its own views there; kept up to date as views come and go.
+        self._eager_rows: dict[int, int] = {}
+        self._pinned: dict[int, int] = {}  # region -> rows its live views cover
+        self._stranded_rows = 0
+        self._beyond: dict[int, int] = {}  # request -> rows its views pin beyond its own
+        self._own_rows: dict[int, dict[int, int]] = {}
+        self._touched: set[int] = set()
         self._next_region = 1
         self._copies_at_finish = copies_at_finish(config)
+        self._capture_sizes = config.capture_sizes
         # The policy keeps chunks in host memory (offload): pooling's outputs live there too.
         self.outputs_on_host = config.pooling_method != "LAST" and keep_rule(
             config.policy, async_scheduling=False, finished=True, first_chunk=True
@@ -174,7 +182,8 @@ class EngineLoop:
         self.begin_iteration(index)
         outs: list[tuple[int, Any, str]] = []
         if step is not None:
-            out = step_output_for(self.cfg, step.num_tokens, self._next_region)
+            out = step_output_for(self.cfg, step.num_tokens, self._next_region,
+                                  self._capture_sizes)
             if out.eager:
                 self._next_region += 1
                 self._eager_rows[out.region] = out.rows
@@ -226,6 +235,7 @@ class EngineLoop:
                     view = KeptView(r, out.region, row, row + stop - start, start, index)
                     self.tracker.keep(view)
                     self._views.setdefault(r, []).append((view, chunk))
+                    self._pin(view, +1)
             self.chunks.append(chunk)
             row += stop - start
         return rules
@@ -247,27 +257,55 @@ class EngineLoop:
             if self.kept.count(request, view.pos0, view.pos0 + view.stale):
                 self.judged.add(request)
             self.tracker.release(view)
+            self._pin(view, -1)
         if left:
             self._views[request] = left
         else:
             del self._views[request]
 
+    def _pin(self, view: KeptView, sign: int) -> None:
+        """A view of an eager output starts (+1) or stops (-1) pinning it."""
+        rows = self._eager_rows.get(view.region)
+        if rows is None:
+            return  # graph or teaching-buffer memory: owned by the engine, never pinned
+        n = view.row1 - view.row0
+        covered = self._pinned.get(view.region, 0)
+        if sign > 0 and covered == 0:
+            self._stranded_rows += rows  # the whole tensor is pinned from now on
+        covered += sign * n
+        self._stranded_rows -= sign * n
+        if covered:
+            self._pinned[view.region] = covered
+        else:
+            del self._pinned[view.region]  # nothing pins it any more: freed
+            del self._eager_rows[view.region]
+            self._stranded_rows -= rows
+        # The request's own stranded rows: the tensors it pins minus its rows in them.
+        mine = self._own_rows.setdefault(view.request, {})
+        own = mine.get(view.region, 0)
+        beyond = self._beyond.get(view.request, 0) - sign * n
+        if sign > 0 and own == 0:
+            beyond += rows
+        own += sign * n
+        if own:
+            mine[view.region] = own
+        else:
+            del mine[view.region]
+            beyond -= rows
+        self._beyond[view.request] = beyond
+        self._touched.add(view.request)
+
     def _stranded(self) -> int:
-        """Bytes of eager step outputs that kept views pin beyond the rows they cover."""
-        covered: dict[int, int] = {}
-        for r, kept in self._views.items():
-            mine: dict[int, int] = {}
-            for view, _ in kept:
-                if view.region in self._eager_rows:
-                    mine[view.region] = mine.get(view.region, 0) + view.row1 - view.row0
-            for region, rows in mine.items():
-                covered[region] = covered.get(region, 0) + rows
-            beyond = sum(self._eager_rows[g] - rows for g, rows in mine.items())
+        """Bytes of eager step outputs that kept views pin beyond the rows they cover; updates
+        each touched request's most stranded bytes."""
+        for r in self._touched:
             rec = self.requests[r]
-            rec.stranded_bytes = max(rec.stranded_bytes, beyond * self.row_bytes)
-        for region in [g for g in self._eager_rows if g not in covered]:
-            del self._eager_rows[region]  # nothing pins it any more: freed
-        return sum(self._eager_rows[g] - rows for g, rows in covered.items()) * self.row_bytes
+            rec.stranded_bytes = max(rec.stranded_bytes, self._beyond[r] * self.row_bytes)
+        self._touched.clear()
+        newest = self._next_region - 1
+        if newest in self._eager_rows and newest not in self._pinned:
+            del self._eager_rows[newest]  # this step's output, pinned by nothing: freed
+        return self._stranded_rows * self.row_bytes
 
     def _record(self, index: int, step: ScheduledStep | None) -> StepRecord:
         return StepRecord(

@@ -19,11 +19,13 @@ is wholly overwritten leaves the list, so a run costs O(steps + views).
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass, field
 
 GRAPH_REGION = 0  # the persistent buffer (graph output memory, or the teaching buffer)
 
 
+@functools.lru_cache(maxsize=64)
 def cudagraph_capture_sizes(max_capture_size: int) -> tuple[int, ...]:
     """vLLM's default capture sizes up to ``max_capture_size``: 1, 2, 4, then 8..248 by 8,
     then 256.. by 16 (``vllm/config/compilation.py``)."""
@@ -115,11 +117,14 @@ class ViewTracker:
             views.remove(view)
 
 
-def step_output_for(config, num_tokens: int, next_region: int) -> StepOutput:
-    """Where a ``num_tokens`` step writes under ``config.output_memory``."""
+def step_output_for(config, num_tokens: int, next_region: int,
+                    capture_sizes: tuple[int, ...] | None = None) -> StepOutput:
+    """Where a ``num_tokens`` step writes under ``config.output_memory`` (pass
+    ``config.capture_sizes`` as ``capture_sizes`` when calling it every step)."""
     if config.output_memory == "one_buffer":
         return StepOutput(GRAPH_REGION, num_tokens, config.max_num_batched_tokens, False)
-    padded = padded_graph_size(num_tokens, config.capture_sizes)
+    sizes = config.capture_sizes if capture_sizes is None else capture_sizes
+    padded = padded_graph_size(num_tokens, sizes)
     if padded is None:
         return StepOutput(next_region, num_tokens, num_tokens, True)
-    return StepOutput(GRAPH_REGION, padded, config.graph_buffer_rows, False)
+    return StepOutput(GRAPH_REGION, padded, sizes[-1], False)
