@@ -289,15 +289,23 @@ def test_step_times_count_the_steps(decoder):
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
-def test_every_policy_gives_identical_outputs(decoder, async_scheduling):
-    outs = {
-        policy: decoder.encode([IDS, IDS2], task="token_embed", chunk_size=6, policy=policy,
-                               async_scheduling=async_scheduling)
-        for policy in tp.RETENTION_POLICIES
-    }
-    reference = outs["clone"]
-    for policy, out in outs.items():
+def test_owning_policies_give_identical_outputs_and_legacy_says_it_corrupts(
+        decoder, async_scheduling):
+    """encode runs the simulator's engine loop: 12-token steps replay CUDA graphs into memory
+    the next step rewrites, so legacy's kept views break, and encode says which prompts."""
+    from tokpool.models.engine import CorruptedOutputWarning
+
+    def encode(policy):
+        return decoder.encode([IDS, IDS2], task="token_embed", chunk_size=6, policy=policy,
+                              async_scheduling=async_scheduling)
+
+    reference = encode("clone")
+    for policy in ("prealloc", "offload"):
+        out = encode(policy)
         assert all(torch.equal(a, b) for a, b in zip(out, reference, strict=True)), policy
+    with pytest.warns(CorruptedOutputWarning, match=r"policy='legacy'.*prompts \[0, 1\]"):
+        legacy = encode("legacy")
+    assert not torch.equal(legacy[0], reference[0])
 
 
 def test_compare_chunked_frame(decoder):

@@ -1,28 +1,38 @@
-"""A minimal engine step loop: prefill requests in chunks and pool them with the core's poolers.
+"""``PoolingModel.encode``'s engine: the simulator's one step loop with the model as the source.
 
-Each step schedules up to ``chunk_size`` tokens of every unfinished request (all of them when
-``chunk_size`` is ``None``), runs each request's chunk through its own KV cache, concatenates
-the chunks into the step's flat ``[n_step_tokens, hidden]`` batch, builds the step's real
-``PoolingMetadata`` (continuing each request's ``PoolingStates``) and calls the pooler. A request's
-output is what the pooler returns at the step it finishes; earlier steps return ``None`` for it
-(ALL pooling) or a row that the engine discards (LAST pooling on a partial chunk).
-
-Every step's hidden states are a fresh tensor here (transformers allocates per forward), so no
-retention policy can corrupt outputs in this loop; the simulator's persistent buffer is where
-``legacy`` goes wrong (see ``tokpool.models.ModelSource``).
+The prompts run through ``tokpool.sim``'s engine loop (``TensorEngine``): the scheduler splits
+them into steps (``chunk_size`` is vLLM's ``long_prefill_token_threshold``: at most that many
+tokens of one request per step, every unfinished request in every step), each step's hidden
+states are written where vLLM would put them (CUDA-graph output memory that later replays
+rewrite, or a fresh eager tensor), and the MODEL's pooler — pooling method and head, with the
+policy and scheduling flags asked for — pools them through real ``PoolingMetadata``. So the same
+flags mean the same thing in ``encode`` and in ``tp.simulate``: a policy that keeps views of
+rewritten memory delivers corrupted outputs here too, and ``encode`` says so with a
+``CorruptedOutputWarning`` naming them (an exact oracle compares every output with the model's
+pooler applied to the hidden states the model actually produced).
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ..metadata import PoolingStates, build_metadata
-from .forward import PrefillStream
+from ..keep_rule import KeepRule
+from ..metadata import build_metadata
+from ..sim.config import SimConfig
+from ..sim.scheduler import ScheduledStep, schedule
+from ..sim.step_memory import StepOutput
+from ..sim.tensor import TensorEngine
+
+
+class CorruptedOutputWarning(UserWarning):
+    """``encode`` delivered outputs that differ from what the model computed (a retention policy
+    kept views of memory that a later step rewrote)."""
 
 
 @dataclass
@@ -40,62 +50,102 @@ class StepTimes:
     n_steps: int = 0
 
 
-def run_prefill(
-    streams: Sequence[PrefillStream],
-    *,
-    pooler,
-    task: str,
-    chunk_size: int | None = None,
-    head_options: dict | None = None,
-    times: StepTimes | None = None,
-) -> list[Tensor]:
-    """Prefill every stream to its end, pooling each step; one output per request.
+class ModelEngine(TensorEngine):
+    """The tensor backend with a model's own pooler (method + head) instead of the simulator's.
+
+    The oracle's expected output for a request is the same pooler applied, in one shot, to the
+    hidden states the source produced for it.
+    """
+
+    def __init__(self, prompt_lens: Sequence[int], config: SimConfig, source, *, pooler,
+                 task: str, head_options: dict, times: StepTimes | None) -> None:
+        super().__init__(prompt_lens, config, source)
+        self.model_pooler = pooler
+        self.task = task
+        self.head_options = head_options
+        self.times = times
+
+    def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
+        t0 = time.perf_counter()
+        super().write_step(index, step, out)  # runs each chunk through the model
+        if self.times is not None:
+            self.times.forward_s += time.perf_counter() - t0
+            self.times.n_steps += 1
+
+    def _run_pooler(self, hidden: Tensor, lens: list[int], states=None, **chunking) -> list:
+        meta = build_metadata(lens, states=states, task=self.task, **chunking)
+        with torch.no_grad():  # heads may hold weights (a classifier): no autograd graph
+            return self.model_pooler(hidden, meta, **self.head_options)
+
+    def pool(self, index: int, step: ScheduledStep, rules: list[KeepRule]) -> dict[int, Tensor]:
+        t0 = time.perf_counter()
+        batch = [r for r, _, _ in step.chunks]
+        outputs = self._run_pooler(
+            self._hidden, [self.lens[r] for r in batch],
+            states=[self.states[r] for r in batch],
+            num_scheduled_tokens=[stop - start for _, start, stop in step.chunks],
+            seq_lens=[stop for _, _, stop in step.chunks],
+        )
+        finished = set(step.finished)
+        pooled = {r: outputs[i] for i, r in enumerate(batch) if r in finished}
+        self._drop_finished(step)
+        if self.times is not None:
+            self.times.pooling_s += time.perf_counter() - t0
+        return pooled
+
+    def head(self, step: ScheduledStep, pooled: dict[int, Tensor]) -> list:
+        outs = []
+        for r in step.finished:  # the model's pooler already ran its head
+            reference = self.source.reference(r)  # [prompt_len, hidden] what the model produced
+            self.expected[r] = self._run_pooler(reference, [self.lens[r]])[0]
+            outs.append((r, pooled[r], "output"))
+        return outs
+
+
+def run_encode(source, *, pooler, task: str, chunk_size: int | None, async_scheduling: bool,
+               policy: str, head_options: dict | None = None,
+               times: StepTimes | None = None) -> list[Tensor]:
+    """Prefill every prompt of ``source`` through the engine loop; one output per request.
 
     Args:
-        streams: one fresh ``PrefillStream`` per request, batch order.
-        pooler: called as ``pooler(hidden [n_step_tokens, hidden], metadata, **head_options)``;
-            returns one entry per request in the step.
+        source: a ``tp.ModelSource`` (the model's hidden states, chunk by chunk, KV cached).
+        pooler: the model's pooler, called as ``pooler(hidden, metadata, **head_options)``.
         task: the pooling task of every request.
-        chunk_size: most tokens of one request per step (``None``: the whole prompt).
+        chunk_size: at most this many tokens of one request per step (``None``: whole
+            prompts, one step).
+        async_scheduling, policy: the engine's flags (as in ``tp.SimConfig``).
         head_options: ``dimensions`` / ``use_activation`` for the head.
         times: accumulates forward and pooling wall time when given.
 
     Returns:
-        Per request, what the pooler returned at the step it finished.
+        Per request, the delivered (host) output.
+
+    Warns:
+        CorruptedOutputWarning: outputs that differ from the model's own hidden states pooled
+            in one shot (only a policy that keeps views of rewritten memory does this).
     """
-    head_options = head_options or {}
-    prompt_lens = [s.prompt_len for s in streams]
-    states = [PoolingStates() for _ in streams]
-    outputs: list[Tensor | None] = [None] * len(streams)
-    while True:
-        batch = [r for r, s in enumerate(streams) if s.computed < s.prompt_len]
-        if not batch:
-            break
-        scheduled = [
-            streams[r].prompt_len - streams[r].computed
-            if chunk_size is None
-            else min(chunk_size, streams[r].prompt_len - streams[r].computed)
-            for r in batch
-        ]
-        t0 = time.perf_counter()
-        rows = [streams[r].advance(streams[r].computed + n) for r, n in zip(batch, scheduled,
-                                                                          strict=True)]
-        hidden = rows[0] if len(rows) == 1 else torch.cat(rows)  # [n_step_tokens, hidden]
-        t1 = time.perf_counter()
-        meta = build_metadata(
-            [prompt_lens[r] for r in batch],
-            num_scheduled_tokens=scheduled,
-            seq_lens=[streams[r].computed for r in batch],
-            states=[states[r] for r in batch],
-            task=task,
+    lens = source.prompt_lens
+    config = SimConfig(
+        hidden_size=source.hidden_size, dtype=source.dtype,
+        max_num_batched_tokens=sum(lens), max_num_seqs=len(lens),
+        long_prefill_token_threshold=chunk_size, enable_chunked_prefill=chunk_size is not None,
+        async_scheduling=async_scheduling, policy=policy,
+    )
+    steps = schedule(lens, max_num_batched_tokens=config.max_num_batched_tokens,
+                     max_num_seqs=config.max_num_seqs,
+                     enable_chunked_prefill=config.enable_chunked_prefill,
+                     long_prefill_token_threshold=chunk_size)
+    source.prepare(lens)
+    engine = ModelEngine(lens, config, source, pooler=pooler, task=task,
+                         head_options=head_options or {}, times=times)
+    engine.run(steps)
+    if engine.corrupted:
+        bad = sorted(engine.corrupted)
+        warnings.warn(
+            f"policy={policy!r} (async_scheduling={async_scheduling}) delivered corrupted "
+            f"outputs for prompts {bad}: they kept views of step output memory that a later "
+            "step rewrote before they were read. Use policy='clone' (vLLM's), 'prealloc' or "
+            "'offload'; tp.simulate(...).explain() shows which step overwrote what",
+            CorruptedOutputWarning, stacklevel=3,
         )
-        with torch.no_grad():  # heads may hold weights (a classifier): no autograd graph
-            pooled = pooler(hidden, meta, **head_options)
-        for i, r in enumerate(batch):
-            if streams[r].computed == prompt_lens[r]:
-                outputs[r] = pooled[i]
-        if times is not None:
-            times.forward_s += t1 - t0
-            times.pooling_s += time.perf_counter() - t1
-            times.n_steps += 1
-    return outputs  # type: ignore[return-value]  # every request finished above
+    return [engine.delivered[r] for r in range(len(lens))]

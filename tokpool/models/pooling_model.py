@@ -3,7 +3,7 @@
 A decoder LM declares ``{embed (LAST), token_embed (ALL)}``; an encoder ``{embed (MEAN or CLS),
 token_embed (ALL)}`` with ``attn_type == "encoder_only"``; a model with a token-classification
 head adds ``token_classify`` (ALL + the classifier). ``encode`` checks the request's task with
-the runner's gate, runs the prompts through the engine step loop (``engine.run_prefill``) and
+the runner's gate, runs the prompts through the engine step loop (``engine.run_encode``) and
 returns vLLM's output shapes.
 """
 
@@ -21,8 +21,8 @@ from ..heads import TokenClassifierHead, TokenEmbeddingHead, check_dimensions, r
 from ..poolers import DispatchPooler, Pooler
 from ..pooling import AllPool, RetentionPolicy, check_policy, get_pooling_method
 from ..tasks import check_request_task, gate, select_task
-from .engine import StepTimes, run_prefill
-from .forward import ENCODER_CHUNK_REASON, PrefillStream, resolve_layer
+from .engine import StepTimes, run_encode
+from .forward import ENCODER_CHUNK_REASON, resolve_layer
 from .prompts import Prompt, to_token_ids
 
 SequencePooling = Literal["LAST", "MEAN", "CLS"]
@@ -291,10 +291,13 @@ class PoolingModel:
         token_ids = self.token_ids(prompts)
         if not token_ids:
             return []
-        streams = [PrefillStream(self, ids, layer=layer) for ids in token_ids]
+        from .source import ModelSource  # the engine loop reads the model through a source
+
+        source = ModelSource(self, token_ids, layer=layer)
         pooler = self.make_pooler(async_scheduling=async_scheduling, policy=policy)
-        return run_prefill(streams, pooler=pooler, task=task, chunk_size=chunk_size,
-                           head_options=head_options, times=times)
+        return run_encode(source, pooler=pooler, task=task, chunk_size=chunk_size,
+                          async_scheduling=async_scheduling, policy=policy,
+                          head_options=head_options, times=times)
 
     def __repr__(self) -> str:
         return (

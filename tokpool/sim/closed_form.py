@@ -53,7 +53,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     """
     cfg = config
     T = np.asarray(prompt_lens, dtype=np.int64)
-    C = cfg.max_num_batched_tokens
+    C = min(cfg.max_num_batched_tokens, cfg.long_prefill_token_threshold or 1 << 62)
     if cfg.enable_chunked_prefill:
         n = (T + C - 1) // C
     else:

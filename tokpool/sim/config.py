@@ -65,6 +65,8 @@ class SimConfig:
         max_num_batched_tokens: the scheduler's token budget per step; also the persistent
             hidden-state buffer's rows.
         max_num_seqs: most requests running (admitted, unfinished) at once.
+        long_prefill_token_threshold: most tokens one request takes in a step (vLLM's flag;
+            ``None``: no limit but the budget).
         enable_chunked_prefill: a prompt may be split across steps; without it a prompt longer
             than the budget is rejected.
         async_scheduling: step N+1 is launched before step N's outputs are copied to the host.
@@ -103,6 +105,7 @@ class SimConfig:
     step_tag_id: int | None = None
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 256
+    long_prefill_token_threshold: int | None = None
     enable_chunked_prefill: bool = True
     async_scheduling: bool = False
     policy: RetentionPolicy = "clone"
@@ -119,6 +122,8 @@ class SimConfig:
         _check_int("num_labels", self.num_labels, minimum=1)
         _check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
         _check_int("max_num_seqs", self.max_num_seqs, minimum=1)
+        _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, minimum=1,
+                   optional=True)
         _check_int("num_returned_columns", self.num_returned_columns, minimum=1, optional=True)
         _check_int("step_tag_every", self.step_tag_every, minimum=1, optional=True)
         _check_int("step_tag_id", self.step_tag_id, minimum=0, optional=True)

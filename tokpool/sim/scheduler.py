@@ -9,6 +9,9 @@ Per step, with a token budget ``max_num_batched_tokens``:
    without it, a prompt that does not fit the remaining budget waits (and blocks those behind
    it, first come first served, as vLLM's ``break`` does).
 
+With ``long_prefill_token_threshold`` (vLLM's flag of that name), no request takes more than
+that many tokens in one step.
+
 Pooling requests finish when their last prompt token is computed (no decode). Nothing is
 preempted. Steps where nothing can run (waiting for arrivals) are skipped: step indices jump.
 """
@@ -94,6 +97,7 @@ def schedule(
     max_num_seqs: int,
     enable_chunked_prefill: bool,
     arrival_steps: Sequence[int] | None = None,
+    long_prefill_token_threshold: int | None = None,
 ) -> list[ScheduledStep]:
     """The steps that prefill every request (see the module docstring for the rules).
 
@@ -114,6 +118,7 @@ def schedule(
                 f"scheduled ({len(too_long)} such requests); enable chunked prefill or raise "
                 "the budget"
             )
+    per_request = long_prefill_token_threshold or budget_per_step  # 0/None: no limit
     order = sorted(range(len(lens)), key=lambda i: (arrival[i], i))
     computed = [0] * len(lens)
     running: list[int] = []
@@ -128,7 +133,7 @@ def schedule(
         for r in running:
             if budget == 0:
                 break
-            take = min(lens[r] - computed[r], budget)
+            take = min(lens[r] - computed[r], budget, per_request)
             chunks.append((r, computed[r], computed[r] + take))
             budget -= take
         admitted = 0
@@ -136,7 +141,7 @@ def schedule(
             r = order[next_waiting]
             if arrival[r] > index or (not enable_chunked_prefill and lens[r] > budget):
                 break
-            take = min(lens[r], budget)
+            take = min(lens[r], budget, per_request)
             chunks.append((r, 0, take))
             budget -= take
             admitted += 1

@@ -85,6 +85,7 @@ def simulate(
         max_num_seqs=config.max_num_seqs,
         enable_chunked_prefill=config.enable_chunked_prefill,
         arrival_steps=arrival_steps,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
     )
     outputs = None
     if source is not None:
