@@ -1,21 +1,18 @@
-"""Check the simulator against a real GPU: the engine loop on CUDA, bytes per step.
+"""Check the simulator against a real GPU, through the simulator's own engine loop.
 
-What it runs, per workload × retention policy × scheduling mode:
-
-- ONE static hidden-state buffer ``[max_num_batched_tokens, W]`` on the GPU, rewritten every
-  step by a fill kernel (the stand-in for the model's forward);
-- the core's ``AllPool`` (real ``build_metadata`` with ``PoolingStates``) and head;
-- each finished output copied to pinned host memory with ``non_blocking=True`` on a SIDE
-  stream that waits for the step's work, while the main stream never waits for the copy;
-- under async scheduling, step N+1 is launched before step N's copy is collected, so its fill
-  kernel can overwrite the buffer while the copy still reads it (the race PR #50931 fixes).
-
-It compares, per step, the simulator's predicted pooling bytes (``tp.simulate(mode="analytic")``:
-``pool_bytes`` at the start and end, ``pool_peak_bytes`` during the step) with the CUDA caching
-allocator's ``requested_bytes.all`` (current / peak, minus the buffer and other non-pooling
-bytes measured before the loop), and which requests came back corrupted on the GPU versus
-predicted. Differences of a few KB are expected: the cursor's index tensors and op temporaries
-(STEP's row indices, F.normalize's norms) are real allocations the ledger deliberately ignores.
+1. CUDA-graph output reuse (vLLM's rule 1): a small torch model captured in a CUDA graph; a view
+   kept of its output changes when the graph replays with other input, while a view of an eager
+   run's output does not (it only pins that tensor).
+2. The engine loop on CUDA: ``tp.simulate``'s tensor backend (``TensorEngine``, device
+   ``"cuda"``: step outputs in graph memory or fresh eager tensors, the core's pooling and head,
+   each output's device-to-host copy enqueued on a copy stream at the end of its step with
+   ``non_blocking=True`` into pinned memory, the next step launched without waiting for it),
+   subclassed here only to read the CUDA caching allocator's requested bytes per step. Compared
+   per step with the counting backend's prediction (``mode="analytic"``): pooling bytes
+   (allocator start / peak / end, minus what was allocated before the loop) and the requests
+   corrupted — observed on the GPU by the exact oracle, versus predicted by the view tracker
+   (which assumes the next step always wins the race). Differences of a few KB are expected:
+   the cursor's index tensors and op temporaries are real allocations the ledger ignores.
 
 Usage: ``python benchmarks/cuda_engine_check.py [--out benchmarks/cuda_engine_check.md]``.
 Without CUDA it prints "skipped: no CUDA" and exits 0. Takes well under five minutes.
@@ -36,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import tokpool as tp  # noqa: E402
-from tokpool.sim.scheduler import engine_steps, schedule  # noqa: E402
-from tokpool.sim.source import SyntheticSource  # noqa: E402
-from tokpool.sim.tensor import make_head, make_pooler  # noqa: E402
+from tokpool.sim.scheduler import schedule  # noqa: E402
+from tokpool.sim.simulation import default_source  # noqa: E402
+from tokpool.sim.tensor import TensorEngine  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -46,7 +43,7 @@ class Workload:
     name: str
     prompt_lens: tuple[int, ...]
     width: int = 4096  # Qwen3-Embedding-8B's hidden size
-    budget: int = 8192  # max_num_batched_tokens: a 64 MiB bf16 buffer
+    budget: int = 8192  # max_num_batched_tokens: 64 MiB bf16 steps, run eagerly (> 512)
     head_dtype: str | None = None
 
 
@@ -55,114 +52,47 @@ WORKLOADS = (
     Workload("one 20k prompt, float32 head", (20_000,), head_dtype="float32"),
     Workload("mixed batch", (6_000, 1_500, 9_000, 700, 4_000)),
     Workload("one-shot prompts then a long one", (4_000, 4_000, 12_000)),
+    # 512-token steps replay CUDA graphs: their output memory is rewritten by the next replay
+    Workload("captured 512-token steps", (3_000, 200, 700), budget=512),
 )
 
 
-class CudaEngine:
-    """The engine loop with real streams (see the module docstring)."""
+class AllocatorEngine(TensorEngine):
+    """The simulator's tensor backend, also reading the allocator's bytes at each step."""
 
-    def __init__(self, lens: list[int], config: tp.SimConfig, device: torch.device) -> None:
-        self.lens, self.cfg, self.device = lens, config, device
-        self.main = torch.cuda.Stream(device)
-        self.side = torch.cuda.Stream(device)  # host copies; the main stream never waits on it
-        # [max_num_batched_tokens, W]: allocated once, rewritten by every step.
-        self.buffer = torch.empty((config.max_num_batched_tokens, config.width),
-                                  dtype=config.dtype, device=device)
-        self.source = SyntheticSource(config.width, config.dtype)
-        self.source.prepare(lens)
-        self.source.fill(self.buffer[:1], [(0, 0, 1)])  # caches its column scales on the GPU
-        self.pool = make_pooler(config)
-        self.head = make_head(config)
-        self.states: dict[int, tp.PoolingStates] = {}
-        self.pending: list = []  # (request, device tensor, pinned host tensor, copy-done event)
-        self.delivered: dict[int, torch.Tensor] = {}
+    def begin_iteration(self, index: int) -> None:
+        torch.cuda.synchronize(self.device)  # the last step's temporaries are gone
+        self._start = _requested(self.device, "current") - self.baseline
+        torch.cuda.reset_peak_memory_stats(self.device)
+        super().begin_iteration(index)
 
-    def _requested(self, key: str) -> int:
-        stats = torch.cuda.memory_stats(self.device)
-        # Requested bytes are exact tensor sizes; allocated bytes are rounded to 512-byte blocks.
-        return int(stats.get(f"requested_bytes.all.{key}", stats[f"allocated_bytes.all.{key}"]))
-
-    def run(self) -> tuple[pd.DataFrame, list[int]]:
-        steps = schedule(self.lens, max_num_batched_tokens=self.cfg.max_num_batched_tokens,
-                         max_num_seqs=self.cfg.max_num_seqs, enable_chunked_prefill=True)
+    def memory(self) -> dict[str, int]:
         torch.cuda.synchronize(self.device)
-        baseline = self._requested("current")  # buffer + anything not pooling's
-        rows = []
-        with torch.cuda.stream(self.main):
-            for index, step in engine_steps(steps, async_scheduling=self.cfg.async_scheduling):
-                if step is not None:
-                    hidden = self.buffer[: step.num_tokens]  # [n_step_tokens, W]
-                    self.source.fill(hidden, step.chunks)  # the "forward" writes the buffer
-                    for r, start, _ in step.chunks:
-                        if start == 0:
-                            self.states[r] = tp.PoolingStates()
-                self.main.synchronize()  # the fill's temporaries are gone; measure from here
-                start_bytes = self._requested("current") - baseline
-                torch.cuda.reset_peak_memory_stats(self.device)
-                outs = self._pool_and_head(step) if step is not None else []
-                # Sync: collect this step's outputs now. Async: collect the previous step's,
-                # whose copies may still be running while this step's fill already ran.
-                if self.cfg.async_scheduling:
-                    self._collect(self.pending)
-                    self.pending = self._launch_copies(outs)
-                else:
-                    self._collect(self._launch_copies(outs))
-                self.main.synchronize()
-                rows.append({
-                    "step": index,
-                    "measured_start": start_bytes,
-                    "measured_peak": self._requested("peak") - baseline,
-                    "measured_end": self._requested("current") - baseline,
-                })
-        corrupted = self._check()
-        return pd.DataFrame(rows), corrupted
+        self.measured.append({
+            "measured_start": self._start,
+            "measured_peak": _requested(self.device, "peak") - self.baseline,
+            "measured_end": _requested(self.device, "current") - self.baseline,
+        })
+        return super().memory()
 
-    def _pool_and_head(self, step) -> list:
-        batch = [r for r, _, _ in step.chunks]
-        meta = tp.build_metadata(
-            [self.lens[r] for r in batch],
-            num_scheduled_tokens=[b - a for _, a, b in step.chunks],
-            seq_lens=[b for _, _, b in step.chunks],
-            states=[self.states[r] for r in batch],
-            device=self.device,
-        )
-        pooled = self.pool(self.buffer[: step.num_tokens], meta)
-        outs = []
-        for r, x in zip(batch, pooled, strict=True):
-            if x is not None:
-                outs.append((r, self.head.forward_one(x, use_activation=False)))
-                del self.states[r]
-        return outs
 
-    def _launch_copies(self, outs: list) -> list:
-        done = torch.cuda.Event()
-        done.record(self.main)
-        launched = []
-        with torch.cuda.stream(self.side):
-            self.side.wait_event(done)  # the copy starts after the step's pooling and head
-            for r, t in outs:
-                host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-                host.copy_(t, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record(self.side)
-                launched.append((r, t, host, event))
-        outs.clear()  # from now on only the copy holds the device tensors
-        return launched
+def _requested(device, key: str) -> int:
+    stats = torch.cuda.memory_stats(device)
+    # Requested bytes are exact tensor sizes; allocated bytes are rounded to 512-byte blocks.
+    return int(stats.get(f"requested_bytes.all.{key}", stats[f"allocated_bytes.all.{key}"]))
 
-    def _collect(self, launched: list) -> None:
-        for r, _, host, event in launched:
-            event.synchronize()
-            self.delivered[r] = host
-        launched.clear()  # device outputs are freed once their copy is done (as simulated)
 
-    def _check(self) -> list[int]:
-        bad = []
-        for r, host in sorted(self.delivered.items()):
-            ref = self.source.reference(r).to(self.device)
-            expected = self.head.forward_one(ref, use_activation=False).cpu()
-            if not torch.equal(host, expected):
-                bad.append(r)
-        return bad
+def run_on_gpu(lens: list[int], config: tp.SimConfig, device) -> tuple[pd.DataFrame, list[int]]:
+    steps = schedule(lens, max_num_batched_tokens=config.max_num_batched_tokens,
+                     max_num_seqs=config.max_num_seqs, enable_chunked_prefill=True)
+    source = default_source(config)
+    source.prepare(lens)
+    engine = AllocatorEngine(lens, config, source, device=device)
+    torch.cuda.synchronize(device)
+    engine.baseline = _requested(device, "current")  # graph buffer + anything not pooling's
+    engine.measured = []
+    engine.run(steps)
+    return pd.DataFrame(engine.measured), sorted(engine.corrupted)
 
 
 def check(workload: Workload, policy: str, async_scheduling: bool, device) -> dict:
@@ -173,18 +103,15 @@ def check(workload: Workload, policy: str, async_scheduling: bool, device) -> di
     )
     lens = list(workload.prompt_lens)
     predicted = tp.simulate(lens, config, mode="analytic")
-    engine = CudaEngine(lens, config, device)
-    measured, corrupted = engine.run()
-    steps = predicted.steps.set_index("step")
+    measured, corrupted = run_on_gpu(lens, config, device)
+    steps = predicted.steps.reset_index(drop=True)
     start_pred = steps["pool_bytes"].shift(1, fill_value=0)
-    measured = measured.set_index("step")
     diff = pd.DataFrame({
         "start": measured["measured_start"] - start_pred,
         "peak": measured["measured_peak"] - steps["pool_peak_bytes"],
         "end": measured["measured_end"] - steps["pool_bytes"],
     })
     worst = int(diff.abs().to_numpy().max())
-    del engine
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     return {
@@ -192,12 +119,44 @@ def check(workload: Workload, policy: str, async_scheduling: bool, device) -> di
         "policy": policy,
         "async": async_scheduling,
         "steps": len(steps),
+        "eager_steps": int(predicted.chunks.drop_duplicates("step")["eager"].sum()),
         "predicted_peak_MiB": round(predicted.peak_pooling_bytes / 2**20, 3),
         "measured_peak_MiB": round(float(measured["measured_peak"].max()) / 2**20, 3),
         "max_step_diff_bytes": worst,
         "predicted_corrupted": predicted.corrupted,
         "gpu_corrupted": corrupted,
     }
+
+
+def graph_reuse_check(device) -> dict:
+    """A view of a CUDA graph's output changes on replay; a view of an eager output does not."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).to(device).eval()
+    first, second = torch.randn(256, 64, device=device), torch.randn(256, 64, device=device)
+    static_in = first.clone()
+    with torch.no_grad():
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm up before capture, as vLLM does
+            model(static_in)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = model(static_in)  # [256, 64] lives in the graph's memory pool
+        graph.replay()
+        kept = static_out[:16]  # a view, as legacy AllPool keeps one
+        before = kept.clone()
+        static_in.copy_(second)
+        graph.replay()  # the next step: same output memory
+        graph_view_changed = not torch.equal(kept, before)
+        eager = model(first)
+        kept_eager = eager[:16]
+        before_eager = kept_eager.clone()
+        model(second)  # the next eager step allocates its own output
+        eager_view_changed = not torch.equal(kept_eager, before_eager)
+    torch.cuda.synchronize(device)
+    return {"graph_view_changed_on_replay": graph_view_changed,
+            "eager_view_changed_by_next_step": eager_view_changed}
 
 
 def _markdown(frame: pd.DataFrame) -> str:
@@ -215,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         print("skipped: no CUDA")
         return 0
     device = torch.device("cuda")
-    # Warm up kernels and allocator pools so nothing persistent appears mid-measurement.
-    CudaEngine([300, 50], tp.SimConfig(hidden_size=64, max_num_batched_tokens=128), device).run()
     began = time.perf_counter()
+    reuse = graph_reuse_check(device)
+    print(reuse)
+    # Warm up kernels and allocator pools so nothing persistent appears mid-measurement.
+    run_on_gpu([300, 50], tp.SimConfig(hidden_size=64, max_num_batched_tokens=128), device)
     rows = [
         check(w, policy, mode, device)
         for w in WORKLOADS
@@ -234,6 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"GPU: {gpu}; torch {torch.__version__}; {elapsed:.1f} s. Written by "
         "`benchmarks/cuda_engine_check.py`.",
+        "",
+        "## 1. CUDA-graph output memory",
+        "",
+        f"A view of a captured graph's output changed when the graph replayed with other input: "
+        f"**{reuse['graph_view_changed_on_replay']}**; a view of an eager output changed when "
+        f"the next eager step ran: **{reuse['eager_view_changed_by_next_step']}**.",
+        "",
+        "## 2. The engine loop on the GPU",
         "",
         "Per run: the simulator's predicted pooling bytes per step (analytic mode) against the "
         "CUDA caching allocator's requested bytes (start / peak / end of each step, minus the "

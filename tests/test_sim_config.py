@@ -184,3 +184,14 @@ def test_time_estimates_are_labelled_and_sane():
     assert asyn.summary()["d2h_bytes"] == sync.summary()["d2h_bytes"]
     h200 = simulate([20_000], cfg.replace(hardware="H200"), mode="analytic")
     assert h200.summary()["est_total_s"] < sync.summary()["est_total_s"]
+
+
+def test_a_model_preset_sets_the_width():
+    cfg = SimConfig(model="Qwen3-Embedding-8B")
+    assert cfg.hidden_size == cfg.model.hidden_size == 4096
+    assert SimConfig().hidden_size == 1024
+    with pytest.raises(ValueError, match="hidden_size=1024 but model 'Qwen3-Embedding-8B' has "
+                                         "hidden size 4096"):
+        SimConfig(model="Qwen3-Embedding-8B", hidden_size=1024)
+    assert cfg.replace(model="SmolLM2-135M").hidden_size == 576
+    assert cfg.replace(model=None, hidden_size=64).hidden_size == 64

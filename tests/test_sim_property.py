@@ -93,7 +93,10 @@ def test_analytic_predicts_exactly_the_corruption_tensor_mode_observes(cfg, lens
        model=st.sampled_from((None, "SmolLM2-135M", "Qwen3-Embedding-8B")),
        hardware=st.sampled_from(("H100 SXM", "L4")))
 def test_closed_forms_equal_the_analytic_loop(cfg, lens, model, hardware):
-    cfg = cfg.replace(model=model, hardware=hardware)
+    if model is not None:  # a preset sets the width (its hidden size)
+        cfg = cfg.replace(model=model, hardware=hardware)
+    else:
+        cfg = cfg.replace(hardware=hardware)
     if not cfg.enable_chunked_prefill:
         cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, max(lens)))
     table = single_request(np.array(lens), cfg)

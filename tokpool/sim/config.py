@@ -42,7 +42,9 @@ class SimConfig:
     """One simulated engine: model output width, pooling, scheduler, retention policy.
 
     Attributes:
-        hidden_size: the model's hidden size (pooling's row width for embed tasks).
+        hidden_size: the model's hidden size (pooling's row width for embed tasks). Default:
+            the ``model`` preset's, else 1024. Given WITH a model preset it must equal the
+            preset's (a 1024-wide simulation is not an 8B model's).
         dtype: dtype of the hidden states (``"bfloat16"``, ``torch.float16``, ...).
         head_dtype: the pooling head's dtype; ``None`` keeps ``dtype`` (no cast); ``"float32"``
             mimics engines, whose pooling heads run in float32.
@@ -92,7 +94,7 @@ class SimConfig:
         (1024, 2)
     """
 
-    hidden_size: int = 1024
+    hidden_size: int | None = None
     dtype: DTypeLike = torch.bfloat16
     head_dtype: DTypeLike | None = None
     use_activation: bool = False
@@ -118,7 +120,16 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
-        _check_int("hidden_size", self.hidden_size, minimum=1)
+        set_(self, "model", resolve_model(self.model))
+        _check_int("hidden_size", self.hidden_size, minimum=1, optional=True)
+        if self.hidden_size is None:
+            set_(self, "hidden_size", self.model.hidden_size if self.model else 1024)
+        elif self.model is not None and self.hidden_size != self.model.hidden_size:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} but model {self.model.name!r} has hidden size "
+                f"{self.model.hidden_size}: the model preset sets the width. Drop hidden_size, "
+                "or drop model (then no forward-time estimates) to simulate another width"
+            )
         _check_int("num_labels", self.num_labels, minimum=1)
         _check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
         _check_int("max_num_seqs", self.max_num_seqs, minimum=1)
@@ -149,7 +160,6 @@ class SimConfig:
         check_policy(self.policy)
         set_(self, "dtype", resolve_dtype(self.dtype, what="dtype"))
         set_(self, "head_dtype", resolve_dtype(self.head_dtype, what="head_dtype"))
-        set_(self, "model", resolve_model(self.model))
         set_(self, "hardware", resolve_hardware(self.hardware))
         if self.returned_token_ids is not None:
             ids = tuple(self.returned_token_ids)
@@ -275,7 +285,10 @@ class SimConfig:
         )
 
     def replace(self, **changes) -> SimConfig:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again). A new ``model`` brings its own
+        hidden size unless ``hidden_size`` is given too."""
+        if "model" in changes and "hidden_size" not in changes:
+            changes["hidden_size"] = None
         return dataclasses.replace(self, **changes)
 
     @classmethod

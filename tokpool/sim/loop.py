@@ -22,6 +22,7 @@ from the views the loop tracked).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,8 +176,17 @@ class EngineLoop:
     # --- the loop --------------------------------------------------------------------------
 
     def run(self, steps: Sequence[ScheduledStep]) -> list[StepRecord]:
-        return [self._iteration(index, step)
-                for index, step in engine_steps(steps, async_scheduling=self.cfg.async_scheduling)]
+        # Every step adds records that live to the end of the run; the cyclic collector would
+        # walk all of them again and again (quadratic in steps). Nothing here makes cycles, and
+        # tensors are freed by reference counting, so it pauses for the run.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            plan = engine_steps(steps, async_scheduling=self.cfg.async_scheduling)
+            return [self._iteration(index, step) for index, step in plan]
+        finally:
+            if paused:
+                gc.enable()
 
     def _iteration(self, index: int, step: ScheduledStep | None) -> StepRecord:
         self.begin_iteration(index)

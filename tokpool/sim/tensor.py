@@ -73,6 +73,7 @@ class TensorEngine(EngineLoop):
         self._hidden: Tensor | None = None
         self._copy_stream = (torch.cuda.Stream(device=self.device)
                              if self.device.type == "cuda" else None)
+        self._inflight: dict[int, tuple[Tensor, torch.cuda.Event]] = {}
         self.pooler = make_pooler(config)
         self.head_module = make_head(config)
         self.offload = self.outputs_on_host
@@ -255,7 +256,26 @@ class TensorEngine(EngineLoop):
             outs.append((r, y, "output" if y is x else "head"))
         self._step_extra = []
         self._step_outputs = []
+        if self._copy_stream is not None:
+            self._launch_copies(outs)
         return outs
+
+    def _launch_copies(self, outs: list) -> None:
+        """CUDA: enqueue each output's device-to-host copy on the copy stream at the END of its
+        step, as vLLM's ``AsyncPoolingOutput`` does; the main stream does not wait for it, so
+        under async scheduling the next step's writes race the copy on the hardware."""
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(self.device))
+        self._copy_stream.wait_event(done)
+        with torch.cuda.stream(self._copy_stream):
+            for r, t, _ in outs:
+                if self.offload:
+                    continue  # already on the host
+                host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
+                host.copy_(t, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record(self._copy_stream)
+                self._inflight[r] = (host, event)
 
     def _checkpoint_with(self, *tensors: Tensor) -> None:
         saved = list(self._step_extra)
@@ -267,16 +287,11 @@ class TensorEngine(EngineLoop):
         if self.offload:
             host = t  # already on the host
         else:
-            host = torch.empty(t.shape, dtype=t.dtype, device="cpu",
-                               pin_memory=self._copy_stream is not None)
-            if self._copy_stream is not None:
-                # The engine's copy stream: enqueued after the step's work, not waited for by
-                # the next step (the race under async scheduling happens on the hardware).
-                self._copy_stream.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(self._copy_stream):
-                    host.copy_(t, non_blocking=True)
-                self._copy_stream.synchronize()
+            if request in self._inflight:  # CUDA: the copy launched at the end of its step
+                host, event = self._inflight.pop(request)
+                event.synchronize()
             else:
+                host = torch.empty(t.shape, dtype=t.dtype, device="cpu")
                 host.copy_(t)  # the device-to-host copy: reads the memory NOW if t is a view
             self._d2h += host.numel() * host.element_size()
         if not torch.equal(host, self.expected.pop(request)):  # oracle, what the user gets
