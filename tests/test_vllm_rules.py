@@ -133,7 +133,8 @@ def test_engine_limits_raise_budget_for_unchunked_models():
     assert R.engine_batch_limits(
         "h200", "llm", max_model_len=100, enable_chunked_prefill=True, max_num_batched_tokens=64
     ) == (64, 64)
-    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(2048\).*max_model_len \(4096\)"):
+    msg = r"max_num_batched_tokens \(2048\).*max_model_len \(4096\)"
+    with pytest.raises(ValueError, match=msg):
         R.engine_batch_limits(
             "h200", "llm", max_model_len=4096, enable_chunked_prefill=False,
             max_num_batched_tokens=2048,
@@ -234,7 +235,7 @@ def test_selected_task_rule_and_step_pool_tasks():
         R.check_request_task(
             "token_classify", selected_task="token_embed", supported_tasks=supported
         )
-    with pytest.raises(ValueError, match="--pooler-config.task token_classify"):
+    with pytest.raises(ValueError, match=r"--pooler-config\.task token_classify"):
         R.check_request_task(
             "token_classify", selected_task="token_embed", supported_tasks=supported,
             entrypoint="server",

@@ -175,8 +175,12 @@ class VllmPool:
         return self.forward(hidden_states, metadata)
 
     def forward(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
-        vllm_meta = self.vllm_metadata(metadata, device=hidden_states.device)
+        if not isinstance(hidden_states, Tensor):
+            raise TypeError(f"hidden_states must be a Tensor, got {type(hidden_states).__name__}")
         cursor = metadata.get_pooling_cursor()
+        if self.enable_chunked_prefill:
+            # vLLM trusts its states; tokpool checks them, so a wrong `states=` fails loudly.
+            AllPool._check_continuity(metadata.pooling_states, cursor)
         if hidden_states.dim() != 2 or hidden_states.shape[0] != int(
             cursor.num_scheduled_tokens_cpu.sum()
         ):
@@ -185,9 +189,7 @@ class VllmPool:
                 f"{cursor.num_scheduled_tokens_cpu.tolist()} tokens; pass the step's rows "
                 "[n_step_tokens, width]"
             )
-        if self.enable_chunked_prefill:
-            # vLLM trusts its states; tokpool checks them, so a wrong `states=` fails loudly.
-            AllPool._check_continuity(metadata.pooling_states, cursor)
+        vllm_meta = self.vllm_metadata(metadata, device=hidden_states.device)
         outputs = list(self.method(hidden_states, vllm_meta))
         for state, done in zip(metadata.pooling_states, cursor.get_finished_mask(), strict=True):
             if done:
