@@ -33,6 +33,15 @@ from torch import Tensor
 from .metadata import PoolingMetadata, PoolingStates
 from .pooling import AllPool
 
+__all__ = [
+    "VLLM_REFERENCE_VERSION",
+    "VllmPool",
+    "VllmUnavailableError",
+    "vllm_available",
+    "vllm_unavailable_reason",
+    "vllm_version",
+]
+
 #: The vLLM version the bridge and ``tokpool.sim.vllm_rules`` were read against.
 VLLM_REFERENCE_VERSION = "0.33.0"
 

@@ -24,6 +24,33 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+__all__ = [
+    "BLACKWELL_MAX_CUDAGRAPH_CAPTURE_SIZE",
+    "DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE",
+    "DEVICES",
+    "RUNNER_TASKS",
+    "TOKEN_POOL_METHOD_TASKS",
+    "DeviceFacts",
+    "batch_defaults",
+    "check_prompt_fits",
+    "check_request_task",
+    "chunked_prefill_supported",
+    "cudagraph_capture_sizes",
+    "default_async_scheduling",
+    "default_head_dtype",
+    "default_max_cudagraph_capture_size",
+    "default_use_activation",
+    "engine_batch_limits",
+    "graph_size_for",
+    "num_sampled_tokens_per_step",
+    "pooling_attn_type",
+    "pooling_cudagraph_mode",
+    "resolve_cudagraph_sizes",
+    "resolve_device",
+    "running_chunk_limit",
+    "step_order",
+]
+
 GiB = 1 << 30
 
 #: ``max_cudagraph_capture_size`` when none is given (vllm/config/vllm.py,
