@@ -16,8 +16,12 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.tokpool-installed
+# vLLM 0.33.0 for the parity layer (tests/test_parity_vllm.py), with the pure-Python packages it
+# needs on a CPU; all --no-deps, so pip never touches torch (see the file's header).
+VLLM_REQUIREMENTS := scripts/vllm-requirements.txt
+VLLM_STAMP := $(VENV)/.tokpool-vllm-installed
 
-.PHONY: install lab test test-fast lint bench report browser-deps clean
+.PHONY: install lab test test-fast lint bench report browser-deps vllm clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +35,15 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
+# Separate from install: if vLLM cannot be installed (no wheel for this platform, no network),
+# `make install` still works, the stamp is not written (the next run tries again) and the parity
+# tests skip, saying why.
+$(VLLM_STAMP): $(STAMP) $(VLLM_REQUIREMENTS)
+	@if $(PY) -m pip install --quiet --no-deps -r $(VLLM_REQUIREMENTS); then touch $@; \
+	else echo "make vllm: vLLM could not be installed; the parity tests will skip" >&2; fi
+
+vllm: $(VLLM_STAMP)
+
 lab: install
 	$(BIN)/jupyter lab notebooks/
 
@@ -38,7 +51,7 @@ lab: install
 browser-deps:
 	@sh scripts/ensure-chromium.sh
 
-test: install browser-deps
+test: install browser-deps vllm
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install

@@ -19,3 +19,28 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# --- vLLM parity layer: how many tensors and cases were compared against vLLM itself ---------
+_PARITY_COUNTS: dict[str, int] = {}
+
+
+@pytest.fixture(scope="session")
+def parity_count():
+    """``parity_count(kind, n=1)``: record ``n`` comparisons against vLLM, printed in the
+    terminal summary (with or without ``-s``)."""
+
+    def add(kind: str, n: int = 1) -> None:
+        _PARITY_COUNTS[kind] = _PARITY_COUNTS.get(kind, 0) + n
+
+    return add
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _PARITY_COUNTS:
+        return
+    terminalreporter.write_sep("-", "parity with vLLM (torch.equal / equal results)")
+    for kind, n in sorted(_PARITY_COUNTS.items()):
+        terminalreporter.write_line(f"{kind}: {n}")
+    tensors = sum(n for kind, n in _PARITY_COUNTS.items() if "torch.equal" in kind)
+    terminalreporter.write_line(f"compared tensors in total: {tensors}")

@@ -77,3 +77,17 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in readme and "make lab" in readme
     assert "\nmake test\n" in ci
     assert 'TORCH_SPEC="torch==2.13.0"' in ci
+
+
+def test_makefile_installs_vllm_apart_without_deps_and_never_torch():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--no-deps -r $(VLLM_REQUIREMENTS)" in makefile
+    assert re.search(r"^test: .*\bvllm\b", makefile, re.M)  # make test installs it
+    assert not re.search(r"^install: .*vllm", makefile, re.M)  # make install does not
+    pins = [
+        line.strip() for line in (ROOT / "scripts" / "vllm-requirements.txt").read_text()
+        .splitlines() if line.strip() and not line.startswith("#")
+    ]
+    assert "vllm==0.33.0" in pins
+    assert all("==" in p for p in pins), "every parity dependency is pinned"
+    assert not {_name(p) for p in pins} & {"torch", "transformers", "triton"}
