@@ -22,8 +22,9 @@ from the views the loop tracked).
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +112,20 @@ CHUNK_COLUMNS: dict[str, str] = {
 }
 
 
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector. A run adds records per step that live to its end;
+    the collector would walk all of them again and again (quadratic in steps). Nothing here
+    makes cycles, and tensors are freed by reference counting."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def copies_at_finish(config: SimConfig) -> bool:
     """Does the pipeline copy a finished output within its step (STEP selection, a head cast or
     activation)? Then a one-shot view is read there, not by the host copy."""
@@ -176,17 +191,9 @@ class EngineLoop:
     # --- the loop --------------------------------------------------------------------------
 
     def run(self, steps: Sequence[ScheduledStep]) -> list[StepRecord]:
-        # Every step adds records that live to the end of the run; the cyclic collector would
-        # walk all of them again and again (quadratic in steps). Nothing here makes cycles, and
-        # tensors are freed by reference counting, so it pauses for the run.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():
             plan = engine_steps(steps, async_scheduling=self.cfg.async_scheduling)
             return [self._iteration(index, step) for index, step in plan]
-        finally:
-            if paused:
-                gc.enable()
 
     def _iteration(self, index: int, step: ScheduledStep | None) -> StepRecord:
         self.begin_iteration(index)

@@ -12,7 +12,7 @@ from .config import SimConfig
 from .counting import run_counting
 from .hardware import estimate_step_times
 from .ledger import requests_frame, steps_frame
-from .loop import CHUNK_COLUMNS
+from .loop import CHUNK_COLUMNS, paused_gc
 from .result import SimResult
 from .scheduler import check_prompt_lens, schedule
 from .source import SYNTHETIC_STEP_TAG_ID, HiddenStateSource, SyntheticSource, check_source
@@ -79,14 +79,15 @@ def simulate(
     lens = check_prompt_lens(prompt_lens)
     if mode == "closed_form":
         return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
-    steps = schedule(
-        lens,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_num_seqs=config.max_num_seqs,
-        enable_chunked_prefill=config.enable_chunked_prefill,
-        arrival_steps=arrival_steps,
-        long_prefill_token_threshold=config.long_prefill_token_threshold,
-    )
+    with paused_gc():  # a long schedule is many small objects: see paused_gc
+        steps = schedule(
+            lens,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            arrival_steps=arrival_steps,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
+        )
     outputs = None
     if source is not None:
         check_source(source, width=config.width, dtype=config.dtype)
