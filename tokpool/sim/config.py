@@ -18,7 +18,6 @@ SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classif
 SimPooling = Literal["ALL", "STEP", "LAST"]
 OutputMemory = Literal["vllm", "one_buffer"]
 OUTPUT_MEMORIES: tuple[str, ...] = ("vllm", "one_buffer")
-DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE = 512
 TOKEN_SIM_TASKS = frozenset({"token_embed", "token_classify"})
 _CLASSIFY_TASKS = frozenset({"token_classify", "classify"})
 
@@ -82,7 +81,9 @@ class SimConfig:
             the teaching model, every step rewrites rows ``[0, n)`` of one buffer of
             ``max_num_batched_tokens`` rows.
         enforce_eager: no CUDA graphs: every step is eager (vLLM's ``--enforce-eager``).
-        max_cudagraph_capture_size: largest captured step, tokens (vLLM's default 512).
+        max_cudagraph_capture_size: largest captured step, tokens. Default as vLLM 0.33.0:
+            512 (1024 on data-centre Blackwell), capped at 2 × ``max_num_seqs`` and at the
+            budget (``tokpool.sim.vllm_rules.resolve_cudagraph_sizes``).
         cudagraph_capture_sizes: the captured sizes (default vLLM's list up to the max).
 
     Raises:
@@ -255,12 +256,19 @@ class SimConfig:
         """Step sizes (tokens) that replay a CUDA graph; empty when eager or ``one_buffer``."""
         if self.output_memory != "vllm" or self.enforce_eager:
             return ()
-        if self.cudagraph_capture_sizes is not None:
-            return self.cudagraph_capture_sizes
-        from .step_memory import cudagraph_capture_sizes
+        from .vllm_rules import DeviceFacts, resolve_cudagraph_sizes, resolve_device
 
-        top = self.max_cudagraph_capture_size or DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE
-        return cudagraph_capture_sizes(min(top, self.max_num_batched_tokens))
+        try:
+            device = resolve_device(self.hardware.name)
+        except ValueError:  # a custom Hardware: vLLM's non-Blackwell ceiling
+            device = DeviceFacts(self.hardware.name, self.hardware.hbm_bytes, (9, 0))
+        _, sizes = resolve_cudagraph_sizes(
+            device, max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_cudagraph_capture_size=self.max_cudagraph_capture_size,
+            cudagraph_capture_sizes_override=self.cudagraph_capture_sizes,
+        )
+        return sizes
 
     @property
     def graph_buffer_rows(self) -> int:

@@ -1,11 +1,14 @@
 """Where each step's hidden states live, and which kept views a later step overwrites.
 
 vLLM Model Runner V2 (0.33.0) runs a step as a CUDA-graph replay when its token count, padded up
-to a capture size, is at most ``max_cudagraph_capture_size`` (and ``enforce_eager`` is off).
-A replay writes its output into graph memory that every later replay rewrites: rows
-``[0, padded)`` of one persistent ``hidden_states`` buffer. A larger step runs eagerly and gets
-a fresh output tensor: a view kept from it is never overwritten, but it keeps the whole step's
-tensor alive (pins it) until released. See docs/DESIGN.md "Engine model" for the sources.
+to a capture size, is at most ``max_cudagraph_capture_size`` (and ``enforce_eager`` is off;
+the sizes: ``tokpool.sim.vllm_rules``). A replay writes its output into graph memory that later
+replays rewrite. Pooling models run PIECEWISE graphs, whose outputs live in the shared graph
+pool; tokpool models that memory as rows ``[0, padded)`` of one persistent buffer (what a FULL
+graph's ``hidden_states`` buffer is), so a view is overwritten by a later replay whose padded
+size reaches its rows. A larger step runs eagerly and gets a fresh output tensor: a view kept
+from it is never overwritten, but it keeps the whole step's tensor alive (pins it) until
+released. See docs/DESIGN.md "Engine model" and docs/ENGINE_MODEL.md for the sources.
 
 ``output_memory="one_buffer"`` is the teaching model: every step writes rows ``[0, n)`` of one
 buffer of ``max_num_batched_tokens`` rows.
@@ -19,25 +22,14 @@ is wholly overwritten leaves the list, so a run costs O(steps + views).
 from __future__ import annotations
 
 import bisect
-import functools
 from dataclasses import dataclass, field
 
 GRAPH_REGION = 0  # the persistent buffer (graph output memory, or the teaching buffer)
 
 
-@functools.lru_cache(maxsize=64)
-def cudagraph_capture_sizes(max_capture_size: int) -> tuple[int, ...]:
-    """vLLM's default capture sizes up to ``max_capture_size``: 1, 2, 4, then 8..248 by 8,
-    then 256.. by 16 (``vllm/config/compilation.py``)."""
-    if max_capture_size < 1:
-        return ()
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_capture_size + 1, 16)]
-    return tuple(s for s in sizes if s <= max_capture_size)
-
-
 def padded_graph_size(num_tokens: int, capture_sizes: tuple[int, ...]) -> int | None:
-    """The capture size a ``num_tokens`` step replays (the smallest one ≥ it), or ``None``
-    when it runs eagerly (larger than every capture size, or no sizes: ``enforce_eager``)."""
+    """The capture size a ``num_tokens`` step replays, or ``None`` when it runs eagerly
+    (``tokpool.sim.vllm_rules.graph_size_for``; ``capture_sizes`` ascending)."""
     i = bisect.bisect_left(capture_sizes, num_tokens)
     return capture_sizes[i] if i < len(capture_sizes) else None
 
