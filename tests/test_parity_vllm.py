@@ -295,9 +295,8 @@ def test_task_sets_match_vllm(vllm_config):
 
 
 def test_step_pool_task_set_matches_vllm():
-    if tp.StepPool().get_supported_tasks() != R.TOKEN_POOL_METHOD_TASKS:
-        pytest.xfail("tokpool's StepPool declares only token_classify; vLLM's inherits "
-                     "AllPool's {token_embed, token_classify} (issue 11)")
+    # vLLM's StepPool inherits AllPool's {token_embed, token_classify}; so does tokpool's
+    assert tp.StepPool().get_supported_tasks() == R.TOKEN_POOL_METHOD_TASKS
 
 
 # --- the bridge ---------------------------------------------------------------------------

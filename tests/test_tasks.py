@@ -99,3 +99,17 @@ def test_catalogue_and_table():
     assert table.loc["plugin_only", "served_current"] == "refused"
     with pytest.raises(ValueError, match="unknown model kind 'gpt'"):
         tp.model_kind("gpt")
+
+
+def test_an_engine_serves_only_its_selected_task():
+    served = tp.gate({"embed", "token_embed"}, requested="embed")
+    tp.check_request_task("embed", served, selected="embed")
+    tp.check_request_task("token_embed", served)  # the runner alone would serve it
+    with pytest.raises(tp.UnsupportedTaskError,
+                       match=r"Try switching the model's pooling_task via "
+                             r'`PoolerConfig\(task="token_embed"\)`'):
+        tp.check_request_task("token_embed", served, selected="embed")
+    with pytest.raises(tp.UnsupportedTaskError, match="--pooler-config.task token_embed"):
+        tp.check_request_task("token_embed", served, selected="embed", entrypoint="server")
+    with pytest.raises(tp.UnsupportedTaskError, match="Unsupported task: 'classify'"):
+        tp.check_request_task("classify", served, selected="embed")

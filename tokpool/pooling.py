@@ -205,9 +205,7 @@ class StepPool(AllPool):
     """
 
     pooling_type = "STEP"
-
-    def get_supported_tasks(self) -> frozenset[str]:
-        return frozenset({"token_classify"})
+    # vLLM 0.33.0's StepPool inherits AllPool's task set: token_embed is served too.
 
     def forward(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
         pooled = super().forward(hidden_states, metadata)

@@ -154,15 +154,39 @@ def gate(
     return frozenset(served)
 
 
-def check_request_task(task: str, served: Iterable[str]) -> None:
-    """Per-request check, as the runner does when a request is added.
+def check_request_task(
+    task: str,
+    served: Iterable[str],
+    *,
+    selected: str | None = None,
+    entrypoint: Literal["llm", "server"] = "llm",
+) -> None:
+    """Per-request check, as the runner does when a request is added; with ``selected``, also
+    vLLM's engine rule: an engine serves only its SELECTED task (``PoolerConfig(task=...)``,
+    or ``tp.select_task``'s priority), and refuses the model's other tasks per request
+    (``vllm/entrypoints/pooling``: ``_verify_pooling_task``; ``tokpool.sim.vllm_rules``).
+
+    Args:
+        task: the request's task.
+        served: what the runner serves for the model (``tp.gate``).
+        selected: the engine's selected task; ``None`` checks ``served`` only.
+        entrypoint: ``"llm"`` (the ``LLM`` class) or ``"server"``: the hint's wording.
 
     Raises:
-        UnsupportedTaskError: ``Unsupported task: 'X'. Supported tasks: [...]``.
+        UnsupportedTaskError: ``Unsupported task: 'X'. Supported tasks: [...]``, or vLLM's
+            "Try switching the model's pooling_task ..." for a served but unselected task.
     """
     served = sorted(served)
     if task not in served:
         raise UnsupportedTaskError(f"Unsupported task: {task!r}. Supported tasks: {served}")
+    if selected is not None:
+        from .sim.vllm_rules import check_request_task as check_selected
+
+        try:
+            check_selected(task, selected_task=selected, supported_tasks=served,
+                           entrypoint=entrypoint)
+        except ValueError as err:
+            raise UnsupportedTaskError(str(err)) from None
 
 
 @dataclass(frozen=True)
