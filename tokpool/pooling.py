@@ -22,6 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ._checks import check_sequence_call, check_token_call, check_token_pool_options
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates
 
 RetentionPolicy = Literal["legacy", "clone", "prealloc", "offload"]
@@ -90,6 +91,7 @@ class AllPool:
         async_scheduling: bool = False,
         policy: RetentionPolicy = "clone",
     ) -> None:
+        check_token_pool_options(enable_chunked_prefill, async_scheduling, policy)
         check_policy(policy)
         self.enable_chunked_prefill = bool(enable_chunked_prefill)
         self.async_scheduling = bool(async_scheduling)
@@ -112,6 +114,7 @@ class AllPool:
             self.probe(event, outputs)
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
+        check_token_call(hidden_states, metadata, type(self).__name__)
         return self.forward(hidden_states, metadata)
 
     def forward(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
@@ -297,6 +300,7 @@ class CLSPool:
         return frozenset({"embed", "classify", "token_embed", "token_classify"})
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        check_sequence_call(hidden_states, metadata, type(self).__name__)
         cursor = metadata.get_pooling_cursor()
         if cursor.is_partial_prefill():
             raise RuntimeError("partial prefill is not supported with CLS pooling")
@@ -311,6 +315,7 @@ class LastPool(CLSPool):
     pooling_type = "LAST"
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        check_sequence_call(hidden_states, metadata, type(self).__name__)
         cursor = metadata.get_pooling_cursor()
         _check_hidden(hidden_states, cursor)
         return hidden_states[cursor.last_token_indices_gpu]
@@ -323,6 +328,7 @@ class MeanPool(CLSPool):
     pooling_type = "MEAN"
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        check_sequence_call(hidden_states, metadata, type(self).__name__)
         cursor = metadata.get_pooling_cursor()
         if cursor.is_partial_prefill():
             raise RuntimeError("partial prefill is not supported with MEAN pooling")

@@ -21,6 +21,7 @@ from ..heads import TokenClassifierHead, TokenEmbeddingHead, check_dimensions, r
 from ..poolers import DispatchPooler, Pooler
 from ..pooling import AllPool, RetentionPolicy, check_policy, get_pooling_method
 from ..tasks import check_request_task, gate, select_task
+from .budget import ensure_encode_fits
 from .engine import StepTimes, run_prefill
 from .forward import ENCODER_CHUNK_REASON, PrefillStream, resolve_layer
 from .prompts import Prompt, to_token_ids
@@ -270,6 +271,8 @@ class PoolingModel:
             tp.UnsupportedTaskError: the task is not served (the gate's message).
             ValueError: bad prompts (empty, too long: both numbers), ``chunk_size`` on an
                 encoder, ``dimensions`` out of range, an unknown policy or layer.
+            tokpool.guard.MemoryLimitError: the estimated peak (``models.budget``) exceeds the
+                memory limit (``TOKPOOL_MEMORY_LIMIT``); raised before any forward.
 
         Example:
             >>> model = tp.load_model("tiny-decoder")
@@ -291,6 +294,8 @@ class PoolingModel:
         token_ids = self.token_ids(prompts)
         if not token_ids:
             return []
+        ensure_encode_fits(self, [t.numel() for t in token_ids], task=task,
+                           chunk_size=chunk_size, layer=layer, dimensions=dimensions)
         streams = [PrefillStream(self, ids, layer=layer) for ids in token_ids]
         pooler = self.make_pooler(async_scheduling=async_scheduling, policy=policy)
         return run_prefill(streams, pooler=pooler, task=task, chunk_size=chunk_size,
