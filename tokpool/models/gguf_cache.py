@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .integrity import MARKER, file_manifest, verify_entry
+from .integrity import MARKER, DamagedModelError, file_manifest, verify_entry
 from .registry import CACHE_ENV, model_cache_dir
 
 logger = logging.getLogger("tokpool.models")
@@ -202,8 +202,8 @@ def convert_gguf(
         }, indent=2))
         problems = verify_entry(work)  # sizes, headers, required files (hashed just now)
         if problems:  # e.g. the tokenizer was not written: never cache a model without one
-            raise RuntimeError(f"converting {gguf_path.name} produced an incomplete model: "
-                               f"{'; '.join(problems)}")
+            raise DamagedModelError(f"converting {gguf_path.name} produced an incomplete "
+                                    f"model: {'; '.join(problems)}; nothing was cached")
         if target.exists() and not _is_complete(target):  # debris of an interrupted run
             shutil.rmtree(target, ignore_errors=True)
         try:

@@ -24,6 +24,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 MARKER = "tokpool-cache.json"
+
+
+class DamagedModelError(ValueError, OSError):
+    """Model files exist but cannot make a model; the message names the files and the fix."""
+
 #: Files up to this size are hashed on every load (config and tokenizer files).
 HASH_ON_LOAD_MAX_BYTES = 16 * 2**20
 _HASH_BLOCK = 8 * 2**20

@@ -29,7 +29,12 @@ import torch
 
 from ..heads import resolve_dtype
 from .gguf_cache import convert_gguf
-from .integrity import directory_problems, has_tokenizer_files, verify_entry
+from .integrity import (
+    DamagedModelError,
+    directory_problems,
+    has_tokenizer_files,
+    verify_entry,
+)
 from .pooling_model import PoolingModel
 from .registry import BUILTIN_MODELS, builtin_files, builtin_names
 from .tiny import build_tiny
@@ -42,10 +47,6 @@ HUB_PROBE_TIMEOUT_S = 3.0
 
 class ModelNotFoundError(ValueError, OSError):
     """``load_model`` found no model under that name (a ``ValueError`` and an ``OSError``)."""
-
-
-class DamagedModelError(ValueError, OSError):
-    """A model directory exists but its files cannot make a model; the message names them."""
 
 
 @dataclass(frozen=True)
