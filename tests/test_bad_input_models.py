@@ -335,6 +335,18 @@ def test_hub_id_offline_says_so(monkeypatch):
         tp.load_model("someone/not-cached-model")
 
 
+def test_empty_model_name_is_not_the_current_folder():
+    with pytest.raises(tp.ModelNotFoundError, match=r"unknown model '': the name is empty"):
+        tp.load_model("")
+
+
+def test_encode_flags_are_real_bools(decoder):
+    with pytest.raises(TypeError, match=r"use_activation must be True or False, got 'no'"):
+        decoder.encode([[5, 6]], task="token_embed", use_activation="no")
+    with pytest.raises(TypeError, match=r"async_scheduling must be True or False, got 'no'"):
+        decoder.encode([[5, 6]], task="token_embed", async_scheduling="no")
+
+
 def test_dtype_of_a_model_is_checked_before_loading():
     with pytest.raises(ValueError, match=r"unknown dtype 'int4'"):
         tp.load_model("tiny-decoder", dtype="int4")

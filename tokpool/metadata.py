@@ -498,6 +498,11 @@ def build_metadata(
         >>> meta2 = build_metadata([4], num_scheduled_tokens=[2], states=meta.pooling_states)
     """
     prompt = _as_lengths(prompt_lens, "prompt_lens")
+    if device is not None:
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"device={device!r} is not a torch device ({err})") from None
     n = len(prompt)
     scheduled = prompt.clone() if num_scheduled_tokens is None else _as_lengths(
         num_scheduled_tokens, "num_scheduled_tokens")

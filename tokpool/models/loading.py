@@ -242,6 +242,8 @@ def load_model(
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(f"name_or_path must be a str or path, got {type(name_or_path).__name__}")
     name = os.fspath(name_or_path)
+    if not name.strip():
+        raise _unknown(name, "the name is empty")
     if name in BUILTIN_MODELS:
         return _load_builtin(name, torch_dtype, task, cache_dir)
     path = Path(name).expanduser()

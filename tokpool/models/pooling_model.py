@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from .._checks import check_flag
 from ..heads import TokenClassifierHead, TokenEmbeddingHead, check_dimensions, resolve_dtype
 from ..poolers import DispatchPooler, Pooler
 from ..pooling import AllPool, RetentionPolicy, check_policy, get_pooling_method
@@ -284,7 +285,7 @@ class PoolingModel:
         check_policy(policy)
         self.check_chunk_size(chunk_size)
         resolve_layer(layer, self.num_layers)
-        head_options: dict = {"use_activation": bool(use_activation)}
+        head_options: dict = {"use_activation": check_flag(use_activation, "use_activation")}
         if dimensions is not None:
             if task not in ("embed", "token_embed"):
                 raise ValueError(
