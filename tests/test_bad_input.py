@@ -230,6 +230,12 @@ def test_heads_let_nan_through_when_asked():
     assert torch.isnan(head(torch.tensor([[NAN, 1.0]]))).all()
 
 
+def test_large_finite_values_are_not_mistaken_for_inf():
+    x = torch.full((64, 4), 60_000.0, dtype=torch.float16)  # finite; their fp16 sum overflows
+    out = tp.TokenClassifierHead(head_dtype=None, activation="none")(x)
+    assert out is x
+
+
 def test_first_error_still_reports_errors_and_no_error():
     assert tp.first_error_from_rewards([0.9, 0.3, 0.8]) == 1
     assert tp.first_error_from_rewards(np.array([0.9, 0.8])) == -1

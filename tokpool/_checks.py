@@ -109,30 +109,32 @@ def check_token_call(hidden_states: object, metadata: object, what: str) -> None
     if len(states) != len(prompt_lens):
         return  # the pooling method reports the count mismatch with its own message
     width = hidden_states.shape[-1] if hidden_states.dim() >= 1 else None
+    dtype, device = hidden_states.dtype, hidden_states.device
     for i, (state, prompt_len) in enumerate(zip(states, prompt_lens, strict=True)):
+        cache = state.hidden_states_cache
+        ref = state.buffer if state.buffer is not None else (cache[0] if cache else None)
+        if ref is None:
+            continue  # a fresh (or cleaned) state: nothing to agree with
         owner = state.prompt_len
-        if owner is not None and owner != prompt_len and state.num_cached_tokens:
+        if owner is not None and owner != prompt_len:
             raise ValueError(
                 f"request {i} has prompt_len {prompt_len} but its pooling state was started "
                 f"for a request of prompt_len {owner} (it holds {state.num_cached_tokens} "
                 "tokens): states of another request; pass each request's own state, in batch "
                 "order"
             )
-        kept = state.tensors()
-        if kept:
-            ref = kept[0]
-            if ref.dtype != hidden_states.dtype or ref.shape[-1] != width:
-                raise ValueError(
-                    f"request {i}: this step's hidden states are {hidden_states.dtype} "
-                    f"[n, {width}] but its earlier chunks are {ref.dtype} [n, {ref.shape[-1]}]; "
-                    "a request's chunks must share one dtype and width — cast the hidden "
-                    "states, or call state.clean() to restart the request"
-                )
-            if ref.device.type != "cpu" and ref.device != hidden_states.device:
-                raise ValueError(
-                    f"request {i}: this step's hidden states are on {hidden_states.device} but "
-                    f"its earlier chunks are on {ref.device}; keep a request on one device"
-                )
+        if ref.dtype != dtype or ref.shape[-1] != width:
+            raise ValueError(
+                f"request {i}: this step's hidden states are {dtype} [n, {width}] but its "
+                f"earlier chunks are {ref.dtype} [n, {ref.shape[-1]}]; a request's chunks must "
+                "share one dtype and width — cast the hidden states, or call state.clean() to "
+                "restart the request"
+            )
+        if ref.device != device and ref.device.type != "cpu":
+            raise ValueError(
+                f"request {i}: this step's hidden states are on {device} but its earlier "
+                f"chunks are on {ref.device}; keep a request on one device"
+            )
     for state, prompt_len in zip(states, prompt_lens, strict=True):
         state.prompt_len = int(prompt_len)
 
@@ -140,18 +142,21 @@ def check_token_call(hidden_states: object, metadata: object, what: str) -> None
 def first_nonfinite(x: Tensor) -> str | None:
     """``None`` when ``x`` is all finite, else where and what the first NaN/±Inf is.
 
-    The happy path is one ``aminmax`` reduction (NaN and ±Inf propagate to its result), so no
-    ``x``-sized mask is allocated; the mask is built only to describe a failure.
+    The happy path is one ``sum`` reduction: NaN and ±Inf propagate to it, so a finite sum means
+    a finite tensor. Only a non-finite sum (a bad value, or an overflowing sum of large ones)
+    builds the ``x``-sized mask that tells the two apart and locates the value.
     """
     if not (x.is_floating_point() or x.is_complex()) or x.numel() == 0:
         return None
-    lo, hi = torch.aminmax(x.detach().real if x.is_complex() else x.detach())
-    if bool(torch.isfinite(lo)) and bool(torch.isfinite(hi)):
+    x = x.detach()
+    if bool(torch.isfinite(x.sum())):
         return None
-    bad = ~torch.isfinite(x.detach())
+    bad = ~torch.isfinite(x)
     count = int(bad.sum())
+    if count == 0:
+        return None  # the sum overflowed; every value is finite
     first = tuple(int(i) for i in bad.nonzero()[0].tolist())
-    value = x.detach()[first].item()
+    value = x[first].item()
     where = f"row {first[0]}" if len(first) == 2 else f"index {first}"
     return f"{count} of {x.numel()} values are NaN or Inf (first: {value} at {where})"
 

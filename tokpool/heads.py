@@ -12,7 +12,7 @@ NaN/Inf policy: a head refuses non-finite values instead of passing them on (an 
 into NaN after normalising, and a NaN reward reads as "no error" to a threshold). Each head
 checks its input after the cast to the head dtype (so a float16 overflow is caught too) and its
 output after a projector, classifier or calibration; both raise ``NonFiniteError`` (a
-``ValueError``) saying how many values, which row, and what to do. The check is one ``aminmax``
+``ValueError``) saying how many values, which row, and what to do. The check is one ``sum``
 reduction per tensor (no mask is allocated unless it fails); ``check_finite=False`` turns it off
 for a head whose NaNs you want to see.
 """
@@ -274,13 +274,19 @@ def _check_activation(activation: object) -> None:
 
 def _check_input(raw: Tensor, cast: Tensor, head: str) -> None:
     """The head's input after the cast; says so when the cast itself overflowed."""
-    if cast is not raw and first_nonfinite(cast) is not None and first_nonfinite(raw) is None:
+    problem = first_nonfinite(cast)
+    if problem is None:
+        return
+    if cast is not raw and first_nonfinite(raw) is None:
         raise NonFiniteError(
-            f"{head}: casting {raw.dtype} to head dtype {cast.dtype} overflowed "
-            f"({first_nonfinite(cast)}); the values exceed {cast.dtype}'s range — use "
-            "head_dtype=torch.float32"
+            f"{head}: casting {raw.dtype} to head dtype {cast.dtype} overflowed ({problem}); "
+            f"the values exceed {cast.dtype}'s range — use head_dtype=torch.float32"
         )
-    check_finite(cast, f"{head} input ({cast.dtype}, shape {tuple(cast.shape)})")
+    raise NonFiniteError(
+        f"{head} input ({cast.dtype}, shape {tuple(cast.shape)}): {problem}; fix the model or "
+        "the inputs upstream (a NaN output is not a score), or pass check_finite=False to the "
+        "head to let them through"
+    )
 
 
 def apply_classifier_activation(

@@ -72,13 +72,16 @@ def _versions() -> dict[str, str]:
             "transformers_version": transformers.__version__}
 
 
-def _older(version: str | None, than: str) -> bool:
-    from packaging.version import InvalidVersion, Version
+def _release(version: str) -> tuple[int, ...] | None:
+    match = re.match(r"\d+(?:\.\d+)*", str(version))
+    return tuple(int(part) for part in match.group().split(".")) if match else None
 
-    try:
-        return version is None or Version(version) < Version(than)
-    except InvalidVersion:
-        return True
+
+def _older(version: str | None, than: str) -> bool:
+    """Whether ``version``'s release (``4.57.1`` of ``4.57.1rc2``) is below ``than``'s; an
+    unreadable or missing version counts as older."""
+    mine, theirs = _release(than), None if version is None else _release(version)
+    return theirs is None or (mine is not None and theirs < mine)
 
 
 def stale_reason(entry: Path) -> str | None:
