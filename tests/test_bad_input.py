@@ -160,6 +160,12 @@ CASES = [
      r"logit_sigma must be a real number or None, got '2'"),
     ("unknown activation name", lambda: apply_classifier_activation(H, "relu"), ValueError,
      r"unknown activation 'relu'"),
+    ("projector of another width",
+     lambda: tp.TokenEmbeddingHead(projector=torch.nn.Linear(3, 4))(torch.zeros(2, 5)),
+     ValueError, r"projector takes rows of width 3 but the pooled rows have width 5"),
+    ("classifier of another width",
+     lambda: tp.TokenClassifierHead(classifier=torch.nn.Linear(3, 2))(torch.zeros(2, 5)),
+     ValueError, r"classifier takes rows of width 3 but the pooled rows have width 5"),
     ("use_activation 'no'", lambda: tp.TokenEmbeddingHead()(H, use_activation="no"),
      TypeError, r"use_activation must be True or False, got 'no'"),
     ("NaN into a classifier head",
@@ -192,6 +198,10 @@ CASES = [
      r"threshold must be finite, got nan"),
     ("string threshold", lambda: tp.first_error_from_rewards([0.1], threshold="0.5"),
      TypeError, r"threshold must be a real number, got '0\.5'"),
+    ("NaN first-error prediction", lambda: tp.processbench_f1([NAN, -1], [0, -1]), TypeError,
+     r"pred_first_error must hold integer step indices .*got dtype float64"),
+    ("NaN step score", lambda: tp.step_auroc([NAN, 0.5], [1, 0]), ValueError,
+     r"scores must be finite \(got nan or inf\)"),
     ("rewards as a matrix", lambda: tp.first_error_from_rewards([[0.1, 0.2], [0.3, 0.4]]),
      ValueError, r"rewards must be 1-D \(one per step\), got shape \(2, 2\)"),
 ]
@@ -207,6 +217,12 @@ def test_catalogue(call, error, pattern):
 def test_catalogue_ids_are_unique():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_metadata_on_cuda_without_cuda():
+    with pytest.raises(ValueError, match=r"device='cuda' but CUDA is not available"):
+        tp.build_metadata([2], device="cuda")
 
 
 def test_nonfinite_error_is_a_value_error():

@@ -111,6 +111,17 @@ def _each(pooled, fn):
     return [None if p is None else fn(p) for p in pooled]
 
 
+def _check_width(module: object, x: Tensor, what: str) -> None:
+    """A linear layer's ``in_features`` must equal the rows' width (else torch's matmul error)."""
+    expected = getattr(module, "in_features", None)
+    if isinstance(expected, int) and x.shape[-1] != expected:
+        raise ValueError(
+            f"{what} takes rows of width {expected} but the pooled rows have width "
+            f"{x.shape[-1]} (shape {tuple(x.shape)}); use a {what} built for this model's "
+            "hidden size"
+        )
+
+
 def _check_rows(x: Tensor, what: str) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"{what} expects tensors, got {type(x).__name__}")
@@ -164,6 +175,7 @@ class TokenEmbeddingHead:
         if self.check_finite:
             _check_input(raw, x, "TokenEmbeddingHead")
         if self.projector is not None:
+            _check_width(self.projector, x, "projector")
             x = self.projector(x)  # [n_tokens, embed_dim]
             if self.check_finite:
                 check_finite(x, "TokenEmbeddingHead projector output")
@@ -248,6 +260,8 @@ class TokenClassifierHead:
             x = x.to(self.head_dtype)
         if self.check_finite:
             _check_input(raw, x, "TokenClassifierHead")
+        if self.classifier is not None:
+            _check_width(self.classifier, x, "classifier")
         logits = self.classifier(x) if self.classifier is not None else x
         if logits.dim() != x.dim() or logits.shape[-1] < 1:
             raise ValueError(

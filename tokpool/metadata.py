@@ -503,6 +503,9 @@ def build_metadata(
             device = torch.device(device)
         except (RuntimeError, TypeError) as err:
             raise ValueError(f"device={device!r} is not a torch device ({err})") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r} but CUDA is not available here; leave "
+                             "device=None (CPU) or use the hidden states' device")
     n = len(prompt)
     scheduled = prompt.clone() if num_scheduled_tokens is None else _as_lengths(
         num_scheduled_tokens, "num_scheduled_tokens")
