@@ -40,14 +40,14 @@ def test_gate_current_serves_decoder_token_embed(capsys):
 def test_gate_legacy_refuses_with_vllms_message_on_stderr(capsys):
     code, _, err = run(capsys, "gate", "decoder_embedding", "--task", "token_embed",
                          "--policy", "legacy")
-    assert code == 1
+    assert code == 2
     assert "supports pooling tasks ['classify', 'embed'], but this model selects 'token_embed'" \
         in err
 
 
 def test_gate_unknown_model_says_what_exists(capsys):
     code, _, err = run(capsys, "gate", "no-such-model-xyz")
-    assert code == 1 and "error" in err and "smollm2-135m" in err
+    assert code == 2 and "error" in err and "smollm2-135m" in err
 
 
 def test_simulate_prints_steps_summary_and_writes_a_trace(capsys, tmp_path):
@@ -75,11 +75,11 @@ def test_simulate_analytic_with_a_model_preset(capsys, tmp_path):
 
 def test_simulate_errors_go_to_stderr(capsys):
     code, _, err = run(capsys, "simulate", "--prompt-lens", "0,5")
-    assert code == 1 and "positive" in err
+    assert code == 2 and "positive" in err
     code, _, err = run(capsys, "simulate", "--prompt-lens", "100", "--policy", "fast")
-    assert code == 1 and "unknown retention policy 'fast'" in err
+    assert code == 2 and "unknown retention policy 'fast'" in err
     code, _, err = run(capsys, "simulate", "--prompt-lens", "5000", "--no-chunked-prefill")
-    assert code == 1 and "5000" in err
+    assert code == 2 and "5000" in err
 
 
 def test_sweep_writes_csv_and_plot(capsys, tmp_path):
@@ -96,7 +96,7 @@ def test_sweep_writes_csv_and_plot(capsys, tmp_path):
 
 def test_sweep_rejects_unknown_policy(capsys):
     code, _, err = run(capsys, "sweep", "--prompt-lens", "1k", "--policies", "clone,zip")
-    assert code == 1 and "unknown policy 'zip'" in err
+    assert code == 2 and "unknown policy 'zip'" in err
 
 
 def test_embed_writes_safetensors(capsys, tmp_path):
@@ -113,7 +113,7 @@ def test_embed_writes_safetensors(capsys, tmp_path):
 
 def test_embed_needs_text(capsys, tmp_path):
     code, _, err = run(capsys, "embed", "tiny-decoder", "--out", str(tmp_path / "x"))
-    assert code == 1 and "--text" in err
+    assert code == 2 and "--text" in err
 
 
 def test_help_for_every_command():
@@ -141,4 +141,4 @@ def test_report_executes_notebooks_into_html(capsys, tmp_path):
 
 def test_report_without_notebooks_fails_cleanly(capsys, tmp_path):
     code, _, err = run(capsys, "report", "--notebooks", str(tmp_path / "none"))
-    assert code == 1 and "no notebooks found" in err
+    assert code == 2 and "no notebooks found" in err

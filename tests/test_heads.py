@@ -63,7 +63,7 @@ def test_classifier_head_order_with_calibration():
 
 
 def test_classifier_head_errors():
-    with pytest.raises(ValueError, match="logit_sigma must be non-zero"):
+    with pytest.raises(ValueError, match=r"logit_sigma must be > 0, got 0.0"):
         tp.TokenClassifierHead(logit_sigma=0.0)
     with pytest.raises(ValueError, match="unknown activation"):
         tp.TokenClassifierHead(activation="relu")

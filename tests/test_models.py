@@ -138,7 +138,8 @@ def test_gguf_cache_key_tracks_the_file(tmp_path):
     (entry / "config.json").write_text("{}")
     assert not _is_complete(entry)  # no marker: an interrupted conversion
     (entry / MARKER).write_text("{}")
-    assert _is_complete(entry)
+    assert not _is_complete(entry)  # no manifest: a pre-manifest entry (checked files: see
+    # tests/test_bad_input_models.py)
 
 
 # --- what the pooler declares ----------------------------------------------------------------

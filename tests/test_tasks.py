@@ -109,7 +109,7 @@ def test_an_engine_serves_only_its_selected_task():
                        match=r"Try switching the model's pooling_task via "
                              r'`PoolerConfig\(task="token_embed"\)`'):
         tp.check_request_task("token_embed", served, selected="embed")
-    with pytest.raises(tp.UnsupportedTaskError, match="--pooler-config.task token_embed"):
+    with pytest.raises(tp.UnsupportedTaskError, match=r"--pooler-config\.task token_embed"):
         tp.check_request_task("token_embed", served, selected="embed", entrypoint="server")
     with pytest.raises(tp.UnsupportedTaskError, match="Unsupported task: 'classify'"):
         tp.check_request_task("classify", served, selected="embed")

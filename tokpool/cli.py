@@ -1,8 +1,11 @@
 """The ``tokpool`` command line: the gate, simulations, sweeps, embeddings and reports.
 
-Every sub-command prints what it did to stdout and writes errors to stderr with a non-zero exit
-code (1: the input made no sense; 2: bad usage). Sizes accept vLLM's suffixes: ``k``/``m``/``g``
-are powers of ten (``32k`` = 32,000) and ``K``/``M``/``G`` powers of two (``1M`` = 1,048,576).
+Every sub-command prints what it did to stdout. A user error — a bad argument, an input the
+library refuses (any ``ValueError``/``TypeError``/``OSError`` it raises, the memory guard's
+included), an output path that cannot be written — is ONE line on stderr and exit status 2, with
+no traceback; output paths are checked before any work starts. Sizes accept vLLM's suffixes:
+``k``/``m``/``g`` are powers of ten (``32k`` = 32,000) and ``K``/``M``/``G`` powers of two
+(``1M`` = 1,048,576); they are bounded (``MAX_TOKENS``, ``MAX_RANGE_POINTS``, ``--max-steps``).
 """
 
 from __future__ import annotations
@@ -11,15 +14,32 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 _DEFAULT_RANGE_POINTS = 25
+#: Largest size any option accepts (int32 positions: no engine takes a longer prompt).
+MAX_TOKENS = 2**31 - 1
+#: Most points a LOW..HIGH:POINTS range may have.
+MAX_RANGE_POINTS = 1000
+#: Default bound on the engine steps one simulation may run (``--max-steps`` raises it).
+DEFAULT_MAX_STEPS = 20_000
+#: Exit status of every user error.
+USER_ERROR = 2
 
 
 class CLIError(ValueError):
     """A mistake in the command's input; printed without a traceback."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (with a pointer to ``--help``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def parse_size(text: str) -> int:
@@ -31,12 +51,17 @@ def parse_size(text: str) -> int:
     try:
         value = float(raw) * factor
     except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
         raise CLIError(
             f"cannot read {text!r} as a size; use digits with an optional suffix "
             "(k/m/g = 10^3/10^6/10^9, K/M/G = 2^10/2^20/2^30), e.g. 32k or 1M"
-        ) from None
+        )
     if value != int(value) or value < 1:
-        raise CLIError(f"size {text!r} must be a positive whole number of tokens")
+        raise CLIError(f"size {text!r} must be a positive whole number")
+    if value > MAX_TOKENS:
+        raise CLIError(f"size {text!r} is {int(value):,}, above the largest accepted "
+                       f"{MAX_TOKENS:,} (2^31 - 1)")
     return int(value)
 
 
@@ -50,6 +75,9 @@ def parse_sizes(text: str) -> list[int]:
         if hi < lo:
             raise CLIError(f"range {text!r} runs backwards; write LOW..HIGH")
         n = parse_size(count) if count else _DEFAULT_RANGE_POINTS
+        if n > MAX_RANGE_POINTS:
+            raise CLIError(f"range {text!r} asks for {n:,} points; use at most "
+                           f"{MAX_RANGE_POINTS:,}, e.g. {span}:{_DEFAULT_RANGE_POINTS}")
         if n == 1 or lo == hi:
             return [lo]
         ratio = math.log(hi / lo) / (n - 1)
@@ -63,6 +91,93 @@ def parse_sizes(text: str) -> list[int]:
 
 def _parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _arg(parse):
+    """An argparse ``type=`` that reports ``parse``'s own message, not 'invalid value'."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _int_at_least(low: int):
+    def parse_int(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise CLIError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise CLIError(f"{value} is below the minimum {low}")
+        return value
+
+    return _arg(parse_int)
+
+
+def check_output_file(path: str | None, flag: str, example: str) -> None:
+    """Fail now, not after the work, when ``path`` cannot be written as a file.
+
+    Creates the file if it does not exist (removed again at once): the only test that also
+    catches read-only file systems and special folders such as ``/proc``.
+    """
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise CLIError(f"{flag} {path} is a directory; give a file path, e.g. "
+                       f"{target / example}")
+    parent = target.parent
+    if not parent.exists():
+        raise CLIError(f"{flag} {path}: folder {parent} does not exist; create it first")
+    if not parent.is_dir():
+        raise CLIError(f"{flag} {path}: {parent} is not a folder")
+    existed = target.exists()
+    try:
+        with open(target, "ab"):
+            pass
+    except OSError as err:
+        raise CLIError(f"{flag} {path} cannot be written ({err.strerror or err})") from None
+    if not existed:
+        target.unlink(missing_ok=True)
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    """Fail now when ``path`` is not a writable folder and cannot be created as one."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise CLIError(f"{flag} {path} is a file; give a folder")
+    probe_dir = target if target.exists() else next(
+        (p for p in target.parents if p.exists()), Path("."))
+    if not probe_dir.is_dir():
+        raise CLIError(f"{flag} {path}: {probe_dir} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe_dir):
+            pass
+    except OSError as err:
+        raise CLIError(f"{flag} {path}: {probe_dir} is not writable "
+                       f"({err.strerror or err})") from None
+
+
+def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int, *,
+                per_prompt: bool = False) -> None:
+    """Refuse a simulation that would run more than ``max_steps`` engine steps.
+
+    At most ``budget`` tokens are scheduled per step, so one simulation runs at least
+    ``ceil(tokens / budget)`` steps (each prompt alone in a sweep).
+    """
+    tokens = max(prompt_lens) if per_prompt else sum(prompt_lens)
+    steps = math.ceil(tokens / budget)
+    if steps > max_steps:
+        raise CLIError(
+            f"{tokens:,} tokens at --budget {budget:,} tokens per step is at least {steps:,} "
+            f"engine steps, above --max-steps {max_steps:,}; raise --budget, shorten the "
+            "prompts, or raise --max-steps"
+        )
 
 
 # --- gate ----------------------------------------------------------------------------------
@@ -129,7 +244,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     import tokpool as tp
 
+    check_output_file(args.csv, "--csv", "steps.csv")
+    check_output_file(args.trace, "--trace", "trace.json")
     prompt_lens = parse_sizes(args.prompt_lens)
+    check_steps(prompt_lens, args.budget, args.max_steps)
     config = _sim_config(args, policy=args.policy, async_scheduling=args.async_scheduling)
     result = tp.simulate(prompt_lens, config, mode=args.mode)
     steps = result.steps
@@ -173,8 +291,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import tokpool as tp
 
+    check_output_file(args.out, "--out", "sweep.csv")
+    check_output_file(args.plot, "--plot", "memory.png")
     prompt_lens = parse_sizes(args.prompt_lens)
+    check_steps(prompt_lens, args.budget, args.max_steps, per_prompt=True)
     policies = _parse_list(args.policies)
+    if not policies:
+        raise CLIError("--policies is empty; give one or more of "
+                       f"{list(tp.RETENTION_POLICIES)}, comma-separated")
     for policy in policies:
         if policy not in tp.RETENTION_POLICIES:
             known = list(tp.RETENTION_POLICIES)
@@ -213,7 +337,10 @@ def _cmd_embed(args: argparse.Namespace) -> int:
 
     if args.text is None and args.text_file is None:
         raise CLIError("give the text with --text '...' or --text-file PATH")
-    text = args.text if args.text is not None else Path(args.text_file).read_text()
+    if args.text is not None and args.text_file is not None:
+        raise CLIError("give --text or --text-file, not both")
+    check_output_file(args.out, "--out", "tokens.safetensors")
+    text = args.text if args.text is not None else _read_text(args.text_file)
     model = tp.load_model(args.model, dtype=args.dtype)
     ids = model.token_ids(text)[0].tolist()
     (out,) = model.encode([ids], task=args.task, chunk_size=args.chunk_size,
@@ -227,12 +354,31 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_text(path: str) -> str:
+    file = Path(path)
+    if file.is_dir():
+        raise CLIError(f"--text-file {path} is a directory; give a text file")
+    if not file.is_file():
+        raise CLIError(f"--text-file {path} does not exist")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise CLIError(f"--text-file {path} is not UTF-8 text ({err.reason} at byte "
+                       f"{err.start})") from None
+
+
 # --- report --------------------------------------------------------------------------------
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from .report import execute_notebooks
 
+    source = Path(args.notebooks)
+    if source.is_file() and source.suffix != ".ipynb":
+        raise CLIError(f"--notebooks {source} is not a .ipynb file or a folder of them")
+    if not (source.is_file() or (source.is_dir() and any(source.glob("*.ipynb")))):
+        raise CLIError(f"no notebooks found at {source}; pass --notebooks DIR")
+    check_output_dir(args.out, "--out")
     written = execute_notebooks(args.notebooks, args.out, quick=args.quick,
                                 timeout=args.timeout, progress=print)
     print(f"{len(written)} report(s) written under {args.out}/")
@@ -247,27 +393,31 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
                    "e.g. Qwen3-Embedding-8B; see tp.MODEL_PRESETS")
     p.add_argument("--hardware", default="H100 SXM", help="hardware preset (default: H100 SXM)")
     p.add_argument("--task", help="token_embed, token_classify, embed or classify")
-    p.add_argument("--hidden-size", type=parse_size, help="row width (default 4096 or preset)")
+    p.add_argument("--hidden-size", type=_arg(parse_size),
+                   help="row width (default 4096 or preset)")
     p.add_argument("--dtype", default="bfloat16", help="hidden-state dtype (default bfloat16)")
     p.add_argument("--head-dtype", default=None, help="pooling head dtype (e.g. float32)")
     p.add_argument("--activation", action="store_true",
                    help="apply the head's normalise/softmax (allocates)")
-    p.add_argument("--budget", type=parse_size, default=2048,
+    p.add_argument("--budget", type=_arg(parse_size), default=2048,
                    help="max_num_batched_tokens per step (default 2048)")
-    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-seqs", type=_int_at_least(1), default=256)
+    p.add_argument("--max-steps", type=_int_at_least(1), default=DEFAULT_MAX_STEPS,
+                   help=f"refuse runs of more engine steps (default {DEFAULT_MAX_STEPS:,})")
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--mode", choices=("analytic", "tensor"), default="analytic")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tokpool",
         description="Token-level pooling in LLM inference engines: the task gate, the step "
         "simulator (ownership and memory), embeddings from real models, notebook reports.",
         epilog="Sizes: k/m/g are powers of ten (32k = 32,000), K/M/G powers of two "
         "(1M = 1,048,576); ranges LOW..HIGH[:POINTS] are log-spaced.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
 
     p = sub.add_parser("gate", help="what the pooling runner's task gate says for a model",
                        description="Run the task gate (vLLM's, before or after PR #50931) for a "
@@ -289,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(p)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
     p.add_argument("--csv", help="write the per-step table here")
-    p.add_argument("--max-rows", type=int, default=10, help="steps shown at each end")
+    p.add_argument("--max-rows", type=_int_at_least(0), default=10,
+                   help="steps shown at each end")
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("sweep", help="memory and time estimates against prompt length",
@@ -310,10 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-file")
     p.add_argument("--out", required=True, help="output .safetensors file")
     p.add_argument("--task", default="token_embed")
-    p.add_argument("--chunk-size", type=parse_size, help="chunked prefill (decoders only)")
+    p.add_argument("--chunk-size", type=_arg(parse_size),
+                   help="chunked prefill (decoders only)")
     p.add_argument("--policy", default="clone")
-    p.add_argument("--layer", type=int, default=-1)
-    p.add_argument("--dimensions", type=int, help="Matryoshka truncation")
+    p.add_argument("--layer", type=_int_at_least(-(2**31)), default=-1)
+    p.add_argument("--dimensions", type=_int_at_least(1), help="Matryoshka truncation")
     p.add_argument("--dtype", default=None, help="model dtype (default: the model's)")
     p.add_argument("--no-activation", action="store_true", help="skip L2 normalisation")
     p.set_defaults(func=_cmd_embed)
@@ -323,22 +475,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="TOKPOOL_QUICK=1: small sizes")
     p.add_argument("--out", default="reports")
     p.add_argument("--notebooks", default="notebooks")
-    p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    p.add_argument("--timeout", type=_int_at_least(1), default=1800, help="seconds per cell")
     p.set_defaults(func=_cmd_report)
     return parser
 
 
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [ValueError, TypeError, OSError, NotImplementedError,
+                                        OverflowError, MemoryError]
+    try:  # a notebook cell that fails under `tokpool report`
+        from nbclient.exceptions import CellExecutionError
+    except ImportError:  # pragma: no cover
+        pass
+    else:
+        types.append(CellExecutionError)
+    return tuple(types)
+
+
+def _one_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if type(err).__name__ == "CellExecutionError" and lines:
+        return f"a notebook cell failed: {lines[-1]}"
+    text = " ".join(lines) or repr(err)
+    return text if len(text) <= 2000 else text[:2000] + " ..."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tokpool`` console script."""
+    """Entry point of the ``tokpool`` console script.
+
+    Returns:
+        0 on success; ``USER_ERROR`` (2) for any user error, printed as one line on stderr.
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # argparse: --help (0) or a usage error (2, already printed)
+        return int(stop.code or 0)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as err:
+    except _user_error_types() as err:
         name = type(err).__name__
         prefix = "" if isinstance(err, CLIError) else f"{name}: "
-        print(f"tokpool {args.command}: error: {prefix}{err}", file=sys.stderr)
-        return 1
+        print(f"tokpool {args.command}: error: {prefix}{_one_line(err)}", file=sys.stderr)
+        return USER_ERROR
+    except RuntimeError as err:  # an allocator that ran out of memory; anything else is a bug
+        text = str(err)
+        if "out of memory" not in text and "can't allocate memory" not in text:
+            raise
+        print(f"tokpool {args.command}: error: out of memory ({_one_line(err)[:300]}); use "
+              "smaller inputs or a cheaper mode (see TOKPOOL_MEMORY_LIMIT)", file=sys.stderr)
+        return USER_ERROR
     except KeyboardInterrupt:  # pragma: no cover
         print("interrupted", file=sys.stderr)
         return 130

@@ -7,17 +7,29 @@ softmax over labels when there are ≥ 2, sigmoid when there is 1).
 
 Every head maps ``None`` (an unfinished request) to ``None`` and takes either one tensor or a
 list with one entry per request.
+
+NaN/Inf policy: a head refuses non-finite values instead of passing them on (an Inf would turn
+into NaN after normalising, and a NaN reward reads as "no error" to a threshold). Each head
+checks its input after the cast to the head dtype (so a float16 overflow is caught too) and its
+output after a projector, classifier or calibration; both raise ``NonFiniteError`` (a
+``ValueError``) saying how many values, which row, and what to do. The check is one ``sum``
+reduction per tensor (no mask is allocated unless it fails); ``check_finite=False`` turns it off
+for a head whose NaNs you want to see.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._checks import check_flag, check_rows_match, first_nonfinite
 from .metadata import PoolingMetadata
 
 DTypeLike = torch.dtype | str
@@ -62,12 +74,52 @@ def dtype_size(dtype: DTypeLike) -> int:
     return torch.empty((), dtype=resolve_dtype(dtype)).element_size()
 
 
+class NonFiniteError(ValueError):
+    """A head met NaN or ±Inf in its input or produced one; the message says where."""
+
+
+def check_finite(x: Tensor, what: str) -> Tensor:
+    """Return ``x`` when it holds no NaN/±Inf; else raise ``NonFiniteError`` naming ``what``.
+
+    Raises:
+        NonFiniteError: the count, the first offending value and its row, and what to do.
+    """
+    problem = first_nonfinite(x)
+    if problem is not None:
+        raise NonFiniteError(
+            f"{what}: {problem}; fix the model or the inputs upstream (a NaN output is not a "
+            "score), or pass check_finite=False to the head to let them through"
+        )
+    return x
+
+
+def _check_real(value: object, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number or None, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
+
+
 def _each(pooled, fn):
     if pooled is None:
         return None
     if isinstance(pooled, Tensor):
         return fn(pooled)
     return [None if p is None else fn(p) for p in pooled]
+
+
+def _check_width(module: object, x: Tensor, what: str) -> None:
+    """A linear layer's ``in_features`` must equal the rows' width (else torch's matmul error)."""
+    expected = getattr(module, "in_features", None)
+    if isinstance(expected, int) and x.shape[-1] != expected:
+        raise ValueError(
+            f"{what} takes rows of width {expected} but the pooled rows have width "
+            f"{x.shape[-1]} (shape {tuple(x.shape)}); use a {what} built for this model's "
+            "hidden size"
+        )
 
 
 def _check_rows(x: Tensor, what: str) -> None:
@@ -85,6 +137,7 @@ class TokenEmbeddingHead:
         projector: optional ``[.., hidden] -> [.., embed_dim]`` module (sentence-transformers'
             Dense layer).
         normalize: L2-normalise each row when ``use_activation``.
+        check_finite: raise ``NonFiniteError`` on NaN/±Inf (see the module's NaN/Inf policy).
 
     Call: ``head(pooled, *, dimensions=None, use_activation=True)``; ``pooled`` is
     ``[n_tokens, hidden]`` (or a list of those / ``None``) → ``[n_tokens, dimensions or D]``.
@@ -96,10 +149,14 @@ class TokenEmbeddingHead:
         head_dtype: DTypeLike | None = torch.float32,
         projector: Callable[[Tensor], Tensor] | None = None,
         normalize: bool = True,
+        check_finite: bool = True,
     ) -> None:
         self.head_dtype = resolve_dtype(head_dtype, what="head_dtype")
+        if projector is not None and not callable(projector):
+            raise TypeError(f"projector must be callable (a module), got {projector!r}")
         self.projector = projector
-        self.normalize = normalize
+        self.normalize = check_flag(normalize, "normalize")
+        self.check_finite = check_flag(check_finite, "check_finite")
 
     def get_supported_tasks(self) -> frozenset[str]:
         return frozenset({"token_embed", "embed"})
@@ -111,10 +168,17 @@ class TokenEmbeddingHead:
         self, x: Tensor, dimensions: int | None = None, use_activation: bool = True
     ) -> Tensor:
         _check_rows(x, "TokenEmbeddingHead")
+        check_flag(use_activation, "use_activation")
+        raw = x
         if self.head_dtype is not None:
             x = x.to(self.head_dtype)
+        if self.check_finite:
+            _check_input(raw, x, "TokenEmbeddingHead")
         if self.projector is not None:
+            _check_width(self.projector, x, "projector")
             x = self.projector(x)  # [n_tokens, embed_dim]
+            if self.check_finite:
+                check_finite(x, "TokenEmbeddingHead projector output")
         if dimensions is not None:
             x = x[..., : check_dimensions(dimensions, x.shape[-1])]  # Matryoshka
         if use_activation and self.normalize:
@@ -144,8 +208,14 @@ class TokenClassifierHead:
         head_dtype: cast before the classifier (``None`` keeps the input dtype).
         classifier: optional ``[.., hidden] -> [.., num_labels]`` module; without it the input
             already holds logits (a score head inside the model, as for PRMs).
-        logit_mean, logit_sigma: affine calibration ``(logit - mean) / sigma``.
+        logit_mean, logit_sigma: affine calibration ``(logit - mean) / sigma``; both finite,
+            ``sigma > 0``.
         activation: ``"auto"`` is softmax for ≥ 2 labels, sigmoid for 1.
+        check_finite: raise ``NonFiniteError`` on NaN/±Inf (see the module's NaN/Inf policy).
+
+    Raises:
+        ValueError: an unknown activation, ``logit_sigma <= 0``, a non-finite calibration.
+        TypeError: a calibration value that is not a number, a flag that is not a bool.
 
     Call: ``head(pooled, *, use_activation=True)``: ``[n_tokens, hidden]`` →
     ``[n_tokens, num_labels]``.
@@ -159,18 +229,22 @@ class TokenClassifierHead:
         logit_mean: float | None = None,
         logit_sigma: float | None = None,
         activation: ClassifierActivation = "auto",
+        check_finite: bool = True,
     ) -> None:
-        if activation not in ("auto", "softmax", "sigmoid", "none"):
+        _check_activation(activation)
+        self.logit_mean = _check_real(logit_mean, "logit_mean")
+        self.logit_sigma = _check_real(logit_sigma, "logit_sigma")
+        if self.logit_sigma is not None and self.logit_sigma <= 0:
             raise ValueError(
-                f"unknown activation {activation!r}; use 'auto', 'softmax', 'sigmoid' or 'none'"
+                f"logit_sigma must be > 0, got {logit_sigma}: it divides the logits, and a "
+                "negative scale would invert every probability (zero divides by zero)"
             )
-        if logit_sigma is not None and logit_sigma == 0:
-            raise ValueError("logit_sigma must be non-zero (it divides the logits)")
+        if classifier is not None and not callable(classifier):
+            raise TypeError(f"classifier must be callable (a module), got {classifier!r}")
         self.head_dtype = resolve_dtype(head_dtype, what="head_dtype")
         self.classifier = classifier
-        self.logit_mean = logit_mean
-        self.logit_sigma = logit_sigma
         self.activation = activation
+        self.check_finite = check_flag(check_finite, "check_finite")
 
     def get_supported_tasks(self) -> frozenset[str]:
         return frozenset({"token_classify", "classify"})
@@ -180,8 +254,14 @@ class TokenClassifierHead:
 
     def forward_one(self, x: Tensor, use_activation: bool = True) -> Tensor:
         _check_rows(x, "TokenClassifierHead")
+        check_flag(use_activation, "use_activation")
+        raw = x
         if self.head_dtype is not None:
             x = x.to(self.head_dtype)
+        if self.check_finite:
+            _check_input(raw, x, "TokenClassifierHead")
+        if self.classifier is not None:
+            _check_width(self.classifier, x, "classifier")
         logits = self.classifier(x) if self.classifier is not None else x
         if logits.dim() != x.dim() or logits.shape[-1] < 1:
             raise ValueError(
@@ -192,15 +272,46 @@ class TokenClassifierHead:
             logits = logits - self.logit_mean
         if self.logit_sigma is not None:
             logits = logits / self.logit_sigma
+        if self.check_finite and logits is not x:
+            check_finite(logits, "TokenClassifierHead logits (after classifier/calibration)")
         if use_activation:
             logits = apply_classifier_activation(logits, self.activation)
         return logits  # [n_tokens, num_labels]
 
 
+def _check_activation(activation: object) -> None:
+    if activation not in ("auto", "softmax", "sigmoid", "none"):
+        raise ValueError(
+            f"unknown activation {activation!r}; use 'auto', 'softmax', 'sigmoid' or 'none'"
+        )
+
+
+def _check_input(raw: Tensor, cast: Tensor, head: str) -> None:
+    """The head's input after the cast; says so when the cast itself overflowed."""
+    problem = first_nonfinite(cast)
+    if problem is None:
+        return
+    if cast is not raw and first_nonfinite(raw) is None:
+        raise NonFiniteError(
+            f"{head}: casting {raw.dtype} to head dtype {cast.dtype} overflowed ({problem}); "
+            f"the values exceed {cast.dtype}'s range — use head_dtype=torch.float32"
+        )
+    raise NonFiniteError(
+        f"{head} input ({cast.dtype}, shape {tuple(cast.shape)}): {problem}; fix the model or "
+        "the inputs upstream (a NaN output is not a score), or pass check_finite=False to the "
+        "head to let them through"
+    )
+
+
 def apply_classifier_activation(
     logits: Tensor, activation: ClassifierActivation = "auto"
 ) -> Tensor:
-    """Softmax over labels (≥ 2 labels) or sigmoid (1 label), or as ``activation`` says."""
+    """Softmax over labels (≥ 2 labels) or sigmoid (1 label), or as ``activation`` says.
+
+    Raises:
+        ValueError: an activation name other than auto/softmax/sigmoid/none.
+    """
+    _check_activation(activation)
     if activation == "none":
         return logits
     if activation == "sigmoid" or (activation == "auto" and logits.shape[-1] == 1):
@@ -254,6 +365,7 @@ class SpladeSparsePooler:
         return frozenset({"embed"})
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        check_rows_match(hidden_states, metadata, "SpladeSparsePooler")
         lens = _whole_prompts(metadata, "SPLADE pooling")
         ids = (
             metadata.get_prompt_token_ids_cpu()
@@ -307,6 +419,7 @@ class BgeM3Pooler:
         return frozenset({"embed&token_classify"})
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor]:
+        check_rows_match(hidden_states, metadata, "BgeM3Pooler")
         lens = _whole_prompts(metadata, "BGE-M3 pooling")
         ids = (
             metadata.get_prompt_token_ids_cpu()

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
+
+from .tasks import POOLING_TASKS
 
 
 class PoolingStates:
@@ -27,14 +30,18 @@ class PoolingStates:
         buffer: the one owned ``[prompt_len, hidden]`` tensor of policies ``prealloc``
             (device) and ``offload`` (host), or ``None``.
         num_filled: rows of ``buffer`` written so far.
+        prompt_len: the prompt length of the request this state was last used for (set by the
+            token pooling methods' input check, ``None`` when fresh or cleaned), so that a
+            state handed to another request is caught instead of concatenated.
     """
 
-    __slots__ = ("buffer", "hidden_states_cache", "num_filled")
+    __slots__ = ("buffer", "hidden_states_cache", "num_filled", "prompt_len")
 
     def __init__(self) -> None:
         self.hidden_states_cache: list[Tensor] = []
         self.buffer: Tensor | None = None
         self.num_filled: int = 0
+        self.prompt_len: int | None = None
 
     @property
     def num_cached_tokens(self) -> int:
@@ -55,6 +62,7 @@ class PoolingStates:
         self.hidden_states_cache.clear()
         self.buffer = None
         self.num_filled = 0
+        self.prompt_len = None
 
     def __repr__(self) -> str:
         return (
@@ -232,7 +240,16 @@ class PoolingMetadata:
         )
 
 
+def _is_int(value: object) -> bool:
+    """A Python or NumPy integer, not a bool (``True`` is an int to Python, never a length)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def _as_lengths(values: Sequence[int] | Tensor, name: str) -> Tensor:
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind not in "iu":
+            raise TypeError(f"{name} must hold integers, got a NumPy array of {values.dtype}")
+        values = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
     if isinstance(values, Tensor):
         if values.dim() != 1:
             raise ValueError(f"{name} must be 1-D, got shape {tuple(values.shape)}")
@@ -241,37 +258,113 @@ def _as_lengths(values: Sequence[int] | Tensor, name: str) -> Tensor:
         return values.detach().to("cpu", torch.int64)
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(f"{name} must be a sequence of ints, got {type(values).__name__}")
-    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int)]
+    bad = [v for v in values if not _is_int(v)]
     if bad:
         raise TypeError(f"{name} must hold ints, got {bad[:3]}")
-    return torch.tensor(list(values), dtype=torch.int64)
+    return torch.tensor([int(v) for v in values], dtype=torch.int64)
 
 
-def _per_request(value, n: int, name: str) -> list:
-    """A scalar applies to every request; a list must have one entry per request."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return [value] * n
-    value = list(value)
+def _is_list_like(value: object) -> bool:
+    return isinstance(value, (Sequence, Tensor, np.ndarray)) and not isinstance(
+        value, (str, bytes))
+
+
+def _as_list(value) -> list:
+    return value.tolist() if isinstance(value, (Tensor, np.ndarray)) else list(value)
+
+
+def _check_id(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise TypeError(
+            f"{name} must be an int token id (or None), got {value!r} ({type(value).__name__})"
+        )
+    if value < 0:
+        raise ValueError(f"{name} must be a token id >= 0, got {value}")
+    return int(value)
+
+
+def _per_request_ids(value, n: int, name: str) -> list[int | None]:
+    """``step_tag_id``: one id (or None) for every request, or one per request."""
+    if value is None or _is_int(value):
+        return [_check_id(value, name)] * n
+    if not _is_list_like(value):
+        raise TypeError(
+            f"{name} must be an int, None, or one of those per request; got {value!r} "
+            f"({type(value).__name__})"
+        )
+    value = _as_list(value)
     if len(value) != n:
         raise ValueError(f"{name} has {len(value)} entries for {n} requests")
-    return value
+    return [_check_id(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
+def _columns(value, name: str) -> list[int]:
+    if not _is_list_like(value):
+        raise TypeError(f"{name} must be a list of int column indices, got {value!r}")
+    columns = _as_list(value)
+    bad = [c for c in columns if not _is_int(c)]
+    if bad:
+        raise TypeError(f"{name} must hold int column indices, got {bad[:3]}")
+    return [int(c) for c in columns]
 
 
 def _per_request_columns(value, n: int) -> list[list[int] | None]:
     """``returned_token_ids``: one list for all requests, or one list (or None) per request."""
+    name = "returned_token_ids"
     if value is None:
         return [None] * n
-    value = list(value)
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return [list(value)] * n
-    if len(value) != n:
-        raise ValueError(f"returned_token_ids has {len(value)} entries for {n} requests")
-    return [None if v is None else list(v) for v in value]
+    if not _is_list_like(value):
+        raise TypeError(
+            f"{name} must be a list of column indices (or one list per request), got {value!r}"
+        )
+    entries = _as_list(value)
+    if all(_is_int(v) for v in entries):
+        return [_columns(entries, name)] * n
+    if not all(v is None or _is_list_like(v) for v in entries):
+        raise TypeError(
+            f"{name} must hold int column indices (or one list per request), got {entries[:4]}"
+        )
+    if len(entries) != n:
+        raise ValueError(f"{name} has {len(entries)} entries for {n} requests")
+    return [None if v is None else _columns(v, f"{name}[{i}]") for i, v in enumerate(entries)]
+
+
+def _check_ids_tensor(ids: Tensor, what: str) -> Tensor:
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(
+            f"{what} must hold integer token ids, got dtype {ids.dtype}; a float id such as "
+            "9.4 would be truncated to another token"
+        )
+    ids = ids.to(torch.int64)
+    if ids.numel() and int(ids.min()) < 0:
+        raise ValueError(f"{what} holds {int(ids.min())}; token ids are >= 0")
+    return ids
+
+
+def _as_id_row(row, i: int) -> Tensor:
+    what = f"prompt_token_ids[{i}]"
+    if isinstance(row, np.ndarray):
+        row = torch.from_numpy(np.ascontiguousarray(row))
+    if isinstance(row, Tensor):
+        return _check_ids_tensor(row.detach().cpu(), what).reshape(-1)
+    if not _is_list_like(row):
+        raise TypeError(f"{what} must be a list of int token ids, got {type(row).__name__}")
+    bad = [v for v in row if not _is_int(v)]
+    if bad:
+        raise TypeError(
+            f"{what} must hold int token ids, got {bad[:3]}; a float id such as 9.4 would be "
+            "truncated to another token"
+        )
+    return _check_ids_tensor(torch.tensor([int(v) for v in row], dtype=torch.int64), what)
 
 
 def _pad_token_ids(token_ids: Sequence[Sequence[int]] | Tensor, prompt_lens: Tensor) -> Tensor:
+    if isinstance(token_ids, np.ndarray) and token_ids.ndim == 2:
+        token_ids = torch.from_numpy(np.ascontiguousarray(token_ids))
     if isinstance(token_ids, Tensor) and token_ids.dim() == 2:
-        padded = token_ids.to(torch.int64)
+        padded = _check_ids_tensor(token_ids.detach(), "prompt_token_ids")
         if padded.shape[0] != len(prompt_lens) or (
             len(prompt_lens) and padded.shape[1] < int(prompt_lens.max())
         ):
@@ -280,7 +373,12 @@ def _pad_token_ids(token_ids: Sequence[Sequence[int]] | Tensor, prompt_lens: Ten
                 f"{prompt_lens.tolist()}"
             )
         return padded
-    rows = [torch.as_tensor(t, dtype=torch.int64).reshape(-1) for t in token_ids]
+    if not _is_list_like(token_ids):
+        raise TypeError(
+            "prompt_token_ids must be one list of int ids per request (or a 2-D int tensor), "
+            f"got {type(token_ids).__name__}"
+        )
+    rows = [_as_id_row(t, i) for i, t in enumerate(token_ids)]
     if len(rows) != len(prompt_lens):
         raise ValueError(
             f"prompt_token_ids has {len(rows)} prompts for {len(prompt_lens)} requests"
@@ -295,6 +393,71 @@ def _pad_token_ids(token_ids: Sequence[Sequence[int]] | Tensor, prompt_lens: Ten
     for i, row in enumerate(rows):
         padded[i, : row.numel()] = row
     return padded
+
+
+def _per_request_tasks(task, n: int) -> list[str | None]:
+    if task is not None and not isinstance(task, str) and not _is_list_like(task):
+        raise TypeError(f"task must be a task name or one per request, got {task!r}")
+    tasks = [task] * n if task is None or isinstance(task, str) else list(task)
+    if len(tasks) != n:
+        raise ValueError(f"task has {len(tasks)} entries for {n} requests")
+    unknown = [t for t in tasks if t is not None and t not in POOLING_TASKS]
+    if unknown:
+        raise ValueError(
+            f"unknown pooling task(s) {unknown[:3]} in task=; choose from {list(POOLING_TASKS)}"
+        )
+    return tasks
+
+
+def _check_step_lengths(prompt: Tensor, scheduled: Tensor, seqs: Tensor) -> None:
+    for i, (p, s, q) in enumerate(zip(prompt.tolist(), scheduled.tolist(), seqs.tolist(),
+                                      strict=True)):
+        if p < 0 or s < 0 or q < 0:
+            raise ValueError(
+                f"request {i}: lengths must be non-negative, got prompt_len={p}, "
+                f"num_scheduled_tokens={s}, seq_len={q}"
+            )
+        if p == 0 or s == 0:
+            raise ValueError(
+                f"request {i} has zero tokens (prompt_len={p}, num_scheduled_tokens={s}): a "
+                "request in a step holds at least one token of a non-empty prompt — leave it "
+                "out of this step's batch"
+            )
+        if s > p:
+            raise ValueError(
+                f"request {i}: {s} tokens scheduled but its prompt_len is {p}; a step "
+                "schedules at most the whole prompt"
+            )
+        if q > p:
+            raise ValueError(
+                f"request {i}: seq_len {q} exceeds prompt_len {p}; seq_len counts prompt tokens "
+                "computed after this step"
+            )
+        if s > q:
+            raise ValueError(
+                f"request {i}: {s} tokens scheduled but only {q} computed after the step "
+                f"(seq_len), which would leave {q - s} computed before it; seq_len = tokens "
+                f"computed before + the {s} scheduled (seq_lens=[{s}] for a first chunk)"
+            )
+
+
+def _as_states(states, n: int) -> list[PoolingStates]:
+    if isinstance(states, (str, bytes)) or not isinstance(states, Sequence):
+        raise TypeError(
+            "states must be a list of PoolingStates (the previous step's meta.pooling_states), "
+            f"got {type(states).__name__}"
+        )
+    pooling_states = list(states)
+    if len(pooling_states) != n:
+        raise ValueError(f"states has {len(pooling_states)} entries for {n} requests")
+    bad = [type(s).__name__ for s in pooling_states if not isinstance(s, PoolingStates)]
+    if bad:
+        raise TypeError(f"states must be PoolingStates, got {bad[:3]}")
+    if len({id(s) for s in pooling_states}) != n:
+        raise ValueError(
+            "states holds one PoolingStates object for two requests; each request needs its own"
+        )
+    return pooling_states
 
 
 def build_metadata(
@@ -324,14 +487,25 @@ def build_metadata(
         device: device of the cursor's token indices (default: CPU).
 
     Raises:
-        ValueError: lengths that do not add up, naming the request and the numbers.
-        TypeError: non-integer lengths.
+        ValueError: lengths that do not add up, naming the request and the numbers; a request
+            with zero tokens (an empty prompt, or nothing scheduled: it would have no row of its
+            own); negative token ids; an unknown task; one ``PoolingStates`` for two requests.
+        TypeError: non-integer lengths or token ids (a float id such as 9.4 is refused, never
+            truncated), or a ``step_tag_id`` / ``returned_token_ids`` that is not made of ints.
 
     Example:
         >>> meta = build_metadata([4], num_scheduled_tokens=[2], seq_lens=[2])  # first chunk
         >>> meta2 = build_metadata([4], num_scheduled_tokens=[2], states=meta.pooling_states)
     """
     prompt = _as_lengths(prompt_lens, "prompt_lens")
+    if device is not None:
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"device={device!r} is not a torch device ({err})") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r} but CUDA is not available here; leave "
+                             "device=None (CPU) or use the hidden states' device")
     n = len(prompt)
     scheduled = prompt.clone() if num_scheduled_tokens is None else _as_lengths(
         num_scheduled_tokens, "num_scheduled_tokens")
@@ -341,43 +515,19 @@ def build_metadata(
             raise ValueError(
                 f"{name} has {len(values)} entries but prompt_lens has {n}; give one per request"
             )
-    for i, (p, s, q) in enumerate(zip(prompt.tolist(), scheduled.tolist(), seqs.tolist(),
-                                      strict=True)):
-        if p < 0 or s < 0 or q < 0:
-            raise ValueError(
-                f"request {i}: lengths must be non-negative, got prompt_len={p}, "
-                f"num_scheduled_tokens={s}, seq_len={q}"
-            )
-        if q > p:
-            raise ValueError(
-                f"request {i}: seq_len {q} exceeds prompt_len {p}; seq_len counts prompt tokens "
-                "computed after this step"
-            )
-        if s > q:
-            raise ValueError(
-                f"request {i}: {s} tokens scheduled but only {q} computed after the step "
-                f"(seq_len); scheduled tokens cannot exceed the remaining {p - (q - s)} of "
-                f"prompt_len {p} — did you forget seq_lens=?"
-            )
+    _check_step_lengths(prompt, scheduled, seqs)
     if states is None:
         pooling_states = [PoolingStates() for _ in range(n)]
     else:
-        pooling_states = list(states)
-        if len(pooling_states) != n:
-            raise ValueError(f"states has {len(pooling_states)} entries for {n} requests")
-        bad = [type(s).__name__ for s in pooling_states if not isinstance(s, PoolingStates)]
-        if bad:
-            raise TypeError(f"states must be PoolingStates, got {bad[:3]}")
+        pooling_states = _as_states(states, n)
     token_ids = None if prompt_token_ids is None else _pad_token_ids(prompt_token_ids, prompt)
-    tasks = [task] * n if task is None or isinstance(task, str) else list(task)
-    if len(tasks) != n:
-        raise ValueError(f"task has {len(tasks)} entries for {n} requests")
+    tasks = _per_request_tasks(task, n)
     return PoolingMetadata(
         prompt_lens=prompt,
         prompt_token_ids=None if token_ids is None else token_ids.to(device),
         pooling_states=pooling_states,
         pooling_cursor=PoolingCursor.build(scheduled, prompt, seqs, device=device),
-        step_tag_ids=_per_request(step_tag_id, n, "step_tag_id"),
+        step_tag_ids=_per_request_ids(step_tag_id, n, "step_tag_id"),
         returned_token_ids=_per_request_columns(returned_token_ids, n),
         tasks=tasks,
     )

@@ -20,6 +20,8 @@ from torch import Tensor
 
 
 def _storage(t: Tensor):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__} ({t!r:.60})")
     return t.untyped_storage()
 
 

@@ -25,6 +25,15 @@ class Pooler:
 
     def __init__(self, method, head: TokenEmbeddingHead | TokenClassifierHead | None = None,
                  *, tasks: frozenset[str] | None = None) -> None:
+        for role, part, example in (("method", method, "tp.AllPool()"),
+                                    ("head", head, "tp.TokenEmbeddingHead()")):
+            if part is not None and not (
+                callable(part) and callable(getattr(part, "get_supported_tasks", None))
+            ):
+                raise TypeError(
+                    f"{role} must be a pooling {role} (callable, with get_supported_tasks()), "
+                    f"such as {example}; got {part!r:.80}"
+                )
         self.method = method
         self.head = head
         declared = set(POOLING_TASKS) & set(method.get_supported_tasks())
@@ -60,7 +69,15 @@ class DispatchPooler:
     """
 
     def __init__(self, poolers_by_task: Mapping[str, object]) -> None:
+        if not isinstance(poolers_by_task, Mapping):
+            raise TypeError(
+                "poolers_by_task must map task names to poolers, e.g. {'token_embed': pooler}; "
+                f"got {type(poolers_by_task).__name__}"
+            )
         for task, pooler in poolers_by_task.items():
+            if not callable(getattr(pooler, "get_supported_tasks", None)):
+                raise TypeError(f"the pooler for task {task!r} must be a Pooler, got "
+                                f"{pooler!r:.80}")
             if task not in pooler.get_supported_tasks():
                 raise ValueError(
                     f"pooler {pooler!r} does not support task {task!r}; it supports "

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from ._checks import check_sequence_call, check_token_call, check_token_pool_options
 from .keep_rule import RETENTION_POLICIES, KeepRule, RetentionPolicy, check_policy, keep_rule
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates
 
@@ -85,6 +86,7 @@ class AllPool:
         async_scheduling: bool = False,
         policy: RetentionPolicy = "clone",
     ) -> None:
+        check_token_pool_options(enable_chunked_prefill, async_scheduling, policy)
         check_policy(policy)
         self.enable_chunked_prefill = bool(enable_chunked_prefill)
         self.async_scheduling = bool(async_scheduling)
@@ -105,6 +107,7 @@ class AllPool:
             self.probe(event, outputs)
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
+        check_token_call(hidden_states, metadata, type(self).__name__)
         return self.forward(hidden_states, metadata)
 
     def rule(self, *, finished: bool, first_chunk: bool) -> KeepRule:
@@ -254,6 +257,7 @@ class CLSPool:
         return frozenset({"embed", "classify", "token_embed", "token_classify"})
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        check_sequence_call(hidden_states, metadata, type(self).__name__)
         cursor = metadata.get_pooling_cursor()
         if cursor.is_partial_prefill():
             raise RuntimeError("partial prefill is not supported with CLS pooling")
@@ -268,6 +272,7 @@ class LastPool(CLSPool):
     pooling_type = "LAST"
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        check_sequence_call(hidden_states, metadata, type(self).__name__)
         cursor = metadata.get_pooling_cursor()
         _check_hidden(hidden_states, cursor)
         return hidden_states[cursor.last_token_indices_gpu]
@@ -280,6 +285,7 @@ class MeanPool(CLSPool):
     pooling_type = "MEAN"
 
     def __call__(self, hidden_states: Tensor, metadata: PoolingMetadata) -> Tensor:
+        check_sequence_call(hidden_states, metadata, type(self).__name__)
         cursor = metadata.get_pooling_cursor()
         if cursor.is_partial_prefill():
             raise RuntimeError("partial prefill is not supported with MEAN pooling")

@@ -56,13 +56,36 @@ class UnsupportedTaskError(ValueError):
 def _check_tasks(tasks: Iterable[str], what: str) -> tuple[str, ...]:
     if isinstance(tasks, str):
         raise TypeError(f"{what} must be a collection of task names, not the string {tasks!r}")
-    tasks = tuple(tasks)
+    try:
+        tasks = tuple(tasks)
+    except TypeError:
+        raise TypeError(
+            f"{what} must be a collection of task names, got {type(tasks).__name__}"
+        ) from None
     unknown = [t for t in tasks if t not in POOLING_TASKS]
     if unknown:
         raise ValueError(
             f"unknown pooling task(s) {unknown} in {what}; known tasks: {list(POOLING_TASKS)}"
         )
     return tasks
+
+
+def _check_architectures(architectures: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(architectures, str):
+        raise TypeError(
+            f"architectures must be a collection of names, not the string {architectures!r}; "
+            f"write architectures=({architectures!r},)"
+        )
+    try:
+        names = tuple(architectures)
+    except TypeError:
+        raise TypeError(
+            f"architectures must be a collection of names, got {type(architectures).__name__}"
+        ) from None
+    bad = [a for a in names if not isinstance(a, str)]
+    if bad:
+        raise TypeError(f"architectures must hold strings, got {bad[:3]}")
+    return names
 
 
 def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
@@ -89,9 +112,14 @@ def select_task(
 
     Raises:
         ValueError: ``requested`` is not among ``model_tasks`` (both are named).
+        TypeError: a string where a collection is expected (``model_tasks``,
+            ``architectures``), or a ``requested`` that is not a string.
     """
     tasks = _check_tasks(model_tasks, "model_tasks")
+    architectures = _check_architectures(architectures)
     if requested is not None:
+        if not isinstance(requested, str):
+            raise TypeError(f"requested must be one task name or None, got {requested!r}")
         _check_tasks([requested], "requested")
         if requested not in tasks:
             raise ValueError(

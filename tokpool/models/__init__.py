@@ -5,7 +5,9 @@ Importing this package does not import transformers; loading a model does.
 
 from .compare import compare_chunked, summarize_chunked
 from .engine import StepTimes
-from .loading import ModelNotFoundError, load_model
+from .gguf_cache import prune_stale_entries
+from .integrity import verify_entry
+from .loading import DamagedModelError, ModelNotFoundError, load_model
 from .pooling_model import PoolingModel
 from .prompts import Prompt
 from .registry import BUILTIN_MODELS, list_models, model_cache_dir
@@ -13,6 +15,7 @@ from .source import ModelSource
 
 __all__ = [
     "BUILTIN_MODELS",
+    "DamagedModelError",
     "ModelNotFoundError",
     "ModelSource",
     "PoolingModel",
@@ -22,5 +25,7 @@ __all__ = [
     "list_models",
     "load_model",
     "model_cache_dir",
+    "prune_stale_entries",
     "summarize_chunked",
+    "verify_entry",
 ]

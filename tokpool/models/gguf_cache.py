@@ -8,6 +8,11 @@ are plain float32 tensors and nothing of the quantization remains but the marker
 The cache entry is keyed by the GGUF file's name, size and mtime plus the transformers version
 (a config written by one major version may not load in another), and is written to a temporary
 directory and renamed into place, so concurrent first loads never see half a cache.
+
+Integrity (``integrity.py``): the marker records every file's size and SHA-256; a load checks
+sizes, safetensors headers and the small files' hashes, and rebuilds a damaged entry with a
+message. Writing an entry prunes the stale entries of the same model: those converted from a
+GGUF file that has since changed, by an older cache format, or by an older transformers.
 """
 
 from __future__ import annotations
@@ -15,18 +20,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from .integrity import MARKER, DamagedModelError, file_manifest, verify_entry
 from .registry import CACHE_ENV, model_cache_dir
 
 logger = logging.getLogger("tokpool.models")
 
-CACHE_FORMAT = 1
-MARKER = "tokpool-cache.json"
+#: 2: the marker holds a manifest (sizes, SHA-256) and the versions that wrote the entry.
+CACHE_FORMAT = 2
+#: Leftovers of an interrupted conversion older than this are removed when pruning.
+DEBRIS_AGE_S = 3600
+_KEY = re.compile(r"^(?P<name>.+)-(?P<key>[0-9a-f]{16})$")
 
 
 def gguf_cache_key(gguf_path: Path) -> str:
@@ -49,7 +59,99 @@ def cached_gguf_path(gguf_path: Path, *, name: str, cache_dir: Path | None = Non
 
 
 def _is_complete(path: Path) -> bool:
-    return (path / MARKER).is_file() and (path / "config.json").is_file()
+    """A whole entry whose files match its manifest (see ``integrity.verify_entry``)."""
+    return path.is_dir() and not verify_entry(path)
+
+
+def _versions() -> dict[str, str]:
+    import transformers
+
+    import tokpool
+
+    return {"tokpool_version": tokpool.__version__,
+            "transformers_version": transformers.__version__}
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    match = re.match(r"\d+(?:\.\d+)*", str(version))
+    return tuple(int(part) for part in match.group().split(".")) if match else None
+
+
+def _older(version: str | None, than: str) -> bool:
+    """Whether ``version``'s release (``4.57.1`` of ``4.57.1rc2``) is below ``than``'s; an
+    unreadable or missing version counts as older."""
+    mine, theirs = _release(than), None if version is None else _release(version)
+    return theirs is None or (mine is not None and theirs < mine)
+
+
+def stale_reason(entry: Path) -> str | None:
+    """Why a cache entry is stale (``None`` if it is current or belongs to a newer install).
+
+    Stale: a leftover without a marker, or with an unreadable one; a cache format older than
+    ``CACHE_FORMAT``; a transformers version older than the installed one; a GGUF source that
+    no longer exists or has changed size or mtime since the conversion.
+    """
+    try:
+        info = json.loads((entry / MARKER).read_text())
+        if not isinstance(info, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as err:
+        return f"no readable {MARKER} ({type(err).__name__})"
+    if info.get("format", 1) < CACHE_FORMAT:
+        return f"cache format {info.get('format', 1)} < {CACHE_FORMAT}"
+    current = _versions()["transformers_version"]
+    if _older(info.get("transformers_version"), current):
+        return f"written by transformers {info.get('transformers_version')} < {current}"
+    source = Path(str(info.get("source", "")))
+    try:
+        st = source.stat()
+    except OSError:
+        return f"its source {source} no longer exists"
+    if (st.st_size, st.st_mtime_ns) != (info.get("size"), info.get("mtime_ns")):
+        return f"its source {source.name} changed since the conversion"
+    return None
+
+
+def prune_stale_entries(root: Path | None = None, *, name: str | None = None,
+                        keep: Path | None = None, dry_run: bool = False) -> list[Path]:
+    """Remove stale converted models (see ``stale_reason``) and old conversion debris.
+
+    Args:
+        root: cache root (default: ``model_cache_dir()``).
+        name: only entries of this model (default: all).
+        keep: an entry never removed (the one just written).
+        dry_run: report what would go, remove nothing.
+
+    Returns:
+        The removed (or, with ``dry_run``, removable) directories.
+    """
+    models = (model_cache_dir() if root is None else Path(root)) / "models"
+    if not models.is_dir():
+        return []
+    removed = []
+    now = time.time()
+    for entry in sorted(models.iterdir()):
+        if not entry.is_dir() or (keep is not None and entry == keep):
+            continue
+        if entry.name.startswith("."):  # a conversion's work directory
+            if name is not None and not entry.name.startswith(f".{name}-"):
+                continue
+            reason = "conversion debris" if now - entry.stat().st_mtime > DEBRIS_AGE_S else None
+        else:
+            match = _KEY.match(entry.name)
+            if match is None or (name is not None and match["name"] != name):
+                continue
+            reason = stale_reason(entry)
+            if reason and not (entry / MARKER).is_file() and \
+                    now - entry.stat().st_mtime < DEBRIS_AGE_S:
+                reason = None  # maybe a conversion in progress elsewhere
+        if reason is None:
+            continue
+        removed.append(entry)
+        if not dry_run:
+            print(f"tokpool: removing stale model cache {entry} ({reason})", file=sys.stderr)
+            shutil.rmtree(entry, ignore_errors=True)
+    return removed
 
 
 def _drop_gguf_marker(model) -> None:
@@ -72,15 +174,17 @@ def convert_gguf(
     Returns:
         ``(directory, converted)``; ``converted`` is true when this call did the conversion.
     """
-    from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     gguf_path = Path(gguf_path).resolve()
     target = cached_gguf_path(gguf_path, name=name, cache_dir=None if cache_dir is None
                               else Path(cache_dir))
-    if _is_complete(target):
-        logger.info("tokpool: loading %s from cache %s", name, target)
-        return target, False
+    if target.exists():
+        problems = verify_entry(target)
+        if not problems:
+            logger.info("tokpool: loading %s from cache %s", name, target)
+            return target, False
+        print(f"tokpool: the cached {name} at {target} is damaged ({'; '.join(problems[:3])}); "
+              "rebuilding it", file=sys.stderr)
+        shutil.rmtree(target, ignore_errors=True)
 
     print(
         f"tokpool: first load of {name}: dequantizing {gguf_path.name} (tens of seconds, once); "
@@ -91,29 +195,18 @@ def convert_gguf(
     start = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        with tqdm(total=3, desc=f"tokpool: converting {name}", unit="stage") as bar:
-            bar.set_postfix_str("dequantize GGUF")
-            model = AutoModelForCausalLM.from_pretrained(
-                gguf_path.parent, gguf_file=gguf_path.name, dtype="float32",
-                local_files_only=True,
-            )
-            tokenizer = AutoTokenizer.from_pretrained(
-                gguf_path.parent, gguf_file=gguf_path.name, local_files_only=True
-            )
-            bar.update()
-            bar.set_postfix_str("write safetensors")
-            _drop_gguf_marker(model)
-            model.save_pretrained(work, safe_serialization=True)
-            bar.update()
-            bar.set_postfix_str("write tokenizer")
-            tokenizer.save_pretrained(work)
-            bar.update()
+        _dequantize_into(gguf_path, work, name=name)
         seconds = time.perf_counter() - start
         st = gguf_path.stat()
         (work / MARKER).write_text(json.dumps({
             "source": str(gguf_path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "format": CACHE_FORMAT, "conversion_seconds": round(seconds, 2),
+            "format": CACHE_FORMAT, "conversion_seconds": round(seconds, 2), **_versions(),
+            "files": file_manifest(work),
         }, indent=2))
+        problems = verify_entry(work)  # sizes, headers, required files (hashed just now)
+        if problems:  # e.g. the tokenizer was not written: never cache a model without one
+            raise DamagedModelError(f"converting {gguf_path.name} produced an incomplete "
+                                    f"model: {'; '.join(problems)}; nothing was cached")
         if target.exists() and not _is_complete(target):  # debris of an interrupted run
             shutil.rmtree(target, ignore_errors=True)
         try:
@@ -125,4 +218,29 @@ def convert_gguf(
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
     print(f"tokpool: cached {name} at {target} ({seconds:.0f} s)", file=sys.stderr)
+    prune_stale_entries(target.parent.parent, name=name, keep=target)
     return target, True
+
+
+def _dequantize_into(gguf_path: Path, work: Path, *, name: str) -> None:
+    """Write the dequantized model (safetensors, config) and its tokenizer into ``work``."""
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with tqdm(total=3, desc=f"tokpool: converting {name}", unit="stage") as bar:
+        bar.set_postfix_str("dequantize GGUF")
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, dtype="float32",
+            local_files_only=True,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, local_files_only=True
+        )
+        bar.update()
+        bar.set_postfix_str("write safetensors")
+        _drop_gguf_marker(model)
+        model.save_pretrained(work, safe_serialization=True)
+        bar.update()
+        bar.set_postfix_str("write tokenizer")
+        tokenizer.save_pretrained(work)
+        bar.update()

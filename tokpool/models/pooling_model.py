@@ -17,10 +17,12 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from .._checks import check_flag
 from ..heads import TokenClassifierHead, TokenEmbeddingHead, check_dimensions, resolve_dtype
 from ..poolers import DispatchPooler, Pooler
 from ..pooling import AllPool, RetentionPolicy, check_policy, get_pooling_method
 from ..tasks import check_request_task, gate, select_task
+from .budget import ensure_encode_fits
 from .engine import StepTimes, run_encode
 from .forward import ENCODER_CHUNK_REASON, resolve_layer
 from .prompts import Prompt, to_token_ids
@@ -270,6 +272,8 @@ class PoolingModel:
             tp.UnsupportedTaskError: the task is not served (the gate's message).
             ValueError: bad prompts (empty, too long: both numbers), ``chunk_size`` on an
                 encoder, ``dimensions`` out of range, an unknown policy or layer.
+            tokpool.guard.MemoryLimitError: the estimated peak (``models.budget``) exceeds the
+                memory limit (``TOKPOOL_MEMORY_LIMIT``); raised before any forward.
 
         Example:
             >>> model = tp.load_model("tiny-decoder")
@@ -281,7 +285,7 @@ class PoolingModel:
         check_policy(policy)
         self.check_chunk_size(chunk_size)
         resolve_layer(layer, self.num_layers)
-        head_options: dict = {"use_activation": bool(use_activation)}
+        head_options: dict = {"use_activation": check_flag(use_activation, "use_activation")}
         if dimensions is not None:
             if task not in ("embed", "token_embed"):
                 raise ValueError(
@@ -291,6 +295,8 @@ class PoolingModel:
         token_ids = self.token_ids(prompts)
         if not token_ids:
             return []
+        ensure_encode_fits(self, [t.numel() for t in token_ids], task=task,
+                           chunk_size=chunk_size, layer=layer, dimensions=dimensions)
         from .source import ModelSource  # the engine loop reads the model through a source
 
         source = ModelSource(self, token_ids, layer=layer)

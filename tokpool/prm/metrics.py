@@ -62,6 +62,9 @@ def processbench_scores(
 
     Raises:
         ValueError: different lengths, or indices below -1.
+        TypeError: indices that are not integers — a NaN prediction included: NaN/Inf never
+            count as ``-1`` ("no error"); derive predictions with
+            ``first_error_from_rewards``, which refuses non-finite rewards.
     """
     pred = _first_errors(pred_first_error, "pred_first_error")
     true = _first_errors(true_first_error, "true_first_error")

@@ -16,6 +16,8 @@ value_head     Skywork PRM                     1 scalar                      sig
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..heads import TokenClassifierHead
+from ..heads import NonFiniteError, TokenClassifierHead
 from ..metadata import build_metadata
 from ..pooling import StepPool
 
@@ -405,7 +407,50 @@ def step_rewards(
 
 
 def first_error_from_rewards(rewards: Sequence[float] | Tensor, threshold: float = 0.5) -> int:
-    """Index of the first step whose reward is below ``threshold``; ``-1`` when none is."""
-    values = torch.as_tensor(rewards, dtype=torch.float64).reshape(-1)
+    """Index of the first step whose reward is below ``threshold``; ``-1`` when none is.
+
+    NaN/Inf policy: ``-1`` means "every step passed", so it is returned only for rewards that
+    were all compared. A NaN reward compares false with anything and would read as a pass; an
+    infinite reward is no probability either. Both are refused, as is a NaN or infinite
+    threshold (``nan`` would pass every step, ``inf`` fail every one).
+
+    Args:
+        rewards: ``[n_steps]`` finite rewards, one per step, in order.
+        threshold: a finite number; a reward strictly below it is an error.
+
+    Returns:
+        The index of the first reward ``< threshold``, or ``-1``.
+
+    Raises:
+        NonFiniteError: a NaN or ±Inf reward (the message names the step and the value).
+        ValueError: a NaN or infinite threshold; rewards that are not one number per step.
+        TypeError: a threshold that is not a real number.
+
+    Example:
+        >>> tp.first_error_from_rewards([0.9, 0.3, 0.8])
+        1
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        raise TypeError(f"threshold must be a real number, got {threshold!r}")
+    if not math.isfinite(threshold):
+        raise ValueError(
+            f"threshold must be finite, got {threshold}: a NaN threshold passes every step "
+            "(every comparison is false) and would report -1, 'no error'"
+        )
+    try:
+        values = torch.as_tensor(rewards, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"rewards must be numbers, one per step, got {rewards!r}: {err}") from None
+    if values.dim() > 1 and sum(d > 1 for d in values.shape) > 1:
+        raise ValueError(f"rewards must be 1-D (one per step), got shape {tuple(values.shape)}")
+    values = values.reshape(-1)
+    bad = (~torch.isfinite(values)).nonzero(as_tuple=True)[0]
+    if bad.numel():
+        i = int(bad[0])
+        raise NonFiniteError(
+            f"reward of step {i} is {values[i].item()} ({bad.numel()} of {values.numel()} "
+            "rewards are NaN or Inf); a broken reward is not 'no error' — fix the model or its "
+            "inputs"
+        )
     below = (values < threshold).nonzero(as_tuple=True)[0]
     return int(below[0]) if below.numel() else -1
