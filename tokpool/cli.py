@@ -26,7 +26,7 @@ MAX_TOKENS = 2**31 - 1
 #: Most points a LOW..HIGH:POINTS range may have.
 MAX_RANGE_POINTS = 1000
 #: Default bound on the engine steps one simulation may run (``--max-steps`` raises it).
-DEFAULT_MAX_STEPS = 20_000
+DEFAULT_MAX_STEPS = 200_000  # the counting engine runs ~50k steps/s
 #: Exit status of every user error.
 USER_ERROR = 2
 

@@ -93,6 +93,7 @@ def simulate(
         check_source(source, width=config.width, dtype=config.dtype)
         source.prepare(lens)  # the source validates the lengths (both modes)
     if mode == "tensor":
+        _guard_tensor_mode(lens, config, steps, source, arrival_steps, device)
         if source is None:
             source = default_source(config)
             source.prepare(lens)
@@ -126,6 +127,29 @@ def simulate(
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
     )
+
+
+def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device) -> None:
+    """Refuse a tensor-mode run that cannot fit, before allocating: the counting engine knows
+    its bytes in milliseconds (pooling's peak, the persistent buffer, the largest step's output
+    tensor, every delivered output, which tensor mode keeps on the host, and the oracle's
+    reference and expected output of the largest request)."""
+    from ..guard import ensure_fits
+
+    counted = run_counting(lens, config, steps, source=source)[0]
+    rows = max((s.num_tokens for s in steps), default=0)
+    step_output = rows * config.width * config.dtype_size  # eager output (or the buffer)
+    peak_device = max(r.pool_peak_bytes for r in counted) + config.buffer_bytes + step_output
+    oracle = max(lens) * config.width * (config.dtype_size + 4)  # reference + expected (<= fp32)
+    host = max(r.host_bytes for r in counted) + oracle
+    what = (f"tensor-mode simulation of {len(lens)} prompt{'s' if len(lens) > 1 else ''} "
+            f"({sum(lens):,} tokens, width {config.width})")
+    cheaper = "mode='analytic' (the same bytes, counted without allocating)"
+    if str(device).startswith("cuda"):
+        ensure_fits(peak_device, what=what, cheaper=cheaper, device=device)
+        ensure_fits(host, what=what + " (host copies)", cheaper=cheaper)
+    else:
+        ensure_fits(peak_device + host, what=what, cheaper=cheaper)
 
 
 def chunks_frame(chunks) -> pd.DataFrame:
