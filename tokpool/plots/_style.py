@@ -33,7 +33,7 @@ RC: dict[str, Any] = {
     "xtick.labelsize": 8.5,
     "ytick.labelsize": 8.5,
     "figure.dpi": 100,
-    "savefig.dpi": 130,
+    "savefig.dpi": 200,
     "savefig.bbox": "tight",
 }
 
@@ -102,8 +102,9 @@ def close(fig: Figure) -> None:
     plt.close(fig)
 
 
-def figure_png(fig: Figure, *, dpi: int = 110, close_figure: bool = True) -> bytes:
-    """PNG bytes of ``fig``; closes it by default so render functions do not leak figures."""
+def figure_png(fig: Figure, *, dpi: int = 200, close_figure: bool = True) -> bytes:
+    """PNG bytes of ``fig`` at ``dpi`` (200: sharp on HiDPI screens, shown at half size);
+    closes it by default so render functions do not leak figures."""
     buf = io.BytesIO()
     with mpl.rc_context(RC):
         fig.savefig(buf, format="png", dpi=dpi)
@@ -134,6 +135,18 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def format_range(start: int, stop: int) -> str:
+    """A half-open range ``[start, stop)`` written the way the text and figures write ranges:
+    inclusive, ``(0, 8) -> '0–7'`` (rows 0 to 7, both included); one item -> ``'5'``.
+
+    Python slices stay half-open (``rows[0:8]``); every range written for a reader goes
+    through this function, so "0–7" means the same thing in every figure and sentence.
+    """
+    if stop <= start:
+        raise ValueError(f"empty range: start={start}, stop={stop}")
+    return f"{start}" if stop - start == 1 else f"{start}–{stop - 1}"
 
 
 def format_tokens(n: float) -> str:
