@@ -288,8 +288,8 @@ def plot_memory_vs_prompt_length(
             ax.axhline(ref[1], color="0.2", lw=1.2, ls="--", zorder=1)
             extra.append(Line2D([], [], color="0.2", lw=1.2, ls="--", label=ref[0]))
         else:  # far above: say so instead of stretching the axis to it
-            extra.append(Line2D([], [], ls="", label=f"{ref[0]}: {ref[1] / max(highest, 1):.0f}×"
-                                                     " the highest point, off the chart"))
+            extra.append(Line2D([], [], ls="", label=f"{ref[0]}:\n{ref[1] / max(highest, 1):.0f}× "
+                                                     "the top curve, off the chart"))
     if "corrupted" in df.columns and df["corrupted"].any():
         extra.append(Line2D([], [], ls="", marker="x", color="black",
                             label="output corrupted (legacy)"))
@@ -360,7 +360,8 @@ def plot_time_vs_prompt_length(
     _tokens_axis(ax.xaxis)
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(_format_seconds))
     ax.set_xlabel("prompt length (tokens)")
-    ax.set_ylabel(f"{y.removeprefix('est_').removesuffix('_s')} time, ESTIMATE (s)")
+    what = "time" if forward else f"{y.removeprefix('est_').removesuffix('_s')} time"
+    ax.set_ylabel(f"{what}, ESTIMATE (s)")
     handles, _ = ax.get_legend_handles_labels()
     _outside_legend(ax, handles + extra)
     if title is None:

@@ -439,7 +439,7 @@ MEMORY_BUDGETS: tuple[int, ...] = tuple(1 << k for k in range(8, 15))
 
 
 def _dtype_name(dtype: Any) -> str:
-    return "none (no cast)" if dtype is None else str(dtype).removeprefix("torch.")
+    return "no cast" if dtype is None else str(dtype).removeprefix("torch.")
 
 
 class MemoryExplorer(Explorer):
