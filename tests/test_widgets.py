@@ -304,3 +304,13 @@ def test_token_explorer_takes_your_own_text(tiny_decoder) -> None:
     assert "write some text" in ex.error and ex.view is None
     with pytest.raises(ValueError, match="non-empty text"):
         tp.token_explorer(tiny_decoder, "")
+
+
+def test_ownership_figure_width_is_capped_as_steps_grow() -> None:
+    from tokpool.widgets.ownership import MAX_FIGURE_WIDTH
+
+    many = widgets.render_ownership([96, 40], max_num_batched_tokens=2, hidden_size=8)
+    assert len(many.data["result"].steps) > 60
+    assert many.display_width <= MAX_FIGURE_WIDTH * 100 + 40  # 100 CSS px per inch, + margin
+    few = widgets.render_ownership([20], max_num_batched_tokens=8, hidden_size=8)
+    assert few.display_width < many.display_width

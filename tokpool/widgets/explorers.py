@@ -43,9 +43,12 @@ _STYLE = ("<style>.tokpool-busy{opacity:.35;transition:opacity .15s}"
 _WIDE = {"description_width": "initial"}
 
 
+#: A figure shrinks to fit the output area, but never below this width (it scrolls instead).
+MIN_FIGURE_PX = 720
+
+
 def _image() -> W.Image:
-    # keep the figure at its own (CSS) size; wide figures scroll instead of shrinking
-    return W.Image(format="png", layout=W.Layout(align_self="flex-start", max_width="none",
+    return W.Image(format="png", layout=W.Layout(align_self="flex-start", max_width="100%",
                                                  height="auto"))
 
 
@@ -171,6 +174,7 @@ class Explorer(W.VBox):
         if view.png is not None:
             self.image.value = view.png
             self.image.layout.width = f"{view.display_width}px"
+            self.image.layout.min_width = f"{min(view.display_width, MIN_FIGURE_PX)}px"
         self.image.layout.display = None if view.png is not None else "none"
         return view
 

@@ -97,11 +97,11 @@ def render_ownership(
     n_req = len(result.prompt_lens)
     n_steps = int(max(result.steps["step"].max(), result.requests["delivered_step"].max())) + 1
     # wide enough to read every box; past MAX_FIGURE_WIDTH the explorer scrolls sideways
-    width = min(MAX_FIGURE_WIDTH, max(8.0, 0.95 * n_steps + 3.0))
+    width = min(MAX_FIGURE_WIDTH, max(7.5, 0.6 * n_steps + 3.0))
     fig = plt.figure(figsize=(width, 0.62 * n_req + 6.2), layout="constrained")
     top, bottom = fig.subplots(2, 1, height_ratios=[0.62 * n_req + 2.4, 2.6])
     # token ranges in the boxes only while a step is wide enough to hold one
-    plot_ownership_schedule(result, ax=top, annotate=(width - 3.0) / n_steps >= 0.42)
+    plot_ownership_schedule(result, ax=top, annotate=(width - 3.0) / n_steps >= 0.5)
     plot_memory_timeline(result, ax=bottom, title="Bytes owned by pooling, per step")
     bottom.set_xlim(top.get_xlim())
     png = figure_png(fig)
