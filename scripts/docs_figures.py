@@ -68,8 +68,8 @@ def buffer_rows():
     return _fig(tp.viz.plot_buffer_rows(tp.simulate([5, 12, 3], config)))
 
 
-def _lens(points: int = 41) -> np.ndarray:
-    return np.unique(np.geomspace(1024, 1 << 20, points).round().astype(int))
+def _lens() -> np.ndarray:
+    return tp.viz.prompt_grid(1024, 1 << 20, points_per_doubling=4)  # 41 lengths, 1K … 1M
 
 
 def memory_vs_prompt_length():
@@ -100,9 +100,10 @@ def memory_timeline():
 
 
 def time_estimates():
-    """Pooling-copy time ESTIMATE vs prompt length (notebook 05)."""
+    """Pooling-copy time ESTIMATE vs prompt length, beside the forward pass (notebook 05)."""
     config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
-    return _fig(tp.viz.plot_time_vs_prompt_length(tp.sweep(_lens(), config), y="est_pool_s"))
+    return _fig(tp.viz.plot_time_vs_prompt_length(tp.sweep(_lens(), config), y="est_pool_s",
+                                                  forward=True))
 
 
 def _smollm():
