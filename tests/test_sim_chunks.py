@@ -38,7 +38,7 @@ def test_chunks_of_a_legacy_schedule_worked_by_hand(mode):
     assert r.corrupted == [1]
     assert r.explain() == [
         "request 0 (5 tokens, 1 chunk in step 0): view → intact.",
-        "request 1 (12 tokens, 3 chunks in steps 0 to 2): view, view + cat; tokens 0–11 "
+        "request 1 (12 tokens, 3 chunks in steps 0 to 2): view, view + cat; tokens 0–10 "
         "(2 chunks) were kept as views and rewritten from step 1 before the cat that joins its "
         "chunks read them → CORRUPTED.",
         "request 2 (3 tokens, 1 chunk in step 2): view → intact.",

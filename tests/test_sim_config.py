@@ -102,10 +102,11 @@ def test_presets_and_for_model():
 
 def test_public_names_at_top_level():
     for name in ("SimConfig", "SimResult", "simulate", "sweep", "HARDWARE_PRESETS",
-                 "MODEL_PRESETS", "Hardware", "ModelPreset", "SyntheticSource",
-                 "HiddenStateSource"):
+                 "MODEL_PRESETS"):
         assert hasattr(tp, name), name
         assert name in tp.__all__, name
+    for name in ("Hardware", "ModelPreset", "SyntheticSource", "HiddenStateSource"):
+        assert name in tp.sim.__all__, name  # extension points live in the namespace
 
 
 @pytest.mark.parametrize("lens", [[], [0], [5, -1], [3, 0, 2]])

@@ -115,7 +115,7 @@ def test_render_ownership_reports_corruption_and_why() -> None:
                                     async_scheduling=True, hidden_size=8)
     assert view.data["corrupted"] == [0, 1] == view.data["result"].corrupted
     assert "2 of 3 outputs corrupted" in view.html
-    assert ("request 0 (5 tokens, 1 chunk in step 0): view; tokens 0–5 (1 chunk) were kept as "
+    assert ("request 0 (5 tokens, 1 chunk in step 0): view; tokens 0–4 (1 chunk) were kept as "
             "views and rewritten from step 1 before its host copy read them") in view.html
     assert view.png.startswith(PNG_MAGIC)
     assert list(view.table["corrupted"]) == [True, True, False]
@@ -197,3 +197,121 @@ def test_memory_explorer_controls_redraw() -> None:
     assert list(ex.view.data["peaks"].index) == ["clone"]
     ex.policies.value = ()
     assert "at least one policy" in ex._errors.value
+
+
+# --- error states, static fallback, export ------------------------------------------------------
+
+
+def test_bad_settings_clear_the_stale_output() -> None:
+    ex = tp.ownership_explorer([5], budget=8, hidden_size=8)
+    assert ex._output.layout.display is None and ex.view is not None
+    ex.chunked.value = False
+    ex.prompt_len.value = 20  # impossible: no output may remain from the previous settings
+    assert ex.view is None and "can never be scheduled" in (ex.error or "")
+    assert ex._output.layout.display == "none" and ex.html.value == ""
+    assert "can never be scheduled" in ex.static_html()
+    ex.chunked.value = True  # valid again: the output comes back
+    assert ex.error is None and ex._output.layout.display is None
+    assert ex.view.data["result"].prompt_lens == [20]
+
+
+def test_static_fallback_shows_settings_figure_and_table() -> None:
+    ex = tp.ownership_explorer([5, 12, 3], budget=8, policy="legacy", hidden_size=8)
+    bundle = ex._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # the live widget ...
+    page = bundle["text/html"]  # ... and a snapshot for nbconvert / reports
+    assert 'data-explorer="OwnershipExplorer"' in page
+    assert "policy: <b>legacy</b>" in page and "tokens per step: <b>8</b>" in page
+    assert page.count("data:image/png;base64,") == 1 and "<table" in page
+    assert bundle["text/plain"].startswith("OwnershipExplorer(") and "HBox" not in bundle[
+        "text/plain"]
+    ex.policy.value = "clone"  # the snapshot follows the controls
+    assert "policy: <b>clone</b>" in ex._repr_mimebundle_()["text/html"]
+
+
+def test_view_png_is_retina_and_shown_at_half_size() -> None:
+    view = widgets.render_ownership([5], max_num_batched_tokens=8, hidden_size=8)
+    width, _ = widgets.png_size(view.png)
+    assert view.display_width == round(width / 2)
+    assert f'width="{view.display_width}"' in view.img_html()
+    ex = tp.ownership_explorer([5], budget=8, hidden_size=8)
+    assert ex.image.layout.width == f"{ex.view.display_width}px"
+
+
+def test_view_save_writes_png_csv_and_html(tmp_path) -> None:
+    view = widgets.render_ownership([5, 12], max_num_batched_tokens=8, hidden_size=8)
+    assert view.save(tmp_path / "a.png").read_bytes() == view.png
+    csv = (tmp_path / "a.csv")
+    view.save(csv)
+    assert csv.read_text().splitlines()[0].startswith("request,")
+    page = view.save(tmp_path / "a.html").read_text()
+    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page
+    with pytest.raises(ValueError, match=r"\.png, \.csv or \.html"):
+        view.save(tmp_path / "a.pdf")
+    with pytest.raises(ValueError, match="no table"):
+        widgets.View(html="x").save(tmp_path / "b.csv")
+
+
+def test_table_html_prints_counts_as_integers_and_no_nan() -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"n": [400.0, 3.0], "x": [0.5, float("nan")]})
+    text = widgets.table_html(frame)
+    assert ">400<" in text and "400.0" not in text and "NaN" not in text and "—" in text
+
+
+# --- memory explorer controls -------------------------------------------------------------------
+
+
+def test_memory_explorer_defaults_are_visible_and_budget_is_a_control() -> None:
+    ex = tp.memory_explorer(prompt_len=(1024, 1 << 16), policies=("clone", "prealloc"))
+    assert ex.task.label == "default (token_embed)" and ex.task.value == "default"
+    assert ex.head_dtype.label.startswith("default (")
+    assert ex.prompt_len.label == ("1K", "64K")
+    ex.prompt_len.value = (1024, 1 << 20)
+    assert ex.prompt_len.label[1] == "1M"
+    peaks = ex.view.data["peaks"]
+    budget = ex.budget.value
+    assert ex.view.data["config"].max_num_batched_tokens == budget
+    ex.budget.value = 256  # clone's (2T - L) peak follows the chunk budget; prealloc's T does not
+    assert ex.view.data["config"].max_num_batched_tokens == 256
+    assert ex.view.data["peaks"].loc["prealloc"].equals(peaks.loc["prealloc"])
+    ex.head_dtype.value = "float32"
+    assert ex.view.data["config"].head_casts
+    ex.model.value = "Qwen2.5-Math-PRM-7B"  # labels name the new preset's defaults
+    assert ex.task.label == "default (token_classify)" and ex.head_dtype.value == "float32"
+    with pytest.raises(ValueError, match="powers of two"):
+        tp.memory_explorer(prompt_len=(1000, 1 << 20))
+
+
+def test_memory_policies_are_toggle_buttons() -> None:
+    ex = tp.memory_explorer(prompt_len=(1024, 1 << 14))
+    assert ex.policies.value == ("legacy", "clone", "prealloc", "offload")
+    ex.policies.buttons["legacy"].value = False  # a click, as in the browser
+    assert ex.policies.value == ("clone", "prealloc", "offload")
+    assert list(ex.view.data["peaks"].index) == ["clone", "prealloc", "offload"]
+    ex.policies.value = ("offload",)
+    assert [b.value for b in ex.policies.buttons.values()] == [False, False, False, True]
+    with pytest.raises(ValueError, match="unknown option"):
+        ex.policies.value = ("nope",)
+
+
+def test_token_explorer_takes_your_own_text(tiny_decoder) -> None:
+    ex = tp.token_explorer(tiny_decoder, "hello world")
+    n = len(ex.tokens)
+    ex.text_input.value = "a different, longer text with more tokens in it"
+    assert len(ex.tokens) > n and ex.view.data["values"].shape == (len(ex.tokens),)
+    ex.text_input.value = "   "
+    assert "write some text" in ex.error and ex.view is None
+    with pytest.raises(ValueError, match="non-empty text"):
+        tp.token_explorer(tiny_decoder, "")
+
+
+def test_ownership_figure_width_is_capped_as_steps_grow() -> None:
+    from tokpool.widgets.ownership import MAX_FIGURE_WIDTH
+
+    many = widgets.render_ownership([96, 40], max_num_batched_tokens=2, hidden_size=8)
+    assert len(many.data["result"].steps) > 60
+    assert many.display_width <= MAX_FIGURE_WIDTH * 100 + 40  # 100 CSS px per inch, + margin
+    few = widgets.render_ownership([20], max_num_batched_tokens=8, hidden_size=8)
+    assert few.display_width < many.display_width

@@ -1,228 +1,151 @@
 """tokpool: token-level pooling in LLM inference engines, in code you can read and pictures you
-can play with. ``import tokpool as tp`` is the whole public API."""
+can play with.
 
-from .heads import (
-    BgeM3Pooler,
-    SpladeSparsePooler,
-    TokenClassifierHead,
-    TokenEmbeddingHead,
-    apply_classifier_activation,
-    dtype_size,
-    resolve_dtype,
-)
+``import tokpool as tp`` gives the names most work needs (about forty, listed in ``__all__``) and
+namespaces for the rest::
+
+    tp.tasks      the gate, task selection, the model-kind catalogue
+    tp.metadata   PoolingCursor, PoolingStates, PoolingMetadata
+    tp.pooling    AllPool and friends, get_pooling_method
+    tp.heads      embedding / classifier heads, SPLADE, BGE-M3, dtype helpers
+    tp.poolers    method + head, dispatch by task
+    tp.ownership  storage identity, owned / view / stranded bytes
+    tp.sim        the step simulator (configs, presets, sources, sweeps)
+    tp.models     the offline model zoo, chunked prefill, ModelSource
+    tp.prm        process reward models: steps, rewards, metrics, dataset, probe
+    tp.viz        every plot_* and explorer, render_* functions, token text helpers
+
+``import tokpool`` loads torch and pandas only: models, PRM and plotting code (transformers,
+matplotlib, ipywidgets) load on first use of one of their names. Names that used to live at the
+top level still work as ``tp.<name>`` with a ``DeprecationWarning`` that names their new place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates, build_metadata
-from .models import (
-    ModelNotFoundError,
-    ModelSource,
-    PoolingModel,
-    StepTimes,
-    compare_chunked,
-    list_models,
-    load_model,
-    model_cache_dir,
-    summarize_chunked,
-)
-from .ownership import (
-    OwnershipReport,
-    owned_bytes,
-    ownership_report,
-    shares_storage,
-    storage_nbytes,
-    stranded_bytes,
-    tensor_nbytes,
-)
-from .poolers import DispatchPooler, Pooler
-from .pooling import (
-    RETENTION_POLICIES,
-    AllPool,
-    CLSPool,
-    LastPool,
-    MeanPool,
-    StepPool,
-    get_pooling_method,
-)
-from .prm import (
-    CONVENTIONS,
-    FormattedSteps,
-    ProcessBenchScores,
-    ProcessRewardModel,
-    StepScores,
-    first_error_from_rewards,
-    format_steps,
-    generate_prm_dataset,
-    load_prm,
-    load_prm_dataset,
-    prm_memory_table,
-    processbench_f1,
-    processbench_scores,
-    step_auroc,
-    step_logits,
-    step_rewards,
-)
-from .sim import (
-    HARDWARE_PRESETS,
-    MODEL_PRESETS,
-    Hardware,
-    HiddenStateSource,
-    ModelPreset,
-    SimConfig,
-    SimResult,
-    SyntheticSource,
-    simulate,
-    sweep,
-)
+from .ownership import owned_bytes, shares_storage
+from .pooling import RETENTION_POLICIES, AllPool, CLSPool, LastPool, MeanPool, StepPool
+from .sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig, SimResult, simulate, sweep
 from .tasks import (
-    MODEL_KINDS,
     POOLING_TASKS,
     SUPPORTED_TASKS,
-    TOKEN_TASKS,
-    ModelKind,
     UnsupportedTaskError,
-    check_request_task,
     gate,
-    model_kind,
-    runner_tasks,
     select_task,
     task_table,
 )
 
 __version__ = "0.1.0"
 
+# Top-level names whose module needs transformers, matplotlib or ipywidgets somewhere: each maps
+# to the module that defines it and loads on first use (``tp.load_model`` imports tokpool.models).
+_LAZY: dict[str, str] = {
+    "ModelSource": "tokpool.models",
+    "compare_chunked": "tokpool.models",
+    "load_model": "tokpool.models",
+    "load_prm": "tokpool.prm",
+    "load_prm_dataset": "tokpool.prm",
+    "prm_memory_table": "tokpool.prm",
+    "corruption_table": "tokpool.sim",
+    "plot_memory_timeline": "tokpool.viz",
+    "plot_memory_vs_prompt_length": "tokpool.viz",
+    "plot_ownership_schedule": "tokpool.viz",
+    "plot_similarity": "tokpool.viz",
+    "plot_step_rewards": "tokpool.viz",
+    "memory_explorer": "tokpool.viz",
+    "ownership_explorer": "tokpool.viz",
+    "step_reward_explorer": "tokpool.viz",
+    "token_explorer": "tokpool.viz",
+}
+
+# Namespaces reachable as ``tp.<name>`` (imported on first use).
+_NAMESPACES: tuple[str, ...] = (
+    "tasks", "metadata", "pooling", "heads", "poolers", "ownership", "sim", "models", "prm",
+    "viz",
+)
+
+# Names that left the top level: old ``tp.<name>`` → the namespace that has it now. They keep
+# working through ``__getattr__`` with a DeprecationWarning; they are not in ``__all__``.
+_MOVED: dict[str, str] = {
+    **dict.fromkeys(("MODEL_KINDS", "TOKEN_TASKS", "ModelKind", "check_request_task",
+                     "model_kind", "runner_tasks"), "tokpool.tasks"),
+    **dict.fromkeys(("get_pooling_method",), "tokpool.pooling"),
+    **dict.fromkeys(("BgeM3Pooler", "SpladeSparsePooler", "TokenClassifierHead",
+                     "TokenEmbeddingHead", "apply_classifier_activation", "dtype_size",
+                     "resolve_dtype"), "tokpool.heads"),
+    **dict.fromkeys(("DispatchPooler", "Pooler"), "tokpool.poolers"),
+    **dict.fromkeys(("OwnershipReport", "ownership_report", "storage_nbytes", "stranded_bytes",
+                     "tensor_nbytes"), "tokpool.ownership"),
+    **dict.fromkeys(("Hardware", "HiddenStateSource", "ModelPreset", "SyntheticSource",
+                     "schedule_frame"), "tokpool.sim"),
+    **dict.fromkeys(("ModelNotFoundError", "PoolingModel", "StepTimes", "list_models",
+                     "model_cache_dir", "summarize_chunked"), "tokpool.models"),
+    **dict.fromkeys(("CONVENTIONS", "FormattedSteps", "ProcessBenchScores",
+                     "ProcessRewardModel", "StepScores", "first_error_from_rewards",
+                     "format_steps", "generate_prm_dataset", "processbench_f1",
+                     "processbench_scores", "step_auroc", "step_logits", "step_rewards"),
+                    "tokpool.prm"),
+    **dict.fromkeys(("cosine_similarity_matrix", "figure_png", "pca_2d", "plot_buffer_rows",
+                     "plot_chunked_error", "plot_task_gate", "plot_time_vs_prompt_length",
+                     "plot_token_pca", "plot_token_values", "render_memory",
+                     "render_ownership", "render_step_rewards", "render_tokens",
+                     "token_html", "token_strings", "visible_whitespace"),
+                    "tokpool.viz"),
+}
+
 __all__ = [
-    "CONVENTIONS",
-    "MODEL_KINDS",
+    "HARDWARE_PRESETS",
+    "MODEL_PRESETS",
     "POOLING_TASKS",
     "RETENTION_POLICIES",
     "SUPPORTED_TASKS",
-    "TOKEN_TASKS",
     "AllPool",
-    "BgeM3Pooler",
     "CLSPool",
-    "DispatchPooler",
-    "FormattedSteps",
     "LastPool",
     "MeanPool",
-    "ModelKind",
-    "ModelNotFoundError",
-    "ModelSource",
-    "OwnershipReport",
-    "Pooler",
     "PoolingCursor",
     "PoolingMetadata",
-    "PoolingModel",
     "PoolingStates",
-    "ProcessBenchScores",
-    "ProcessRewardModel",
-    "SpladeSparsePooler",
-    "StepPool",
-    "StepScores",
-    "StepTimes",
-    "TokenClassifierHead",
-    "TokenEmbeddingHead",
-    "UnsupportedTaskError",
-    "__version__",
-    "apply_classifier_activation",
-    "build_metadata",
-    "check_request_task",
-    "compare_chunked",
-    "dtype_size",
-    "first_error_from_rewards",
-    "format_steps",
-    "gate",
-    "generate_prm_dataset",
-    "get_pooling_method",
-    "list_models",
-    "load_model",
-    "load_prm",
-    "load_prm_dataset",
-    "model_cache_dir",
-    "model_kind",
-    "owned_bytes",
-    "ownership_report",
-    "prm_memory_table",
-    "processbench_f1",
-    "processbench_scores",
-    "resolve_dtype",
-    "runner_tasks",
-    "select_task",
-    "shares_storage",
-    "step_auroc",
-    "step_logits",
-    "step_rewards",
-    "storage_nbytes",
-    "stranded_bytes",
-    "summarize_chunked",
-    "task_table",
-    "tensor_nbytes",
-]
-
-# The step simulator (tokpool.sim).
-__all__ += [
-    "HARDWARE_PRESETS",
-    "MODEL_PRESETS",
-    "Hardware",
-    "HiddenStateSource",
-    "ModelPreset",
     "SimConfig",
     "SimResult",
-    "SyntheticSource",
+    "StepPool",
+    "UnsupportedTaskError",
+    "__version__",
+    "build_metadata",
+    "gate",
+    "owned_bytes",
+    "select_task",
+    "shares_storage",
     "simulate",
     "sweep",
+    "task_table",
+    *_LAZY,
 ]
 
-# Plots and explorers need matplotlib / ipywidgets: they load on first use (``tp.plot_similarity``),
-# so ``import tokpool`` stays light. Map each lazy public name to the module that defines it.
-_LAZY_NAMES: dict[str, str] = dict.fromkeys(
-    (
-        "cosine_similarity_matrix",
-        "figure_png",
-        "pca_2d",
-        "plot_buffer_rows",
-        "plot_chunked_error",
-        "plot_memory_timeline",
-        "plot_memory_vs_prompt_length",
-        "plot_ownership_schedule",
-        "plot_similarity",
-        "plot_step_rewards",
-        "plot_task_gate",
-        "plot_time_vs_prompt_length",
-        "plot_token_pca",
-        "plot_token_values",
-        "schedule_frame",
-        "token_html",
-        "token_strings",
-        "visible_whitespace",
-    ),
-    "tokpool.plots",
-) | dict.fromkeys(
-    (
-        "corruption_table",
-        "memory_explorer",
-        "ownership_explorer",
-        "render_memory",
-        "render_ownership",
-        "render_step_rewards",
-        "render_tokens",
-        "step_reward_explorer",
-        "token_explorer",
-    ),
-    "tokpool.widgets",
-)
 
-
-def __getattr__(name: str):
-    module = _LAZY_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tokpool' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _NAMESPACES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    elif name in _MOVED:
+        short = _MOVED[name].removeprefix(f"{__name__}.")
+        warnings.warn(
+            f"tp.{name} moved to tp.{short}.{name} (tokpool.{short}); the top-level name will "
+            "be removed in a future release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # cache: later look-ups skip __getattr__
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_NAMES))
-
-
-__all__ += list(_LAZY_NAMES)
+    return sorted((set(globals()) - set(_MOVED)) | set(__all__) | set(_NAMESPACES))

@@ -186,8 +186,8 @@ def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int, *,
 def _cmd_gate(args: argparse.Namespace) -> int:
     import tokpool as tp
 
-    if args.model in tp.MODEL_KINDS:
-        kind = tp.MODEL_KINDS[args.model]
+    if args.model in tp.tasks.MODEL_KINDS:
+        kind = tp.tasks.MODEL_KINDS[args.model]
         tasks, attn, archs, label = kind.tasks, kind.attn_type, kind.architectures, kind.example
     else:
         model = tp.load_model(args.model)
@@ -195,7 +195,7 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         label = model.name
     selected = tp.select_task(tasks, requested=args.task, architectures=archs)
     print(f"model: {args.model} ({label}); attn_type={attn}; declares {sorted(tasks)}")
-    runner = sorted(tp.runner_tasks(attn_type=attn, policy=args.policy))
+    runner = sorted(tp.tasks.runner_tasks(attn_type=attn, policy=args.policy))
     print(f"gate policy: {args.policy}; runner set {runner}")
     served = tp.gate(tasks, requested=args.task, attn_type=attn, policy=args.policy,
                      architectures=archs)

@@ -6,7 +6,7 @@ changes global rcParams or displays as a side effect. ``tokpool`` imports this p
 ``import tokpool`` does not import matplotlib.
 """
 
-from ._style import figure_png, format_bytes, format_tokens
+from ._style import figure_png, format_bytes, format_range, format_tokens
 from .embeddings import cosine_similarity_matrix, pca_2d, plot_similarity, plot_token_pca
 from .equivalence import plot_chunked_error
 from .gate import gate_categories, plot_task_gate
@@ -37,6 +37,7 @@ __all__ = [
     "cosine_similarity_matrix",
     "figure_png",
     "format_bytes",
+    "format_range",
     "format_tokens",
     "gate_categories",
     "overwritten_requests",

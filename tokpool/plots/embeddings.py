@@ -76,7 +76,7 @@ def plot_similarity(
     vmin: float = -1.0,
     vmax: float = 1.0,
     cmap: str = "RdBu_r",
-    max_labels: int = 40,
+    max_labels: int = 90,
     title: str | None = "Token × token cosine similarity",
     colorbar: bool = True,
 ) -> Axes:
@@ -86,12 +86,13 @@ def plot_similarity(
 
     Args:
         embeddings: ``[n_tokens, dim]`` tensor or array.
-        tokens: token strings for the tick labels (shown when ``n_tokens <= max_labels``).
+        tokens: token strings for the tick labels.
         ax: axes to draw into (a new figure when ``None``).
         vmin: value of the first colour.
         vmax: value of the last colour.
         cmap: colormap.
-        max_labels: above this many tokens, ticks show positions instead of text.
+        max_labels: above this many tokens, every k-th token is labelled (``"12 ·Col"``:
+            position and text), so a stripe can still be traced to its token.
         title: axes title.
         colorbar: draw a colorbar.
 
@@ -102,13 +103,17 @@ def plot_similarity(
     n = sim.shape[0]
     if tokens is not None and len(tokens) != n:
         raise ValueError(f"got {len(tokens)} tokens for {n} embeddings; pass one per row")
-    ax = new_axes(ax, (6.4, 5.4))
+    side = min(12.0, max(6.4, 0.12 * n + 2.6))  # room for one label per token
+    ax = new_axes(ax, (side, side - 1.0))
     image = ax.imshow(sim, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
     ax.grid(False)
-    if tokens is not None and n <= max_labels:
-        labels = _tick_labels(tokens)
-        ax.set_xticks(range(n), labels, rotation=90, family="monospace", fontsize=7.5)
-        ax.set_yticks(range(n), labels, family="monospace", fontsize=7.5)
+    if tokens is not None:
+        every = max(1, -(-n // max_labels))
+        shown = range(0, n, every)
+        text = _tick_labels(tokens)
+        labels = [f"{i} {text[i]}" if every > 1 else text[i] for i in shown]
+        ax.set_xticks(list(shown), labels, rotation=90, family="monospace", fontsize=7)
+        ax.set_yticks(list(shown), labels, family="monospace", fontsize=7)
     else:
         ax.set_xlabel("token position")
         ax.set_ylabel("token position")

@@ -79,37 +79,22 @@ def _hardware_bytes(hardware: Any) -> tuple[str, int] | None:
     return f"{hardware.name} memory ({format_bytes(hardware.hbm_bytes)})", int(hardware.hbm_bytes)
 
 
+#: The device-memory line is drawn only when it is at most this many times the highest point.
+HARDWARE_LINE_RANGE = 8.0
+
+
+def _outside_legend(ax: Axes, handles: list[Any]) -> None:
+    """Legend to the right of the axes, where it cannot cover a curve."""
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+
+
 def _steps_frame(result_or_steps: SimResult | pd.DataFrame) -> pd.DataFrame:
     return getattr(result_or_steps, "steps", result_or_steps)
 
 
-@styled
-def plot_memory_timeline(
-    result: SimResult | pd.DataFrame,
-    *,
-    ax: Axes | None = None,
-    host: bool = True,
-    legend: bool = True,
-    title: str | None = None,
-) -> Axes:
-    """Pooling's device bytes step by step, stacked by category, with the in-step peak.
-
-    The filled areas are the bytes alive at the *end* of each step (chunk cache, outputs waiting
-    for their host copy, head outputs); the black line is the *peak during* the step, which is
-    where the transient ``cat`` of the clone policy shows; the dashed line is host memory.
-
-    Args:
-        result: a ``tp.simulate(...)`` result (or its ``steps`` DataFrame).
-        ax: axes to draw into (a new figure when ``None``).
-        host: also draw ``host_bytes``.
-        legend: draw the legend.
-        title: axes title (default: policy and prompt lengths).
-
-    Returns:
-        The axes.
-    """
-    steps = _steps_frame(result)
-    ax = new_axes(ax, (7.6, 3.8))
+def _draw_ledger(ax: Axes, steps: pd.DataFrame, *, host: bool, label_peak: bool = True
+                 ) -> tuple[np.ndarray, float]:
+    """Stacked categories, the in-step peak and host bytes; returns (step edges, top value)."""
     x = steps["step"].to_numpy()
     edges = np.append(x, x[-1] + 1) - 0.5 if len(x) else np.array([0.0])
     layers = [steps[c].to_numpy(dtype=float) for c, _, _ in MEMORY_CATEGORIES]
@@ -121,7 +106,7 @@ def plot_memory_timeline(
         bottom = top
     peak = steps["pool_peak_bytes"].to_numpy(dtype=float)
     ax.stairs(peak, edges, color="black", lw=1.2, label="peak during the step")
-    if len(peak) and peak.max() > 0:
+    if label_peak and len(peak) and peak.max() > 0:
         i = int(peak.argmax())
         ax.annotate(f"peak {format_bytes(peak[i])}", xy=(x[i], peak[i]), xytext=(0, 3),
                     textcoords="offset points", ha="center" if 0 < i < len(x) - 1 else
@@ -129,8 +114,50 @@ def plot_memory_timeline(
     if host:
         ax.stairs(steps["host_bytes"].to_numpy(dtype=float), edges, color="0.45", lw=1.2,
                   ls="--", label="host memory (outputs, offload)")
-    top = 1.15 * max(peak.max(initial=0), bottom.max(initial=0),
-                     steps["host_bytes"].max() if host else 0)  # headroom for the peak label
+    top = max(peak.max(initial=0), bottom.max(initial=0),
+              steps["host_bytes"].max() if host else 0)
+    return edges, float(top)
+
+
+#: Runs longer than this many steps get a zoom inset on their last steps (``zoom=None``).
+ZOOM_AFTER_STEPS = 40
+
+
+@styled
+def plot_memory_timeline(
+    result: SimResult | pd.DataFrame,
+    *,
+    ax: Axes | None = None,
+    host: bool = True,
+    legend: bool = True,
+    title: str | None = None,
+    zoom: bool | None = None,
+    zoom_steps: int = 5,
+) -> Axes:
+    """Pooling's device bytes step by step, stacked by category, with the in-step peak.
+
+    The filled areas are the bytes alive at the *end* of each step (chunk cache, outputs waiting
+    for their host copy, head outputs); the black line is the *peak during* the step, which is
+    where the transient ``cat`` of the clone policy shows; the dashed line is host memory. On a
+    long run (hundreds of steps) those events last one step each, so an inset magnifies the
+    last ``zoom_steps`` steps.
+
+    Args:
+        result: a ``tp.simulate(...)`` result (or its ``steps`` DataFrame).
+        ax: axes to draw into (a new figure when ``None``).
+        host: also draw ``host_bytes``.
+        legend: draw the legend.
+        title: axes title (default: policy and prompt lengths).
+        zoom: draw the inset (``None``: when the run has more than ``ZOOM_AFTER_STEPS`` steps).
+        zoom_steps: how many final steps the inset shows.
+
+    Returns:
+        The axes.
+    """
+    steps = _steps_frame(result)
+    ax = new_axes(ax, (7.6, 3.8))
+    edges, top = _draw_ledger(ax, steps, host=host)
+    top *= 1.15  # headroom for the peak label
     if len(ax.get_shared_y_axes().get_siblings(ax)) > 1:  # sharey: never cut another panel
         top = max(top, ax.get_ylim()[1])
     _bytes_axis(ax.yaxis, log=False, vmax=float(top))
@@ -139,6 +166,10 @@ def plot_memory_timeline(
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.set_xlabel("engine step")
     ax.set_ylabel("bytes owned by pooling")
+    if zoom is None:
+        zoom = len(steps) > ZOOM_AFTER_STEPS
+    if zoom and len(steps) > zoom_steps:
+        _zoom_inset(ax, steps, host=host, n=zoom_steps, top=top)
     if legend:
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=8)
     if title is None and hasattr(result, "config"):
@@ -150,6 +181,22 @@ def plot_memory_timeline(
     if title:
         ax.set_title(title, loc="left", fontsize=10)
     return ax
+
+
+def _zoom_inset(ax: Axes, steps: pd.DataFrame, *, host: bool, n: int, top: float) -> None:
+    """Magnify the last ``n`` steps in an inset at the upper left (where a growing cache is not)."""
+    last = steps.iloc[-n:]
+    inset = ax.inset_axes((0.06, 0.42, 0.36, 0.5))
+    _draw_ledger(inset, last, host=host, label_peak=False)
+    lo, hi = float(last["step"].iloc[0]) - 0.5, float(last["step"].iloc[-1]) + 0.5
+    inset.set_xlim(lo, hi)
+    inset.set_ylim(0, top)
+    inset.set_xticks(last["step"].to_numpy())
+    inset.tick_params(labelsize=7)
+    _bytes_axis(inset.yaxis, log=False, vmax=top)
+    inset.set_title(f"last {n} steps, magnified", fontsize=7.5, loc="left")
+    inset.grid(alpha=0.25)
+    ax.indicate_inset((lo, 0, hi - lo, top), inset, edgecolor="0.4")
 
 
 def _select_async(df: pd.DataFrame, async_scheduling: bool | None) -> tuple[pd.DataFrame, str]:
@@ -230,12 +277,17 @@ def plot_memory_vs_prompt_length(
     if missing:
         raise ValueError(f"df lacks column(s) {missing}; it has {list(df.columns)}")
     df, mode = _select_async(df, async_scheduling)
-    ax = new_axes(ax, (7.4, 4.6))
+    ax = new_axes(ax, (9.2, 4.6))
     extra = _plot_lines(df, y, ax, hue=hue, floor_zero=loglog)
     ref = _hardware_bytes(hardware)
     if ref is not None:
-        ax.axhline(ref[1], color="0.2", lw=1.2, ls="--", zorder=1)
-        extra.append(Line2D([], [], color="0.2", lw=1.2, ls="--", label=ref[0]))
+        highest = float(df[y].max()) if len(df) else 0.0
+        if ref[1] <= HARDWARE_LINE_RANGE * highest:  # near the curves: draw it
+            ax.axhline(ref[1], color="0.2", lw=1.2, ls="--", zorder=1)
+            extra.append(Line2D([], [], color="0.2", lw=1.2, ls="--", label=ref[0]))
+        else:  # far above: say so instead of stretching the axis to it
+            extra.append(Line2D([], [], ls="", label=f"{ref[0]}:\n{ref[1] / max(highest, 1):.0f}× "
+                                                     "the top curve, off the chart"))
     if "corrupted" in df.columns and df["corrupted"].any():
         extra.append(Line2D([], [], ls="", marker="x", color="black",
                             label="output corrupted (legacy)"))
@@ -249,7 +301,7 @@ def plot_memory_vs_prompt_length(
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel(BYTE_LABELS.get(y, y.replace("_", " ")))
     handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + extra, loc="lower right")
+    _outside_legend(ax, handles + extra)
     if title is None:
         title = f"{BYTE_LABELS.get(y, y).capitalize()} vs prompt length"
         title += f" ({mode} scheduling)" if mode else ""
@@ -267,6 +319,7 @@ def plot_time_vs_prompt_length(
     async_scheduling: bool | None = None,
     ax: Axes | None = None,
     title: str | None = None,
+    forward: bool = False,
 ) -> Axes:
     """A time ESTIMATE against prompt length, one line per policy (log–log).
 
@@ -278,6 +331,8 @@ def plot_time_vs_prompt_length(
         async_scheduling: which rows to draw (default: async when the sweep has both).
         ax: axes to draw into (a new figure when ``None``).
         title: axes title (always says "estimate").
+        forward: also draw the forward pass's estimate (``est_forward_s``, the same for every
+            policy) as a grey reference line, to compare pooling's cost with.
 
     Returns:
         The axes.
@@ -286,8 +341,15 @@ def plot_time_vs_prompt_length(
     if missing:
         raise ValueError(f"df lacks column(s) {missing}; it has {list(df.columns)}")
     df, mode = _select_async(df, async_scheduling)
-    ax = new_axes(ax, (7.4, 4.4))
+    ax = new_axes(ax, (9.2, 4.4))
     extra = _plot_lines(df, y, ax, hue=hue, floor_zero=True, zero_label="0 s (no such copies)")
+    if forward:
+        if "est_forward_s" not in df.columns:
+            raise ValueError("forward=True needs an est_forward_s column (a tp.sweep frame); "
+                             f"df has {list(df.columns)}")
+        first = df[df[hue] == df[hue].iloc[0]].sort_values("prompt_len")
+        ax.plot(first["prompt_len"], first["est_forward_s"], color="0.35", lw=5, alpha=0.35,
+                label="forward pass (ESTIMATE)", zorder=1)
     if "corrupted" in df.columns and df["corrupted"].any():
         extra.append(Line2D([], [], ls="", marker="x", color="black",
                             label="output corrupted (legacy)"))
@@ -296,9 +358,10 @@ def plot_time_vs_prompt_length(
     _tokens_axis(ax.xaxis)
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(_format_seconds))
     ax.set_xlabel("prompt length (tokens)")
-    ax.set_ylabel(f"{y.removeprefix('est_').removesuffix('_s')} time, ESTIMATE (s)")
+    what = "time" if forward else f"{y.removeprefix('est_').removesuffix('_s')} time"
+    ax.set_ylabel(f"{what}, ESTIMATE (s)")
     handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + extra, loc="lower right")
+    _outside_legend(ax, handles + extra)
     if title is None:
         what = {"est_pool_s": "pooling copies", "est_d2h_s": "device→host copies",
                 "est_forward_s": "forward", "est_total_s": "total"}.get(y, y)

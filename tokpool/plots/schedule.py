@@ -15,7 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..sim.analysis import overwritten_requests, schedule_frame
-from ._style import OKABE_ITO, new_axes, styled
+from ._style import OKABE_ITO, format_range, new_axes, styled
 
 __all__ = [
     "CHUNK_KINDS", "overwritten_requests", "plot_buffer_rows", "plot_ownership_schedule",
@@ -68,7 +68,8 @@ def plot_ownership_schedule(
         result: a ``tp.simulate(...)`` result.
         ax: axes to draw into (a new figure sized to the run when ``None``).
         title: axes title (default: policy, scheduling, budget).
-        annotate: write each chunk's token range in its box.
+        annotate: write each chunk's token range in its box (inclusive: ``0–7`` = tokens 0
+            to 7).
 
     Returns:
         The axes.
@@ -87,7 +88,7 @@ def plot_ownership_schedule(
         ax.add_patch(Rectangle((row.step - w / 2, y - h / 2), w, h, facecolor=colour,
                                edgecolor="white", lw=0.8, zorder=3))
         if annotate:
-            ax.text(row.step, y, f"{row.start}–{row.stop}", ha="center", va="center",
+            ax.text(row.step, y, format_range(row.start, row.stop), ha="center", va="center",
                     fontsize=7.5, color="white" if row.kind != "gather" else "black", zorder=4)
         owned = row.kind != "view"
         final = row.stop == result.prompt_lens[row.request]
@@ -186,7 +187,7 @@ def plot_buffer_rows(
         ))
         rows_used = row.buffer_stop - row.buffer_start
         if rows_used >= budget * 0.08:
-            label = (f"req {row.request}\ntok {row.start}–{row.stop}"
+            label = (f"req {row.request}\ntok {format_range(row.start, row.stop)}"
                      if rows_used >= budget * 0.2 else f"r{row.request}")
             ax.text(row.step, (row.buffer_start + row.buffer_stop) / 2, label,
                     ha="center", va="center", fontsize=7.5, color="white", zorder=4)

@@ -1,17 +1,27 @@
 """The step simulator: an engine's prefill loop around token-level pooling, byte by byte.
 
-``simulate`` replays the steps an inference engine runs (a vLLM-shaped scheduler, ONE persistent
-hidden-state buffer reused by every step, async or sync host copies), pools with the core's
-``AllPool``/``StepPool``/``LastPool`` and heads, checks every delivered output against the exact
-reference, and keeps a per-step memory ledger of the bytes pooling owns. ``mode="analytic"``
-gives the same ledger without allocating; ``sweep`` runs it across prompt lengths and policies.
+``simulate`` replays the steps vLLM's engine runs — a vLLM-shaped scheduler; each step's hidden
+states in CUDA-graph output memory that later replays rewrite, or in a fresh eager tensor;
+async or sync host copies — pools with the core's ``AllPool``/``StepPool``/``LastPool`` and
+heads, checks every delivered output against the exact reference, and keeps a per-step memory
+ledger of the bytes pooling owns. What pooling keeps of each chunk is decided in ONE place,
+``tokpool.keep_rule``; the tensor and counting backends run ONE step loop (``loop``).
+
+Modes: ``"tensor"`` (real tensors, measured storages, an oracle), ``"analytic"`` (the same loop
+counting bytes: million-token prompts in milliseconds), ``"closed_form"`` (one request, by
+formula; ``sweep``'s default). All three agree to the byte.
 
 Modules: ``config`` (SimConfig), ``source`` (HiddenStateSource protocol, SyntheticSource),
-``scheduler``, ``tensor`` and ``analytic`` (the two engines), ``ledger`` (columns),
-``closed_form`` (one request, vectorised), ``hardware`` (presets, time ESTIMATES), ``result``,
-``trace`` (Chrome trace), ``simulation`` (simulate), ``sweeps`` (sweep).
+``scheduler``, ``step_memory`` (where a step's output lives; which kept views a write destroys),
+``loop`` (the step loop, ``SimResult.chunks``), ``tensor`` and ``counting`` (its backends),
+``ledger`` (columns), ``closed_form`` (one request, vectorised), ``analysis`` (frames and
+per-request stories from a result), ``vllm_rules`` (vLLM 0.33.0's engine rules), ``hardware``
+(presets, time ESTIMATES), ``result``, ``trace`` (Chrome trace), ``simulation`` (simulate),
+``sweeps`` (sweep).
 """
 
+from ..keep_rule import KeepRule, keep_rule, ownership_table
+from .analysis import corruption_table, explain, overwritten_requests, prompt_grid, schedule_frame
 from .config import SIM_TASKS, SimConfig
 from .hardware import (
     HARDWARE_PRESETS,
@@ -21,6 +31,7 @@ from .hardware import (
     estimate_step_times,
 )
 from .ledger import REQUEST_COLUMNS, STEP_COLUMNS
+from .loop import CHUNK_COLUMNS
 from .result import SimResult
 from .scheduler import ScheduledStep, schedule
 from .simulation import simulate
@@ -28,6 +39,7 @@ from .source import SYNTHETIC_STEP_TAG_ID, HiddenStateSource, SyntheticSource
 from .sweeps import SWEEP_COLUMNS, sweep
 
 __all__ = [
+    "CHUNK_COLUMNS",
     "HARDWARE_PRESETS",
     "MODEL_PRESETS",
     "REQUEST_COLUMNS",
@@ -37,13 +49,21 @@ __all__ = [
     "SYNTHETIC_STEP_TAG_ID",
     "Hardware",
     "HiddenStateSource",
+    "KeepRule",
     "ModelPreset",
     "ScheduledStep",
     "SimConfig",
     "SimResult",
     "SyntheticSource",
+    "corruption_table",
     "estimate_step_times",
+    "explain",
+    "keep_rule",
+    "overwritten_requests",
+    "ownership_table",
+    "prompt_grid",
     "schedule",
+    "schedule_frame",
     "simulate",
     "sweep",
 ]

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .._text import format_range
+
 if TYPE_CHECKING:
     from .result import SimResult
 
@@ -53,8 +55,8 @@ def explain(result: SimResult) -> list[str]:
     """One sentence per request: how its chunks were kept, and what went wrong if anything.
 
     Returns:
-        ``len(prompt_lens)`` strings, request order. Token ranges are half-open (``0–8`` is
-        tokens 0 to 7).
+        ``len(prompt_lens)`` strings, request order. Token ranges are inclusive, as in every
+        figure (``0–7`` is tokens 0 to 7).
     """
     chunks = result.chunks
     corrupted = set(result.corrupted)
@@ -72,9 +74,8 @@ def explain(result: SimResult) -> list[str]:
             first, last = hits.iloc[0], hits.iloc[-1]
             reader = ("the cat that joins its chunks" if int(last["token_end"]) < rec.prompt_len
                       else "its host copy")
-            span = (f"tokens {int(first['token_start'])}–{int(last['token_end'])}"
-                    if len(hits) > 1 else
-                    f"tokens {int(first['token_start'])}–{int(first['token_end'])}")
+            end = last if len(hits) > 1 else first
+            span = f"tokens {format_range(int(first['token_start']), int(end['token_end']))}"
             verdict = (f"; {span} ({len(hits)} chunk{'s' if len(hits) > 1 else ''}) were kept "
                        f"as views and rewritten from step {int(first['overwritten_at_step'])} "
                        f"before {reader} read them")

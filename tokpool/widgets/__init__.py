@@ -7,6 +7,7 @@ import ipywidgets or matplotlib.
 from .explorers import (
     Explorer,
     MemoryExplorer,
+    MultiToggle,
     OwnershipExplorer,
     StepRewardExplorer,
     TokenExplorer,
@@ -19,12 +20,13 @@ from .memory import prompt_grid, render_memory
 from .ownership import corruption_table, parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards
 from .tokens import TOKEN_METRICS, hidden_states, render_tokens, token_metric
-from .view import View
+from .view import View, png_size, table_html
 
 __all__ = [
     "TOKEN_METRICS",
     "Explorer",
     "MemoryExplorer",
+    "MultiToggle",
     "OwnershipExplorer",
     "StepRewardExplorer",
     "TokenExplorer",
@@ -34,12 +36,14 @@ __all__ = [
     "memory_explorer",
     "ownership_explorer",
     "parse_prompt_lens",
+    "png_size",
     "prompt_grid",
     "render_memory",
     "render_ownership",
     "render_step_rewards",
     "render_tokens",
     "step_reward_explorer",
+    "table_html",
     "token_explorer",
     "token_metric",
 ]

@@ -6,17 +6,25 @@ controls and outputs as attributes, so code and tests can drive it::
     ex = tp.ownership_explorer()
     ex.async_scheduling.value = True   # the schedule and the memory table redraw
     ex.view                            # the last rendered View (html, png, table)
+    ex.view.save("schedule.png")       # export: .png (figure), .csv (table), .html (all)
 
 Controls that recompute use ``continuous_update=False``: work happens when a slider is released.
+While it recomputes the output is greyed out; settings the renderer rejects clear the output and
+show why. Outside a live kernel (nbconvert HTML, ``tokpool report``, a viewer without the widget
+manager) an explorer shows a static snapshot of its current state: its settings, the figure and
+the table.
 """
 
 from __future__ import annotations
 
+import html as _html
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
+import traitlets
 
-from ..plots import token_strings
+from ..plots import format_tokens, token_strings
 from .memory import render_memory
 from .ownership import parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards
@@ -27,24 +35,103 @@ if TYPE_CHECKING:
     from ..models import PoolingModel
     from ..prm import ProcessRewardModel
 
+#: Width of every slider (room for the track, not just the label).
+SLIDER_WIDTH = "380px"
+#: CSS of the explorers: the output greys out while it recomputes.
+_STYLE = ("<style>.tokpool-busy{opacity:.35;transition:opacity .15s}"
+          ".tokpool-figure{overflow-x:auto;max-width:100%}</style>")
+_WIDE = {"description_width": "initial"}
+
+
+#: A figure shrinks to fit the output area, but never below this width (it scrolls instead).
+MIN_FIGURE_PX = 720
+
 
 def _image() -> W.Image:
-    # flex children stretch by default; keep the figure at its own size (shrinking if narrow)
     return W.Image(format="png", layout=W.Layout(align_self="flex-start", max_width="100%",
-                                                 width="auto", height="auto"))
+                                                 height="auto"))
+
+
+def _slider_layout() -> W.Layout:
+    return W.Layout(width=SLIDER_WIDTH)
+
+
+class MultiToggle(W.HBox):
+    """A row of toggle buttons, one per option; ``value`` is the tuple of those pressed.
+
+    Set ``value`` from code (``ex.policies.value = ("clone",)``) or click the buttons.
+    """
+
+    value = traitlets.Tuple()
+
+    def __init__(self, options: Sequence[str], value: Sequence[str], *, description: str = ""
+                 ) -> None:
+        self.options = tuple(options)
+        self.description = description
+        self.buttons = {
+            o: W.ToggleButton(value=o in value, description=o, tooltip=f"show {o}",
+                              layout=W.Layout(width="auto"))
+            for o in self.options
+        }
+        label = [W.Label(description)] if description else []
+        super().__init__([*label, *self.buttons.values()])
+        self.value = tuple(o for o in self.options if o in value)
+        for button in self.buttons.values():
+            button.observe(self._from_buttons, names="value")
+        self.observe(self._to_buttons, names="value")
+
+    def _from_buttons(self, _: Any = None) -> None:
+        self.value = tuple(o for o, b in self.buttons.items() if b.value)
+
+    def _to_buttons(self, change: dict[str, Any]) -> None:
+        unknown = [v for v in change["new"] if v not in self.options]
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown}; choose from {list(self.options)}")
+        for o, b in self.buttons.items():
+            b.value = o in change["new"]
+
+
+def _settings(widgets: Sequence[W.Widget]) -> list[tuple[str, str]]:
+    """``(label, value)`` of each control, for the static snapshot."""
+    out: list[tuple[str, str]] = []
+    for w in widgets:
+        if isinstance(w, MultiToggle):
+            out.append((w.description or "options", ", ".join(w.value) or "none"))
+        elif hasattr(w, "value"):
+            label = getattr(w, "description", "") or type(w).__name__
+            value = w.value
+            if hasattr(w, "label") and isinstance(getattr(w, "label", None), str):
+                value = w.label  # Dropdown / SelectionSlider: what the user sees
+            elif hasattr(w, "label") and isinstance(getattr(w, "label", None), tuple):
+                value = " … ".join(w.label)
+            text = str(value)
+            out.append((label, text if len(text) <= 80 else text[:77] + "…"))
+    return out
 
 
 class Explorer(W.VBox):
-    """Base: a header row of controls, an HTML pane, an image pane; ``update()`` re-renders."""
+    """Base: a row of controls, an error line, then the rendered text and figure.
+
+    Attributes:
+        view: the last rendered ``View`` (``None`` while the settings are invalid).
+        error: the message of the last rejected settings, ``None`` when the view is current.
+        html, image: the widgets showing ``view.html`` and ``view.png``.
+    """
 
     def __init__(self, controls: list[W.Widget], **kwargs: Any) -> None:
         self.html = W.HTML()
         self.image = _image()
         self.view: View | None = None
+        self.error: str | None = None
+        self._controls = controls
         self._errors = W.HTML()
+        figure = W.Box([self.image])
+        figure.add_class("tokpool-figure")
+        self._output = W.VBox([self.html, figure])
         super().__init__(
-            [W.HBox(controls, layout=W.Layout(flex_flow="row wrap")), self._errors, self.html,
-             self.image],
+            [W.HTML(_STYLE),
+             W.HBox(controls, layout=W.Layout(flex_flow="row wrap", align_items="center")),
+             self._errors, self._output],
             **kwargs,
         )
 
@@ -61,80 +148,147 @@ class Explorer(W.VBox):
     def update(self) -> View | None:
         """Re-render from the current control values and show the result.
 
-        A ``ValueError`` from the render (e.g. an impossible combination of settings) is shown
-        in the explorer instead of raising inside the widget callback.
+        A ``ValueError`` from the render (an impossible combination of settings) clears the
+        output and shows the message instead of raising inside the widget callback, so no
+        stale figure is left standing under it.
         """
+        self._output.add_class("tokpool-busy")
         try:
             view = self.render()
         except ValueError as err:
-            import html
-
+            self.view, self.error = None, str(err)
             self._errors.value = (
-                f'<div style="color:#b00020;font-family:sans-serif">{html.escape(str(err))}</div>'
+                '<div style="color:#b00020;font-family:sans-serif;padding:4px 0">'
+                f"⚠ {_html.escape(str(err))} (nothing is shown until the settings are valid)"
+                "</div>"
             )
+            self.html.value = ""
+            self._output.layout.display = "none"
             return None
+        finally:
+            self._output.remove_class("tokpool-busy")
+        self.view, self.error = view, None
         self._errors.value = ""
-        self.view = view
+        self._output.layout.display = None
         self.html.value = view.html
         if view.png is not None:
             self.image.value = view.png
+            self.image.layout.width = f"{view.display_width}px"
+            self.image.layout.min_width = f"{min(view.display_width, MIN_FIGURE_PX)}px"
         self.image.layout.display = None if view.png is not None else "none"
         return view
 
+    # --- outside a live kernel ------------------------------------------------------------
+
+    def settings(self) -> list[tuple[str, str]]:
+        """The controls' current values as ``(label, value)`` pairs."""
+        return _settings(self._controls)
+
+    def static_html(self) -> str:
+        """A self-contained snapshot of the current state: settings, then text, figure, table."""
+        settings = " · ".join(f"{_html.escape(k)}: <b>{_html.escape(v)}</b>"
+                              for k, v in self.settings())
+        head = (f'<div class="tokpool-static" data-explorer="{type(self).__name__}" '
+                'style="font-family:sans-serif;font-size:12px;color:#444;border-left:3px solid '
+                '#0072B2;padding:2px 8px;margin:4px 0">'
+                f"<b>{type(self).__name__}</b> (static snapshot; run the notebook to use the "
+                f"controls) · {settings}</div>")
+        if self.view is None:
+            body = (f'<div style="color:#b00020;font-family:sans-serif">⚠ '
+                    f"{_html.escape(self.error or 'nothing rendered yet')}</div>")
+        else:
+            body = self.view.to_html()
+        return head + body
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = dict(super()._repr_mimebundle_(**kwargs) or {})
+        bundle["text/html"] = self.static_html()
+        state = ", ".join(f"{k}={v}" for k, v in self.settings())
+        bundle["text/plain"] = f"{type(self).__name__}({state})"
+        return bundle
+
 
 class TokenExplorer(Explorer):
-    """Per-token values and token × token similarity of ``model``'s hidden states of ``text``.
+    """Per-token values and token × token similarity of ``model``'s hidden states of a text.
 
     Attributes:
+        text_input: ``Textarea`` with the text (edit it and leave the box to re-encode).
         layer: ``IntSlider`` over ``0..model.num_layers`` (0 = embeddings, the last = final
             hidden states after the final norm, what an engine pools).
         metric: ``Dropdown`` of ``TOKEN_METRICS``.
-        tokens: the token strings.
+        tokens: the token strings of the current text.
     """
 
     def __init__(self, model: PoolingModel, text: str, *, layer: int = -1,
                  metric: TokenMetric = "relative norm") -> None:
         if metric not in TOKEN_METRICS:
             raise ValueError(f"unknown metric {metric!r}; choose one of {list(TOKEN_METRICS)}")
-        self.model, self.text = model, text
-        (ids,) = model.token_ids([text])
-        self.tokens = token_strings(model.tokenizer, ids)
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("token_explorer needs a non-empty text string")
+        self.model = model
         n = model.num_layers
+        self.text_input = W.Textarea(value=text, continuous_update=False, description="text",
+                                     placeholder="your own text",
+                                     layout=W.Layout(width="100%", height="4.5em"))
         self.layer = W.IntSlider(value=layer % (n + 1), min=0, max=n, continuous_update=False,
-                                 description="layer", style={"description_width": "initial"})
+                                 description="layer", style=_WIDE, layout=_slider_layout())
         self.metric = W.Dropdown(options=list(TOKEN_METRICS), value=metric,
                                  description="metric")
-        self._cache: dict[int, Any] = {}
-        super().__init__([self.layer, self.metric])
-        self._watch(self.layer, self.metric)
+        self._cache: dict[tuple[str, int], Any] = {}
+        self._tokens: dict[str, list[str]] = {}
+        super().__init__([self.text_input, self.layer, self.metric])
+        self._watch(self.text_input, self.layer, self.metric)
         self.update()
 
+    @property
+    def text(self) -> str:
+        """The text being explored (``text_input.value``)."""
+        return self.text_input.value
+
+    @property
+    def tokens(self) -> list[str]:
+        """The token strings of ``text``."""
+        if self.text not in self._tokens:
+            (ids,) = self.model.token_ids([self.text])
+            self._tokens[self.text] = token_strings(self.model.tokenizer, ids)
+        return self._tokens[self.text]
+
     def render(self) -> View:
-        layer = self.layer.value
-        if layer not in self._cache:
-            self._cache[layer] = hidden_states(self.model, self.text, layer=layer)
+        text, layer = self.text, self.layer.value
+        if not text.strip():
+            raise ValueError("write some text to encode")
+        if (text, layer) not in self._cache:
+            self._cache[text, layer] = hidden_states(self.model, text, layer=layer)
         n = self.model.num_layers
         label = f"layer {layer} of {n}" + (" (final, after norm)" if layer == n else "")
-        return render_tokens(self.tokens, self._cache[layer], metric=self.metric.value,
+        return render_tokens(self.tokens, self._cache[text, layer], metric=self.metric.value,
                              layer_label=label)
+
+    def settings(self) -> list[tuple[str, str]]:
+        text = self.text if len(self.text) <= 60 else self.text[:57] + "…"
+        return [("model", type(self.model).__name__), ("text", text),
+                ("layer", str(self.layer.value)), ("metric", self.metric.value)]
 
 
 def token_explorer(model: PoolingModel, text: str, *, layer: int = -1,
                    metric: TokenMetric = "relative norm") -> TokenExplorer:
-    """Explore a model's per-token hidden states of ``text``: layer slider, metric menu.
+    """Explore a model's per-token hidden states of a text: your text, layer slider, metric.
 
     Args:
-        model: a ``tp.PoolingModel`` (``tp.load_model(...)``).
-        text: the text to encode.
+        model: a ``tp.PoolingModel`` (``tp.load_model(...)``: a built-in name or a local
+            directory with a transformers checkpoint).
+        text: the initial text; edit it in the explorer's text box.
         layer: initial layer (``-1`` = final hidden states).
         metric: initial metric (see ``TOKEN_METRICS``).
 
     Returns:
-        The explorer widget; set ``ex.layer.value`` / ``ex.metric.value`` to drive it.
+        The explorer widget; set ``ex.text_input.value`` / ``ex.layer.value`` /
+        ``ex.metric.value`` to drive it.
+
+    Raises:
+        ValueError: an unknown metric or an empty text.
     """
     return TokenExplorer(model, text, layer=layer, metric=metric)
-
-
 
 
 class StepRewardExplorer(Explorer):
@@ -156,7 +310,7 @@ class StepRewardExplorer(Explorer):
         self._cache: dict[tuple[str, tuple[str, ...]], Any] = {}
         self.threshold = W.FloatSlider(value=float(getattr(prm, "threshold", 0.5)), min=0.0,
                                        max=1.0, step=0.01, continuous_update=False,
-                                       description="threshold")
+                                       description="threshold", layout=_slider_layout())
         area = {"continuous_update": False, "layout": W.Layout(width="48%", height="7em")}
         self.problem = W.Textarea(value=problem, description="problem", **area)
         self.steps = W.Textarea(value="\n".join(steps), description="steps", **area)
@@ -178,6 +332,10 @@ class StepRewardExplorer(Explorer):
         return render_step_rewards(list(steps), self.scores.rewards,
                                    threshold=self.threshold.value, problem=self.problem.value,
                                    true_first_error=truth, step_labels=labels)
+
+    def settings(self) -> list[tuple[str, str]]:
+        n = len([s for s in self.steps.value.splitlines() if s.strip()])
+        return [("threshold", f"{self.threshold.value:.2f}"), ("steps", str(n))]
 
 
 def step_reward_explorer(prm: ProcessRewardModel, problem: str, steps: list[str], *,
@@ -222,18 +380,19 @@ class OwnershipExplorer(Explorer):
         if not lens:
             raise ValueError("give at least one prompt length")
         self.hidden_size = hidden_size
-        wide = {"description_width": "initial"}
         self.prompt_len = W.IntSlider(value=lens[0], min=1, max=96, continuous_update=False,
-                                      description="request 0 tokens", style=wide)
+                                      description="request 0 tokens", style=_WIDE,
+                                      layout=_slider_layout())
         self.more_requests = W.Text(value=", ".join(str(n) for n in lens[1:]),
                                     continuous_update=False, description="other requests",
-                                    placeholder="e.g. 6, 9", style=wide)
+                                    placeholder="e.g. 6, 9", style=_WIDE)
         self.budget = W.IntSlider(value=budget, min=2, max=64, continuous_update=False,
-                                  description="tokens per step", style=wide)
+                                  description="tokens per step", style=_WIDE,
+                                  layout=_slider_layout())
         self.async_scheduling = W.ToggleButton(value=async_scheduling,
                                                description="async scheduling", icon="bolt")
         self.chunked = W.Checkbox(value=enable_chunked_prefill, description="chunked prefill",
-                                  indent=False)
+                                  indent=False, layout=W.Layout(width="auto"))
         self.policy = W.ToggleButtons(options=list(RETENTION_POLICIES), value=policy,
                                       description="policy")
         super().__init__([self.prompt_len, self.more_requests, self.budget,
@@ -277,72 +436,137 @@ def ownership_explorer(prompt_lens: list[int] | None = None, *, budget: int = 16
                              hidden_size=hidden_size)
 
 
+#: Prompt lengths the memory explorer's range slider offers: powers of two, 256 … 1M.
+MEMORY_LENGTHS: tuple[int, ...] = tuple(1 << k for k in range(8, 21))
+#: Chunk budgets (``max_num_batched_tokens``) the memory explorer offers.
+MEMORY_BUDGETS: tuple[int, ...] = tuple(1 << k for k in range(8, 15))
+
+
+def _dtype_name(dtype: Any) -> str:
+    return "no cast" if dtype is None else str(dtype).removeprefix("torch.")
+
+
 class MemoryExplorer(Explorer):
     """Peak pooling memory vs prompt length for model and hardware presets.
 
     Attributes:
         model: ``Dropdown`` of ``tp.MODEL_PRESETS``.
         hardware: ``Dropdown`` of ``tp.HARDWARE_PRESETS``.
-        task: ``Dropdown`` (``token_embed``, ``token_classify``, ``embed``; "preset default").
+        task: ``Dropdown``: ``"default"`` (the preset's task, named in the label),
+            ``token_embed``, ``token_classify`` or ``embed``.
         dtype: ``Dropdown`` of hidden-state dtypes.
-        head_dtype: ``Dropdown`` ("same as dtype" or ``float32``).
+        head_dtype: ``Dropdown``: ``"default"`` (the simulator's, named in the label),
+            ``"same"`` (no cast: the head runs in ``dtype``) or ``"float32"``.
+        budget: ``SelectionSlider``, the chunk budget (``max_num_batched_tokens``), which sets
+            the clone policy's (2T − L) peak.
         prompt_len: ``SelectionRangeSlider`` over 256 … 1M tokens (value: ``(low, high)``).
-        policies: ``SelectMultiple`` over the retention policies.
+        policies: ``MultiToggle`` of the retention policies (value: a tuple of names).
         async_scheduling: ``ToggleButton``.
     """
 
     def __init__(self, *, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
-                 prompt_len: tuple[int, int] = (1024, 1 << 20)) -> None:
+                 prompt_len: tuple[int, int] = (1024, 1 << 20), budget: int | None = None,
+                 policies: Sequence[str] | None = None, async_scheduling: bool = True) -> None:
         from ..pooling import RETENTION_POLICIES
-        from ..sim import HARDWARE_PRESETS, MODEL_PRESETS
+        from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig
 
-        wide = {"description_width": "initial"}
+        for name, value, allowed in (("prompt_len", prompt_len[0], MEMORY_LENGTHS),
+                                     ("prompt_len", prompt_len[1], MEMORY_LENGTHS)):
+            if value not in allowed:
+                raise ValueError(f"{name} bounds must be powers of two from 256 to 1M "
+                                 f"({format_tokens(1 << 20)}); got {value}")
+        budget = SimConfig().max_num_batched_tokens if budget is None else budget
+        if budget not in MEMORY_BUDGETS:
+            raise ValueError(f"budget must be one of {list(MEMORY_BUDGETS)}; got {budget}")
         self.model = W.Dropdown(options=list(MODEL_PRESETS), value=model, description="model")
         self.hardware = W.Dropdown(options=list(HARDWARE_PRESETS), value=hardware,
                                    description="hardware")
-        self.task = W.Dropdown(options=[("preset default", None), "token_embed",
-                                        "token_classify", "embed"], value=None,
+        self.task = W.Dropdown(options=self._task_options(model), value="default",
                                description="task")
         self.dtype = W.Dropdown(options=["bfloat16", "float16", "float32"], value="bfloat16",
                                 description="dtype")
-        self.head_dtype = W.Dropdown(options=[("same as dtype", None), "float32"], value=None,
-                                     description="head dtype", style=wide)
-        lengths = [1 << k for k in range(8, 21)]
+        self.head_dtype = W.Dropdown(options=self._head_options(model), value="default",
+                                     description="head dtype", style=_WIDE)
+        self.budget = W.SelectionSlider(
+            options=[(format_tokens(n), n) for n in MEMORY_BUDGETS], value=budget,
+            description="chunk budget (tokens/step)", continuous_update=False, style=_WIDE,
+            layout=_slider_layout())
         self.prompt_len = W.SelectionRangeSlider(
-            options=[(f"{n // 1024}K" if n >= 1024 else str(n), n) for n in lengths],
+            options=[(format_tokens(n), n) for n in MEMORY_LENGTHS],
             value=prompt_len, description="prompt length", continuous_update=False,
-            style=wide, layout=W.Layout(width="420px"),
+            style=_WIDE, layout=W.Layout(width="440px"),
         )
-        self.policies = W.SelectMultiple(options=list(RETENTION_POLICIES),
-                                         value=tuple(RETENTION_POLICIES), rows=4,
-                                         description="policies")
-        self.async_scheduling = W.ToggleButton(value=True, description="async scheduling",
-                                               icon="bolt")
+        chosen = tuple(RETENTION_POLICIES) if policies is None else tuple(policies)
+        self.policies = MultiToggle(RETENTION_POLICIES, chosen, description="policies")
+        self.async_scheduling = W.ToggleButton(value=async_scheduling,
+                                               description="async scheduling", icon="bolt")
         super().__init__([self.model, self.hardware, self.task, self.dtype, self.head_dtype,
-                          self.prompt_len, self.policies, self.async_scheduling])
+                          self.budget, self.prompt_len, self.policies, self.async_scheduling])
+        self.model.observe(self._relabel, names="value")
         self._watch(self.model, self.hardware, self.task, self.dtype, self.head_dtype,
-                    self.prompt_len, self.policies, self.async_scheduling)
+                    self.budget, self.prompt_len, self.policies, self.async_scheduling)
         self.update()
 
+    @staticmethod
+    def _task_options(model: str) -> list[tuple[str, str]]:
+        from ..sim import MODEL_PRESETS
+
+        default = MODEL_PRESETS[model].default_task
+        return [(f"default ({default})", "default"), *((t, t) for t in
+                ("token_embed", "token_classify", "embed"))]
+
+    @staticmethod
+    def _head_options(model: str) -> list[tuple[str, str]]:
+        from ..sim import SimConfig
+
+        default = _dtype_name(SimConfig.for_model(model).head_dtype)
+        return [(f"default ({default})", "default"), ("same as dtype (no cast)", "same"),
+                ("float32", "float32")]
+
+    def _relabel(self, change: dict[str, Any]) -> None:
+        # the labels name the new preset's defaults; values stay, so no extra redraw
+        with self.hold_trait_notifications():
+            task, head = self.task.value, self.head_dtype.value
+            self.task.unobserve(self._on_change, names="value")
+            self.head_dtype.unobserve(self._on_change, names="value")
+            try:
+                self.task.options = self._task_options(change["new"])
+                self.head_dtype.options = self._head_options(change["new"])
+                self.task.value, self.head_dtype.value = task, head
+            finally:
+                self._watch(self.task, self.head_dtype)
+
     def render(self) -> View:
+        task = None if self.task.value == "default" else self.task.value
+        head: str | None = {"default": "default", "same": self.dtype.value}.get(
+            self.head_dtype.value, self.head_dtype.value)
         return render_memory(
-            model=self.model.value, hardware=self.hardware.value, task=self.task.value,
-            dtype=self.dtype.value, head_dtype=self.head_dtype.value,
-            prompt_len=self.prompt_len.value, policies=self.policies.value,
-            async_scheduling=self.async_scheduling.value,
+            model=self.model.value, hardware=self.hardware.value, task=task,
+            dtype=self.dtype.value, head_dtype=head, prompt_len=self.prompt_len.value,
+            policies=self.policies.value, async_scheduling=self.async_scheduling.value,
+            max_num_batched_tokens=self.budget.value,
         )
 
 
 def memory_explorer(*, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
-                    prompt_len: tuple[int, int] = (1024, 1 << 20)) -> MemoryExplorer:
+                    prompt_len: tuple[int, int] = (1024, 1 << 20), budget: int | None = None,
+                    policies: Sequence[str] | None = None,
+                    async_scheduling: bool = True) -> MemoryExplorer:
     """Explore peak pooling memory against prompt length for model and hardware presets.
 
     Args:
         model: initial model preset (``tp.MODEL_PRESETS``).
         hardware: initial hardware preset (``tp.HARDWARE_PRESETS``).
         prompt_len: initial ``(shortest, longest)`` prompt; powers of two from 256 to 1M.
+        budget: initial chunk budget (a power of two, 256 … 16K; default: the simulator's).
+        policies: the retention policies shown at first (default: all four).
+        async_scheduling: start with async scheduling on.
 
     Returns:
         The explorer widget; e.g. ``ex.prompt_len.value = (1024, 65536)`` redraws it.
+
+    Raises:
+        ValueError: a range bound or budget the controls do not offer.
     """
-    return MemoryExplorer(model=model, hardware=hardware, prompt_len=prompt_len)
+    return MemoryExplorer(model=model, hardware=hardware, prompt_len=prompt_len, budget=budget,
+                          policies=policies, async_scheduling=async_scheduling)

@@ -22,11 +22,11 @@ def render_memory(
     hardware: str = "H100 SXM",
     task: str | None = None,
     dtype: str = "bfloat16",
-    head_dtype: str | None = None,
+    head_dtype: str | None = "default",
     prompt_len: tuple[int, int] = (1024, 1 << 20),
     policies: Sequence[str] = ("legacy", "clone", "prealloc", "offload"),
     async_scheduling: bool = True,
-    max_num_batched_tokens: int = 2048,
+    max_num_batched_tokens: int | None = None,
     points_per_doubling: int = 2,
 ) -> View:
     """Peak pooling memory vs prompt length for a model and hardware preset (analytic sweep).
@@ -36,11 +36,12 @@ def render_memory(
         hardware: a name in ``tp.HARDWARE_PRESETS`` (its memory is the reference line).
         task: ``token_embed``, ``token_classify`` or ``embed`` (default: the preset's).
         dtype: hidden-state dtype.
-        head_dtype: the head's dtype (``None``: same as ``dtype``; ``"float32"``: as engines).
+        head_dtype: the head's dtype: ``"default"`` (the simulator's default), ``None`` or
+            ``dtype`` itself (no cast), ``"float32"`` (engines' pooling heads).
         prompt_len: ``(shortest, longest)`` prompt in tokens.
         policies: retention policies to compare.
         async_scheduling: async or sync scheduling.
-        max_num_batched_tokens: the chunk budget per step.
+        max_num_batched_tokens: the chunk budget per step (default: the simulator's).
         points_per_doubling: sweep resolution.
 
     Returns:
@@ -55,15 +56,21 @@ def render_memory(
 
     if not policies:
         raise ValueError("choose at least one policy")
-    config = SimConfig.for_model(model, task=task, dtype=dtype, head_dtype=head_dtype,
-                                 hardware=hardware, max_num_batched_tokens=max_num_batched_tokens)
+    overrides: dict = {"dtype": dtype, "hardware": hardware}
+    if head_dtype != "default":
+        overrides["head_dtype"] = head_dtype
+    if max_num_batched_tokens is not None:
+        overrides["max_num_batched_tokens"] = max_num_batched_tokens
+    config = SimConfig.for_model(model, task=task, **overrides)
+    head = str(config.head_dtype).removeprefix("torch.") if config.head_casts else "no cast"
     lens = prompt_grid(*prompt_len, points_per_doubling=points_per_doubling)
     df = sweep(lens, config, policies=list(policies), async_scheduling=(async_scheduling,),
                progress=False)
     ax = plot_memory_vs_prompt_length(
         df, hardware=hardware,
-        title=f"{model} · {config.task} · {dtype} (head {head_dtype or dtype}) · "
-              f"{'async' if async_scheduling else 'sync'} · chunk {max_num_batched_tokens}",
+        title=f"{model} · {config.task} · {dtype} (head: {head}) · "
+              f"{'async' if async_scheduling else 'sync'} · "
+              f"chunk {format_tokens(config.max_num_batched_tokens)} tokens",
     )
     png = figure_png(ax.figure)
     hbm = resolve_hardware(hardware).hbm_bytes  # names resolve in one place

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 __all__ = ["corruption_table", "parse_prompt_lens", "render_ownership"]
 
 
+#: Widest ownership figure (inches); longer runs get narrower steps, then lose box labels.
+MAX_FIGURE_WIDTH = 16.0
+
+
 def parse_prompt_lens(text: str) -> list[int]:
     """``"20, 6 9"`` → ``[20, 6, 9]``.
 
@@ -82,10 +86,12 @@ def render_ownership(
     result = simulate(list(prompt_lens), config, mode="tensor")
     n_req = len(result.prompt_lens)
     n_steps = int(max(result.steps["step"].max(), result.requests["delivered_step"].max())) + 1
-    fig = plt.figure(figsize=(max(8.0, 0.95 * n_steps + 3.0), 0.62 * n_req + 6.2),
-                     layout="constrained")
+    # wide enough to read every box; past MAX_FIGURE_WIDTH the explorer scrolls sideways
+    width = min(MAX_FIGURE_WIDTH, max(7.5, 0.6 * n_steps + 3.0))
+    fig = plt.figure(figsize=(width, 0.62 * n_req + 6.2), layout="constrained")
     top, bottom = fig.subplots(2, 1, height_ratios=[0.62 * n_req + 2.4, 2.6])
-    plot_ownership_schedule(result, ax=top)
+    # token ranges in the boxes only while a step is wide enough to hold one
+    plot_ownership_schedule(result, ax=top, annotate=(width - 3.0) / n_steps >= 0.5)
     plot_memory_timeline(result, ax=bottom, title="Bytes owned by pooling, per step")
     bottom.set_xlim(top.get_xlim())
     png = figure_png(fig)

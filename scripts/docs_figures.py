@@ -1,4 +1,4 @@
-"""Regenerate the README's figures under ``docs/``: ``python -m tokpool.docs_figures``.
+"""Regenerate the README's figures under ``docs/``: ``python scripts/docs_figures.py``.
 
 Each figure is one function of the public API, the same calls the notebooks make. Figures that
 need a real model (SmolLM2, MiniLM, the probe PRM) are skipped with ``--no-models`` or when the
@@ -6,9 +6,12 @@ model cannot be loaded; the JupyterLab screenshots come from ``tests/test_browse
 
 Usage::
 
-    python -m tokpool.docs_figures                 # all figures into docs/
-    python -m tokpool.docs_figures --only memory_vs_prompt_length ownership_schedule
-    python -m tokpool.docs_figures --no-models --out /tmp/figs
+    python scripts/docs_figures.py                 # all figures into docs/ (200 dpi)
+    python scripts/docs_figures.py --only memory_vs_prompt_length ownership_schedule
+    python scripts/docs_figures.py --no-models --out /tmp/figs
+
+Run it with the project's environment (``.venv/bin/python scripts/docs_figures.py``); it is a
+script, not part of the installed package.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def _subplots(*args, **kwargs):
     import matplotlib as mpl
     import matplotlib.pyplot as plt
 
-    from .plots._style import RC
+    from tokpool.plots._style import RC
 
     with mpl.rc_context(RC):
         return plt.subplots(*args, layout="constrained", **kwargs)
@@ -46,7 +49,7 @@ def _subplots(*args, **kwargs):
 
 def task_gate():
     """Model kinds × tasks: what the runner serves before and after PR #50931 (notebook 01)."""
-    return _fig(tp.plot_task_gate(tp.task_table()))
+    return _fig(tp.viz.plot_task_gate(tp.task_table()))
 
 
 def ownership_schedule():
@@ -62,11 +65,11 @@ def buffer_rows():
     """The reused hidden-state buffer under legacy + async (notebook 02)."""
     config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=8, policy="legacy",
                           async_scheduling=True)
-    return _fig(tp.plot_buffer_rows(tp.simulate([5, 12, 3], config)))
+    return _fig(tp.viz.plot_buffer_rows(tp.simulate([5, 12, 3], config)))
 
 
-def _lens(points: int = 41) -> np.ndarray:
-    return np.unique(np.geomspace(1024, 1 << 20, points).round().astype(int))
+def _lens() -> np.ndarray:
+    return tp.viz.prompt_grid(1024, 1 << 20, points_per_doubling=4)  # 41 lengths, 1K … 1M
 
 
 def memory_vs_prompt_length():
@@ -97,9 +100,10 @@ def memory_timeline():
 
 
 def time_estimates():
-    """Pooling-copy time ESTIMATE vs prompt length (notebook 05)."""
+    """Pooling-copy time ESTIMATE vs prompt length, beside the forward pass (notebook 05)."""
     config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
-    return _fig(tp.plot_time_vs_prompt_length(tp.sweep(_lens(), config), y="est_pool_s"))
+    return _fig(tp.viz.plot_time_vs_prompt_length(tp.sweep(_lens(), config), y="est_pool_s",
+                                                  forward=True))
 
 
 def _smollm():
@@ -113,7 +117,7 @@ def token_similarity():
                             (axes[1], "minilm-l6", "MiniLM (encoder)")):
         model = tp.load_model(name)
         (emb,) = model.encode(TEXT, task="token_embed")
-        tokens = tp.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
+        tokens = tp.viz.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
         tp.plot_similarity(emb, tokens=tokens, ax=ax, title=f"{label}, final layer",
                            colorbar=name == "minilm-l6")
     return fig
@@ -123,8 +127,8 @@ def token_pca():
     """SmolLM2 token vectors on two principal components, by position (notebook 03)."""
     model = _smollm()
     (emb,) = model.encode(TEXT, task="token_embed")
-    tokens = tp.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
-    return _fig(tp.plot_token_pca(emb, tokens=tokens))
+    tokens = tp.viz.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
+    return _fig(tp.viz.plot_token_pca(emb, tokens=tokens))
 
 
 def token_norms():
@@ -133,8 +137,8 @@ def token_norms():
     layer = model.num_layers // 2
     (raw,) = model.encode(TEXT, task="token_embed", layer=layer, use_activation=False)
     norms = raw.norm(dim=-1)
-    tokens = tp.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
-    return _fig(tp.plot_token_values(tokens, norms / norms.median(), vmin=0, vmax=3,
+    tokens = tp.viz.token_strings(model.tokenizer, model.token_ids([TEXT])[0])
+    return _fig(tp.viz.plot_token_values(tokens, norms / norms.median(), vmin=0, vmax=3,
                                      label="norm / median",
                                      title=f"SmolLM2 layer {layer}: hidden-state norm per token"))
 
@@ -142,7 +146,7 @@ def token_norms():
 def chunked_vs_full():
     """SmolLM2 chunked prefill vs full forward, float32 and bfloat16 (notebook 03)."""
     df = tp.compare_chunked(_smollm(), TEXT, chunk_sizes=(8,), dtypes=("float32", "bfloat16"))
-    return _fig(tp.plot_chunked_error(df, metric="rel_rms", chunk_size=8))
+    return _fig(tp.viz.plot_chunked_error(df, metric="rel_rms", chunk_size=8))
 
 
 def step_rewards():
@@ -178,7 +182,7 @@ MODEL_FIGURES: dict[str, Callable] = {
 
 def make_figures(
     out: str | Path = DOCS, *, only: list[str] | None = None, models: bool = True,
-    dpi: int = 130,
+    dpi: int = 200,
 ) -> list[Path]:
     """Draw the figures and save them as ``<out>/<name>.png``.
 
@@ -186,7 +190,7 @@ def make_figures(
         out: output directory (default: the repository's ``docs/``).
         only: names to draw (default: all).
         models: include figures that load real models.
-        dpi: resolution.
+        dpi: resolution (200: sharp on HiDPI screens).
 
     Returns:
         The files written. A model figure that cannot be made (model or probe missing) is

@@ -1,0 +1,15 @@
+"""How ranges are written for a reader, in one place (figures, tables, sentences)."""
+
+from __future__ import annotations
+
+
+def format_range(start: int, stop: int) -> str:
+    """A half-open range ``[start, stop)`` written the way the text and figures write ranges:
+    inclusive, ``(0, 8) -> '0–7'`` (rows 0 to 7, both included); one item -> ``'5'``.
+
+    Python slices stay half-open (``rows[0:8]``); every range written for a reader goes
+    through this function, so "0–7" means the same thing in every figure and sentence.
+    """
+    if stop <= start:
+        raise ValueError(f"empty range: start={start}, stop={stop}")
+    return f"{start}" if stop - start == 1 else f"{start}–{stop - 1}"
