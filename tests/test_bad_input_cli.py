@@ -64,7 +64,8 @@ def _cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("unknown task", [*sim, "100", "--task", "foo"], "unknown task 'foo'"),
         ("unknown policy", [*sim, "100", "--policy", "fast"], "'fast'"),
         ("unknown mode", [*sim, "100", "--mode", "quantum"], "invalid choice: 'quantum'"),
-        ("prompt over the budget unchunked", [*sim, "5000", "--no-chunked-prefill"], "5000"),
+        ("prompt over the budget unchunked",
+         [*sim, "5000", "--no-chunked-prefill", "--budget", "2048"], "5000"),
         # simulate: output paths
         ("csv is a folder", [*sim, "100", "--csv", str(folder)], "is a directory"),
         ("csv folder missing", [*sim, "100", "--csv", str(missing)], "does not exist"),

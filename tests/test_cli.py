@@ -78,7 +78,8 @@ def test_simulate_errors_go_to_stderr(capsys):
     assert code == 2 and "positive" in err
     code, _, err = run(capsys, "simulate", "--prompt-lens", "100", "--policy", "fast")
     assert code == 2 and "unknown retention policy 'fast'" in err
-    code, _, err = run(capsys, "simulate", "--prompt-lens", "5000", "--no-chunked-prefill")
+    code, _, err = run(capsys, "simulate", "--prompt-lens", "5000", "--no-chunked-prefill",
+                       "--budget", "2048")
     assert code == 2 and "5000" in err
 
 
@@ -86,6 +87,7 @@ def test_sweep_writes_csv_and_plot(capsys, tmp_path):
     out_csv, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"
     code, out, _ = run(capsys, "sweep", "--prompt-lens", "1K..64K:7", "--policies",
                        "clone,prealloc,offload", "--model-preset", "Qwen3-Embedding-0.6B",
+                       "--max-model-len", "64K",  # past the model's 32,768, as vLLM's flag
                        "--hardware", "L4", "--out", str(out_csv), "--plot", str(png),
                        "--no-progress")
     assert code == 0

@@ -573,3 +573,30 @@ def test_cursor_fields_match_vllms():
     theirs = {f.name for f in dataclasses.fields(VCursor)}
     assert theirs - ours == {"partial_prefill", "finished_mask"}  # methods in tokpool
     assert ours - theirs == {"index"}
+
+
+# --- the simulator driving the installed vLLM ---------------------------------------------
+
+
+@pytest.mark.parametrize("async_", [False, True])
+@pytest.mark.parametrize("pooling", ["ALL", "STEP"])
+def test_simulator_policy_vllm_runs_the_installed_vllm(parity_count, async_, pooling):
+    """policy="vllm": tensor mode pools with vLLM's own AllPool/StepPool inside the engine loop
+    (graph replays that rewrite output memory, async copies). It delivers what clone delivers,
+    never corrupts, holds the same bytes at the end of every step; the counting engine reads
+    clone's table for it. (Peaks inside vLLM's concat are not observed: one probe per step.)"""
+    step = {"task": "token_classify", "num_labels": 4, "pooling": "STEP",
+            "num_returned_columns": 2, "step_tag_every": 3,
+            "enable_chunked_prefill": True} if pooling == "STEP" else {"hidden_size": 8}
+    cfg = tp.SimConfig(max_num_batched_tokens=16, async_scheduling=async_, policy="vllm",
+                       head_dtype=None, use_activation=False, **step)
+    lens = [40, 7, 3, 25]
+    ours = tp.simulate(lens, cfg, mode="tensor")
+    clone = tp.simulate(lens, cfg.replace(policy="clone"), mode="tensor")
+    assert ours.corrupted == clone.corrupted == []
+    for a, b in zip(ours.outputs, clone.outputs, strict=True):
+        assert torch.equal(a, b)
+        parity_count("simulator outputs")
+    assert ours.steps["pool_bytes"].tolist() == clone.steps["pool_bytes"].tolist()
+    counted = tp.simulate(lens, cfg, mode="analytic")
+    assert counted.steps["pool_bytes"].tolist() == ours.steps["pool_bytes"].tolist()

@@ -3,6 +3,7 @@ traces, sweeps and the CUDA check's skip. Both modes everywhere: they must agree
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -20,6 +21,10 @@ from tokpool.sim.scheduler import engine_steps
 
 MODES = ("tensor", "analytic")
 ROOT = Path(__file__).resolve().parents[1]
+
+# These tests are about what POOLING owns and delivers, so the head is the identity (vLLM's
+# defaults — a float32 cast and the activation — are tested where they matter).
+PoolingOnly = functools.partial(SimConfig, head_dtype=None, use_activation=False)
 
 
 def both(lens, cfg, **kw):
@@ -49,7 +54,7 @@ CASES = [(37, 8, 3, "bfloat16"), (64, 16, 5, "float32"), (100, 7, 2, "float16"),
 def test_clone_peaks_at_two_T_minus_L(T, C, W, dtype, async_scheduling):
     s = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     n, L = split(T, C)
-    cfg = SimConfig(hidden_size=W, dtype=dtype, max_num_batched_tokens=C,
+    cfg = PoolingOnly(hidden_size=W, dtype=dtype, max_num_batched_tokens=C,
                     async_scheduling=async_scheduling)
     r = both([T], cfg)
     assert r.peak_pooling_bytes == (2 * T - L) * W * s
@@ -65,7 +70,7 @@ def test_clone_peaks_at_two_T_minus_L(T, C, W, dtype, async_scheduling):
 def test_prealloc_holds_T_from_the_first_chunk(T, C, W, dtype):
     s = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     n, _ = split(T, C)
-    r = both([T], SimConfig(hidden_size=W, dtype=dtype, max_num_batched_tokens=C,
+    r = both([T], PoolingOnly(hidden_size=W, dtype=dtype, max_num_batched_tokens=C,
                             policy="prealloc"))
     assert r.peak_pooling_bytes == T * W * s
     assert r.steps["pool_bytes"].iloc[: n - 1].eq(T * W * s).all()
@@ -77,7 +82,7 @@ def test_prealloc_holds_T_from_the_first_chunk(T, C, W, dtype):
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_offload_keeps_nothing_on_the_device(T, C, W, dtype, async_scheduling):
     s = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    r = both([T], SimConfig(hidden_size=W, dtype=dtype, max_num_batched_tokens=C,
+    r = both([T], PoolingOnly(hidden_size=W, dtype=dtype, max_num_batched_tokens=C,
                             policy="offload", async_scheduling=async_scheduling))
     assert r.peak_pooling_bytes == 0
     assert r.steps["pool_peak_bytes"].eq(0).all()
@@ -89,7 +94,7 @@ def test_offload_keeps_nothing_on_the_device(T, C, W, dtype, async_scheduling):
 
 def test_float32_head_on_bf16_adds_T_W_4_at_the_finish():
     T, C, W = 50, 16, 4
-    base = SimConfig(hidden_size=W, max_num_batched_tokens=C, head_dtype="float32")
+    base = PoolingOnly(hidden_size=W, max_num_batched_tokens=C, head_dtype="float32")
     n, L = split(T, C)
     pre = both([T], base.replace(policy="prealloc"))
     assert pre.peak_pooling_bytes == T * W * 2 + T * W * 4
@@ -105,7 +110,7 @@ def test_float32_head_on_bf16_adds_T_W_4_at_the_finish():
 
 def test_activation_counts_its_output_while_the_cast_is_alive():
     T, W = 10, 4
-    r = both([T], SimConfig(hidden_size=W, max_num_batched_tokens=16, head_dtype="float32",
+    r = both([T], PoolingOnly(hidden_size=W, max_num_batched_tokens=16, head_dtype="float32",
                             use_activation=True, policy="prealloc"))
     # One shot, sync: pooled output is a view (0), cast T·W·4 and normalised T·W·4 coexist.
     assert r.peak_pooling_bytes == 2 * T * W * 4
@@ -115,7 +120,7 @@ def test_activation_counts_its_output_while_the_cast_is_alive():
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_legacy_corrupts_multi_chunk_prompts_even_when_synchronous(async_scheduling):
-    cfg = SimConfig(hidden_size=4, max_num_batched_tokens=8, policy="legacy",
+    cfg = PoolingOnly(hidden_size=4, max_num_batched_tokens=8, policy="legacy",
                     async_scheduling=async_scheduling)
     r = both([20], cfg)
     assert r.corrupted == [0]
@@ -123,7 +128,7 @@ def test_legacy_corrupts_multi_chunk_prompts_even_when_synchronous(async_schedul
 
 
 def test_legacy_corrupts_single_shot_outputs_under_async_when_a_later_step_follows():
-    cfg = SimConfig(hidden_size=4, max_num_batched_tokens=8, policy="legacy",
+    cfg = PoolingOnly(hidden_size=4, max_num_batched_tokens=8, policy="legacy",
                     async_scheduling=True)
     r = both([4, 4, 30], cfg)  # 0 and 1 finish in step 0; step 1 rewrites their rows
     assert r.corrupted[:2] == [0, 1]
@@ -134,7 +139,7 @@ def test_legacy_corrupts_single_shot_outputs_under_async_when_a_later_step_follo
 
 
 def test_a_head_that_allocates_shields_single_shot_outputs():
-    cfg = SimConfig(hidden_size=4, max_num_batched_tokens=8, policy="legacy",
+    cfg = PoolingOnly(hidden_size=4, max_num_batched_tokens=8, policy="legacy",
                     async_scheduling=True, head_dtype="float32")
     assert both([4, 4, 8], cfg).corrupted == []
 
@@ -143,7 +148,7 @@ def test_a_head_that_allocates_shields_single_shot_outputs():
 @pytest.mark.parametrize("async_scheduling", [False, True])
 @pytest.mark.parametrize("chunked", [True, False])
 def test_clone_prealloc_offload_never_corrupt(policy, async_scheduling, chunked):
-    cfg = SimConfig(hidden_size=3, max_num_batched_tokens=12, policy=policy,
+    cfg = PoolingOnly(hidden_size=3, max_num_batched_tokens=12, policy=policy,
                     async_scheduling=async_scheduling, enable_chunked_prefill=chunked,
                     max_num_seqs=3)
     lens = [5, 12, 3, 11, 1, 7] if not chunked else [5, 30, 3, 17, 1, 7, 44]
@@ -155,8 +160,9 @@ def test_clone_prealloc_offload_never_corrupt(policy, async_scheduling, chunked)
 
 
 def test_step_pooling_corrupts_only_when_a_kept_row_is_stale():
-    base = SimConfig(task="token_classify", num_labels=6, pooling="STEP", num_returned_columns=2,
-                     max_num_batched_tokens=8, policy="legacy")
+    # vLLM never chunks a STEP model; chunked prefill is forced on here to see what would break
+    base = PoolingOnly(task="token_classify", num_labels=6, pooling="STEP", num_returned_columns=2,
+                       max_num_batched_tokens=8, policy="legacy", enable_chunked_prefill=True)
     # T=12, C=8: positions [0, 4) are read stale; a tag every 5 tokens keeps row 4 only.
     assert both([12], base.replace(step_tag_every=5)).corrupted == []
     assert both([12], base.replace(step_tag_every=4)).corrupted == [0]
@@ -184,7 +190,8 @@ def test_scheduler_limits_running_requests_and_blocks_fcfs_without_chunking():
     assert [len(s.chunks) for s in steps] == [2, 1]
     steps = schedule([5, 6, 1], max_num_batched_tokens=8, max_num_seqs=8,
                      enable_chunked_prefill=False)
-    assert [s.chunks for s in steps] == [((0, 0, 5),), ((1, 0, 6), (2, 0, 1))]
+    # rows in Model Runner V2's order: ascending scheduled tokens
+    assert [s.chunks for s in steps] == [((0, 0, 5),), ((2, 0, 1), (1, 0, 6))]
 
 
 def test_idle_gaps_and_collect_only_iterations():
@@ -194,13 +201,13 @@ def test_idle_gaps_and_collect_only_iterations():
     plan = engine_steps(steps, async_scheduling=True)
     assert [(i, s is None) for i, s in plan] == [(0, False), (1, True), (5, False), (6, True)]
     assert engine_steps(steps, async_scheduling=False) == [(0, steps[0]), (5, steps[1])]
-    r = both([3, 3], SimConfig(hidden_size=2, async_scheduling=True), arrival_steps=[0, 5])
+    r = both([3, 3], PoolingOnly(hidden_size=2, async_scheduling=True), arrival_steps=[0, 5])
     assert r.requests["delivered_step"].tolist() == [1, 6]
     assert r.requests["first_step"].tolist() == [0, 5]
 
 
 def test_ledger_columns_and_requests_frame():
-    r = both([9, 20, 4], SimConfig(hidden_size=4, max_num_batched_tokens=8, max_num_seqs=2))
+    r = both([9, 20, 4], PoolingOnly(hidden_size=4, max_num_batched_tokens=8, max_num_seqs=2))
     assert list(r.steps.columns) == list(STEP_COLUMNS)
     for col in ("step", "num_scheduled_tokens", "num_finished", "pool_bytes", "pool_peak_bytes",
                 "host_bytes", "copy_bytes", "d2h_bytes", "pool_cache_bytes",
@@ -223,14 +230,14 @@ def test_ledger_columns_and_requests_frame():
 
 def test_sequence_tasks_deliver_one_row():
     for task in ("embed", "classify"):
-        cfg = SimConfig(task=task, hidden_size=6, num_labels=3, max_num_batched_tokens=8,
+        cfg = PoolingOnly(task=task, hidden_size=6, num_labels=3, max_num_batched_tokens=8,
                         head_dtype="float32", use_activation=True)
         r = both([20, 5], cfg)
         width = 6 if task == "embed" else 3
         assert [o.shape for o in r.outputs] == [(width,), (width,)]
         assert r.corrupted == []
     # Nothing retained across steps: the peak is a few rows, not the prompt.
-    assert both([1000], SimConfig(task="embed", hidden_size=4, max_num_batched_tokens=64)
+    assert both([1000], PoolingOnly(task="embed", hidden_size=4, max_num_batched_tokens=64)
                 ).peak_pooling_bytes == 4 * 2
 
 
@@ -267,8 +274,8 @@ class ListSource:
 
 def test_custom_source_and_step_tags_from_token_ids():
     src = ListSource([13, 6], 3, tag_positions=[1, 4, 11])
-    cfg = SimConfig(task="token_classify", num_labels=3, dtype="float32", pooling="STEP",
-                    step_tag_id=9, max_num_batched_tokens=5)
+    cfg = PoolingOnly(task="token_classify", num_labels=3, dtype="float32", pooling="STEP",
+                      step_tag_id=9, max_num_batched_tokens=5, enable_chunked_prefill=True)
     tensor = simulate([13, 6], cfg, mode="tensor", source=src)
     analytic = simulate([13, 6], cfg, mode="analytic", source=src)
     pd.testing.assert_frame_equal(tensor.steps, analytic.steps)
@@ -280,7 +287,8 @@ def test_custom_source_and_step_tags_from_token_ids():
 
 def test_analytic_handles_million_token_prompts():
     cfg = SimConfig.for_model("Qwen3-Embedding-8B", max_num_batched_tokens=8192,
-                              head_dtype="float32")
+                              head_dtype="float32", use_activation=False,
+                              max_model_len=2_000_000)  # as vLLM's --max-model-len
     r = simulate([2_000_000], cfg, mode="analytic")
     T, C, W = 2_000_000, 8192, 4096
     n, L = split(T, C)
@@ -299,7 +307,7 @@ def test_chrome_trace(tmp_path):
     assert {"step 0", "forward", "pooling copies", "device -> host", "clone chunk",
             "view + cat", "delivered", "bytes"} <= names
     assert all(e["ts"] >= 0 for e in events if "ts" in e)
-    nominal = simulate([5], SimConfig(hidden_size=2), mode="analytic")
+    nominal = simulate([5], PoolingOnly(hidden_size=2), mode="analytic")
     data = json.loads(nominal.to_chrome_trace(tmp_path / "t2.json").read_text())
     assert "nominal" in data["otherData"]["tokpool"]
 
@@ -330,7 +338,7 @@ def test_sweep_rows_columns_and_agreement_with_simulate():
 
 
 def test_sweep_tensor_mode_matches_analytic():
-    cfg = SimConfig(hidden_size=3, max_num_batched_tokens=6, head_dtype="float32")
+    cfg = PoolingOnly(hidden_size=3, max_num_batched_tokens=6, head_dtype="float32")
     lens = [2, 6, 13]
     a = sweep(lens, cfg, policies=("legacy", "offload"), async_scheduling=(True,))
     t = sweep(lens, cfg, policies=("legacy", "offload"), async_scheduling=(True,),
@@ -342,17 +350,17 @@ def test_sweep_tensor_mode_matches_analytic():
 
 def test_sweep_bad_input():
     with pytest.raises(ValueError, match="nope"):
-        sweep([3], SimConfig(hidden_size=2), policies=("nope",))
+        sweep([3], PoolingOnly(hidden_size=2), policies=("nope",))
     with pytest.raises(ValueError, match="40"):
-        sweep([3, 40], SimConfig(hidden_size=2, max_num_batched_tokens=8,
+        sweep([3, 40], PoolingOnly(hidden_size=2, max_num_batched_tokens=8,
                                  enable_chunked_prefill=False))
     with pytest.raises(ValueError, match="prompt"):
-        sweep([3, 0], SimConfig(hidden_size=2))
+        sweep([3, 0], PoolingOnly(hidden_size=2))
 
 
 def test_sweep_is_vectorised():
-    df = sweep(np.arange(1, 50_001), SimConfig.for_model("Qwen3-Embedding-0.6B"),
-               progress=False)
+    df = sweep(np.arange(1, 50_001),
+               SimConfig.for_model("Qwen3-Embedding-0.6B", max_model_len=50_000), progress=False)
     assert len(df) == 400_000
     assert df["peak_pooling_bytes"].max() > 0
 

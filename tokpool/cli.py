@@ -210,14 +210,19 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 def _sim_config(args: argparse.Namespace, **overrides):
     import tokpool as tp
 
+    # Unset options take vLLM's defaults (tp.SimConfig resolves them, as the API does).
     fields: dict = {
         "max_num_batched_tokens": args.budget,
         "max_num_seqs": args.max_num_seqs,
-        "enable_chunked_prefill": not args.no_chunked_prefill,
+        "enable_chunked_prefill": False if args.no_chunked_prefill else None,
         "dtype": args.dtype,
-        "head_dtype": args.head_dtype,
-        "use_activation": args.activation,
+        "head_dtype": None if args.head_dtype == "none" else args.head_dtype,
+        "use_activation": not args.no_activation,
         "hardware": args.hardware,
+        "usage": args.usage,
+        "max_model_len": args.max_model_len,
+        "enforce_eager": args.enforce_eager,
+        "output_memory": args.output_memory,
     }
     if args.task:
         fields["task"] = args.task
@@ -247,8 +252,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     check_output_file(args.csv, "--csv", "steps.csv")
     check_output_file(args.trace, "--trace", "trace.json")
     prompt_lens = parse_sizes(args.prompt_lens)
-    check_steps(prompt_lens, args.budget, args.max_steps)
     config = _sim_config(args, policy=args.policy, async_scheduling=args.async_scheduling)
+    check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps)
     result = tp.simulate(prompt_lens, config, mode=args.mode)
     steps = result.steps
     columns = [c for c in ("step", "num_scheduled_tokens", "num_finished", "pool_bytes",
@@ -294,7 +299,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out", "sweep.csv")
     check_output_file(args.plot, "--plot", "memory.png")
     prompt_lens = parse_sizes(args.prompt_lens)
-    check_steps(prompt_lens, args.budget, args.max_steps, per_prompt=True)
     policies = _parse_list(args.policies)
     if not policies:
         raise CLIError("--policies is empty; give one or more of "
@@ -305,6 +309,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             raise CLIError(f"unknown policy {policy!r} in --policies; choose from {known}")
     modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.async_mode]
     config = _sim_config(args)
+    if args.mode != "closed_form":  # the closed forms take no steps
+        check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps, per_prompt=True)
     df = tp.sweep(prompt_lens, config, policies=policies, async_scheduling=modes,
                   mode=args.mode, progress=not args.no_progress)
     if args.out:
@@ -388,7 +394,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 # --- parser --------------------------------------------------------------------------------
 
 
-def _add_engine_options(p: argparse.ArgumentParser) -> None:
+def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "analytic") -> None:
     p.add_argument("--model-preset", help="model preset (hidden size, labels, time model), "
                    "e.g. Qwen3-Embedding-8B; see tp.MODEL_PRESETS")
     p.add_argument("--hardware", default="H100 SXM", help="hardware preset (default: H100 SXM)")
@@ -396,16 +402,30 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden-size", type=_arg(parse_size),
                    help="row width (default 4096 or preset)")
     p.add_argument("--dtype", default="bfloat16", help="hidden-state dtype (default bfloat16)")
-    p.add_argument("--head-dtype", default=None, help="pooling head dtype (e.g. float32)")
-    p.add_argument("--activation", action="store_true",
-                   help="apply the head's normalise/softmax (allocates)")
-    p.add_argument("--budget", type=_arg(parse_size), default=2048,
-                   help="max_num_batched_tokens per step (default 2048)")
-    p.add_argument("--max-num-seqs", type=_int_at_least(1), default=256)
+    p.add_argument("--head-dtype", default="float32",
+                   help="pooling head dtype (default float32, as vLLM; 'none': no cast)")
+    p.add_argument("--no-activation", action="store_true",
+                   help="skip the head's normalise/softmax (vLLM applies it by default)")
+    p.add_argument("--budget", type=_arg(parse_size), default=None,
+                   help="max_num_batched_tokens per step (default: vLLM's for the hardware "
+                        "and --usage, e.g. 16384 on an H100 for the LLM class)")
+    p.add_argument("--max-num-seqs", type=_int_at_least(1), default=None,
+                   help="most running requests (default: vLLM's)")
+    p.add_argument("--usage", choices=("llm", "server"), default="llm",
+                   help="vLLM's usage context for the defaults: the LLM class or the server")
+    p.add_argument("--max-model-len", type=_arg(parse_size), default=None,
+                   help="longest prompt accepted (default: the model preset's context)")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="no CUDA graphs: every step writes a fresh output tensor")
+    p.add_argument("--output-memory", choices=("vllm", "one_buffer"), default="vllm",
+                   help="where step outputs live: vLLM's graph/eager rule (default) or the "
+                        "teaching model's one buffer rewritten by every step")
     p.add_argument("--max-steps", type=_int_at_least(1), default=DEFAULT_MAX_STEPS,
                    help=f"refuse runs of more engine steps (default {DEFAULT_MAX_STEPS:,})")
     p.add_argument("--no-chunked-prefill", action="store_true")
-    p.add_argument("--mode", choices=("analytic", "tensor"), default="analytic")
+    p.add_argument("--mode", choices=("analytic", "tensor", "closed_form"), default=default_mode,
+                   help=f"tensor: real tensors; analytic: the same loop counting bytes; "
+                        f"closed_form: one request by formula (default {default_mode})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -448,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-lens", required=True, help="e.g. 1k..1M or 1K..1M:40 or 8k,32k")
     p.add_argument("--policies", default="clone,prealloc,offload")
     p.add_argument("--async", dest="async_mode", choices=("on", "off", "both"), default="both")
-    _add_engine_options(p)
+    _add_engine_options(p, default_mode="closed_form")
     p.add_argument("--out", help="CSV file for the full table")
     p.add_argument("--plot", help="PNG file: memory vs prompt length per policy")
     p.add_argument("--no-progress", action="store_true")

@@ -24,15 +24,23 @@ from typing import Literal
 RetentionPolicy = Literal["legacy", "clone", "prealloc", "offload"]
 RETENTION_POLICIES: tuple[str, ...] = ("legacy", "clone", "prealloc", "offload")
 
+#: The simulator's extra policy: drive the INSTALLED vLLM's own AllPool/StepPool (tensor mode,
+#: ``tokpool.vllm_bridge``). vLLM 0.33.0's table is PR #50931's, ``clone`` (the parity layer,
+#: tests/test_parity_vllm.py, holds it to that), so the counting engine and the closed forms
+#: read ``clone``'s cells for it; tensor mode observes what the installed vLLM really keeps.
+VLLM_POLICY = "vllm"
+SIM_POLICIES: tuple[str, ...] = (*RETENTION_POLICIES, VLLM_POLICY)
+
 Keep = Literal["view", "clone", "buffer", "host"]
 Returns = Literal["chunk", "cat", "buffer"] | None
 
 
-def check_policy(policy: object) -> None:
-    """Raises ``ValueError`` for a name outside ``RETENTION_POLICIES``."""
-    if not isinstance(policy, str) or policy not in RETENTION_POLICIES:
+def check_policy(policy: object, *, allowed: tuple[str, ...] = RETENTION_POLICIES) -> None:
+    """Raises ``ValueError`` for a name outside ``allowed`` (``RETENTION_POLICIES``; the
+    simulator also takes ``"vllm"``: ``SIM_POLICIES``)."""
+    if not isinstance(policy, str) or policy not in allowed:
         raise ValueError(
-            f"unknown retention policy {policy!r}; choose one of {list(RETENTION_POLICIES)}"
+            f"unknown retention policy {policy!r}; choose one of {list(allowed)}"
         )
 
 
@@ -62,7 +70,7 @@ class KeepRule:
 
 
 def keep_rule(
-    policy: RetentionPolicy,
+    policy: RetentionPolicy | Literal["vllm"],
     *,
     chunked: bool = True,
     async_scheduling: bool,
@@ -73,7 +81,8 @@ def keep_rule(
 
     Args:
         policy: ``"legacy"`` (pre PR #50931: views only), ``"clone"`` (PR #50931),
-            ``"prealloc"`` (one owned buffer per multi-chunk request), ``"offload"`` (host).
+            ``"prealloc"`` (one owned buffer per multi-chunk request), ``"offload"`` (host),
+            or the simulator's ``"vllm"`` (vLLM's own pooling: ``clone``'s cells).
         chunked: chunked prefill is enabled. Without it every request is one chunk.
         async_scheduling: step N+1 may write output memory before step N's host copy reads.
         finished: the chunk holds the request's last prompt token.
@@ -89,7 +98,9 @@ def keep_rule(
         >>> keep_rule("clone", async_scheduling=False, finished=False, first_chunk=True)
         KeepRule(keep='clone', returns=None)
     """
-    check_policy(policy)
+    check_policy(policy, allowed=SIM_POLICIES)
+    if policy == VLLM_POLICY:
+        policy = "clone"  # vLLM 0.33.0 keeps what PR #50931's table says (see VLLM_POLICY)
     one_shot = finished and first_chunk
     if not chunked and not one_shot:
         raise ValueError(

@@ -9,6 +9,7 @@ from typing import Literal
 import torch
 
 from ..heads import DTypeLike, dtype_size, resolve_dtype
+from ..keep_rule import SIM_POLICIES
 from ..pooling import RetentionPolicy, check_policy
 from .hardware import Hardware, ModelPreset, resolve_hardware, resolve_model
 from .source import SYNTHETIC_STEP_TAG_ID
@@ -17,6 +18,7 @@ SimTask = Literal["token_embed", "token_classify", "embed", "classify"]
 SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classify")
 SimPooling = Literal["ALL", "STEP", "LAST"]
 OutputMemory = Literal["vllm", "one_buffer"]
+Usage = Literal["llm", "server"]
 OUTPUT_MEMORIES: tuple[str, ...] = ("vllm", "one_buffer")
 TOKEN_SIM_TASKS = frozenset({"token_embed", "token_classify"})
 _CLASSIFY_TASKS = frozenset({"token_classify", "classify"})
@@ -45,10 +47,10 @@ class SimConfig:
             the ``model`` preset's, else 1024. Given WITH a model preset it must equal the
             preset's (a 1024-wide simulation is not an 8B model's).
         dtype: dtype of the hidden states (``"bfloat16"``, ``torch.float16``, ...).
-        head_dtype: the pooling head's dtype; ``None`` keeps ``dtype`` (no cast); ``"float32"``
-            mimics engines, whose pooling heads run in float32.
-        use_activation: the head's L2 normalise (embed) / softmax or sigmoid (classify). Off by
-            default so that, like the cast, the head allocates nothing unless asked.
+        head_dtype: the pooling head's dtype: ``"float32"`` by default, as vLLM's pooling
+            heads (``_get_head_dtype``); ``None`` keeps ``dtype`` (no cast).
+        use_activation: the head's L2 normalise (embed) / softmax or sigmoid (classify). On
+            by default, as vLLM's ``PoolingParams``.
         task: ``"token_embed"``/``"token_classify"`` (per-token outputs, ALL/STEP pooling) or
             ``"embed"``/``"classify"`` (one row per request, LAST pooling) for comparison.
         num_labels: width of the score head for the classify tasks. The score head runs
@@ -63,15 +65,30 @@ class SimConfig:
             so ``prompt_len // k`` rows are kept.
         step_tag_id: STEP: the tag token whose rows are kept; defaults to the synthetic tag when
             ``step_tag_every`` is set. Without a tag id, STEP keeps every row.
-        max_num_batched_tokens: the scheduler's token budget per step; also the persistent
+        max_num_batched_tokens: the scheduler's token budget per step. Default: vLLM's for
+            the hardware and ``usage`` (``vllm_rules.batch_defaults``: 16384 for the ``LLM``
+            class on an H100/H200), raised to ``max_model_len`` when prompts are not chunked.
+            With ``output_memory="one_buffer"`` also the persistent
             hidden-state buffer's rows.
-        max_num_seqs: most requests running (admitted, unfinished) at once.
+        max_num_seqs: most requests running (admitted, unfinished) at once (default:
+            vLLM's for the hardware and ``usage``).
+        usage: ``"llm"`` (vLLM's ``LLM`` class) or ``"server"`` (the OpenAI API server): picks
+            vLLM's default budget and ``max_num_seqs``.
+        max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
+            the model preset's context, else no limit. A longer prompt raises ``ValueError``.
         long_prefill_token_threshold: most tokens one request takes in a step (vLLM's flag;
             ``None``: no limit but the budget).
-        enable_chunked_prefill: a prompt may be split across steps; without it a prompt longer
+        enable_chunked_prefill: a prompt may be split across steps. ``None`` (default):
+            vLLM's rule (``ModelConfig.is_chunked_prefill_supported``): never for encoder-only
+            models, decoders with CLS/MEAN sequence pooling or STEP token pooling (PRMs), on
+            otherwise; an explicit value overrides it. Without it a prompt longer
             than the budget is rejected.
         async_scheduling: step N+1 is launched before step N's outputs are copied to the host.
-        policy: what pooling keeps between steps: one of ``tp.RETENTION_POLICIES``.
+        policy: what pooling keeps between steps: one of ``tp.RETENTION_POLICIES``, or
+            ``"vllm"``: tensor mode drives the INSTALLED vLLM's own AllPool/StepPool
+            (``tokpool.vllm_bridge``; ``make vllm`` installs 0.33.0) to ask "does my vLLM
+            corrupt or pin memory under these flags?"; the other modes count ``clone``'s
+            table, which vLLM 0.33.0's matches (the parity tests).
         model: a model preset name (``tp.MODEL_PRESETS``) or ``ModelPreset`` for time estimates.
         hardware: a hardware preset name (``tp.HARDWARE_PRESETS``) or ``Hardware``.
         output_memory: where each step's hidden states live. ``"vllm"``: a step whose token
@@ -97,8 +114,8 @@ class SimConfig:
 
     hidden_size: int | None = None
     dtype: DTypeLike = torch.bfloat16
-    head_dtype: DTypeLike | None = None
-    use_activation: bool = False
+    head_dtype: DTypeLike | None = "float32"
+    use_activation: bool = True
     task: SimTask = "token_embed"
     num_labels: int = 2
     pooling: SimPooling | None = None
@@ -106,18 +123,20 @@ class SimConfig:
     returned_token_ids: tuple[int, ...] | None = None
     step_tag_every: int | None = None
     step_tag_id: int | None = None
-    max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
     long_prefill_token_threshold: int | None = None
-    enable_chunked_prefill: bool = True
+    enable_chunked_prefill: bool | None = None
     async_scheduling: bool = False
-    policy: RetentionPolicy = "clone"
+    policy: RetentionPolicy | Literal["vllm"] = "clone"
     model: str | ModelPreset | None = None
     hardware: str | Hardware = "H100 SXM"
     output_memory: OutputMemory = "vllm"
     enforce_eager: bool = False
     max_cudagraph_capture_size: int | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None
+    usage: Usage = "llm"
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
@@ -132,8 +151,10 @@ class SimConfig:
                 "or drop model (then no forward-time estimates) to simulate another width"
             )
         _check_int("num_labels", self.num_labels, minimum=1)
-        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
-        _check_int("max_num_seqs", self.max_num_seqs, minimum=1)
+        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1,
+                   optional=True)
+        _check_int("max_num_seqs", self.max_num_seqs, minimum=1, optional=True)
+        _check_int("max_model_len", self.max_model_len, minimum=1, optional=True)
         _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, minimum=1,
                    optional=True)
         _check_int("num_returned_columns", self.num_returned_columns, minimum=1, optional=True)
@@ -153,12 +174,11 @@ class SimConfig:
                     f"cudagraph_capture_sizes must be positive ints, got {sizes!r}"
                 )
             set_(self, "cudagraph_capture_sizes", tuple(sorted(set(sizes))))
-        for name in ("use_activation", "enable_chunked_prefill", "async_scheduling",
-                     "enforce_eager"):
+        for name in ("use_activation", "async_scheduling", "enforce_eager"):
             _check_bool(name, getattr(self, name))
         if self.task not in SIM_TASKS:
             raise ValueError(f"unknown task {self.task!r}; the simulator runs {list(SIM_TASKS)}")
-        check_policy(self.policy)
+        check_policy(self.policy, allowed=SIM_POLICIES)
         set_(self, "dtype", resolve_dtype(self.dtype, what="dtype"))
         set_(self, "head_dtype", resolve_dtype(self.head_dtype, what="head_dtype"))
         set_(self, "hardware", resolve_hardware(self.hardware))
@@ -170,6 +190,66 @@ class SimConfig:
                 )
             set_(self, "returned_token_ids", ids)
         self._check_pooling()
+        self._resolve_engine(set_)
+
+    def _resolve_engine(self, set_) -> None:
+        """vLLM's engine defaults for what was left ``None``: max_model_len, chunked prefill,
+        token budget and max_num_seqs (``tokpool.sim.vllm_rules``)."""
+        from .vllm_rules import batch_defaults, chunked_prefill_supported, engine_batch_limits
+
+        if self.usage not in ("llm", "server"):
+            raise ValueError(f"unknown usage {self.usage!r}; use 'llm' (the LLM class) or "
+                             "'server' (the API server)")
+        if self.max_model_len is None and self.model is not None:
+            set_(self, "max_model_len", self.model.max_model_len)
+        if self.enable_chunked_prefill is None:
+            model = self.model
+            set_(self, "enable_chunked_prefill", chunked_prefill_supported(
+                model.attn_type if model else "decoder",
+                seq_pooling_type=model.seq_pooling_type if model else "LAST",
+                tok_pooling_type="STEP" if self.pooling_method == "STEP" else "ALL",
+            ))
+        _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
+        device = self.vllm_device
+        if self.max_model_len is not None:
+            tokens, seqs = engine_batch_limits(
+                device, self.usage, max_model_len=self.max_model_len,
+                enable_chunked_prefill=self.enable_chunked_prefill,
+                max_num_batched_tokens=self.max_num_batched_tokens,
+                max_num_seqs=self.max_num_seqs,
+            )
+        else:
+            tokens, seqs = batch_defaults(device, self.usage)
+            tokens = self.max_num_batched_tokens or tokens
+            seqs = self.max_num_seqs or min(seqs, tokens)
+        set_(self, "max_num_batched_tokens", tokens)
+        set_(self, "max_num_seqs", seqs)
+
+    @property
+    def vllm_device(self):
+        """The hardware as vLLM's rules see it (``vllm_rules.DeviceFacts``)."""
+        from .vllm_rules import DeviceFacts, resolve_device
+
+        try:
+            return resolve_device(self.hardware.name)
+        except ValueError:  # a custom Hardware: vLLM's rules for a non-Blackwell GPU
+            return DeviceFacts(self.hardware.name, self.hardware.hbm_bytes, (9, 0))
+
+    def check_prompt_lens(self, prompt_lens) -> None:
+        """Raise like vLLM for a prompt longer than ``max_model_len`` (both numbers named)."""
+        if self.max_model_len is None:
+            return
+        too_long = [(i, n) for i, n in enumerate(prompt_lens) if n > self.max_model_len]
+        if too_long:
+            i, n = too_long[0]
+            name = f"{self.model.name}'s " if self.model is not None else ""
+            raise ValueError(
+                f"request {i} has {n:,} prompt tokens, longer than {name}max_model_len="
+                f"{self.max_model_len:,} ({len(too_long)} such request"
+                f"{'s' if len(too_long) > 1 else ''}); vLLM rejects it. Pass "
+                f"max_model_len >= {n} (vLLM's --max-model-len) if the model supports that "
+                "context, or shorten the prompt"
+            )
 
     def _check_pooling(self) -> None:
         pooling = self.pooling_method
@@ -256,14 +336,10 @@ class SimConfig:
         """Step sizes (tokens) that replay a CUDA graph; empty when eager or ``one_buffer``."""
         if self.output_memory != "vllm" or self.enforce_eager:
             return ()
-        from .vllm_rules import DeviceFacts, resolve_cudagraph_sizes, resolve_device
+        from .vllm_rules import resolve_cudagraph_sizes
 
-        try:
-            device = resolve_device(self.hardware.name)
-        except ValueError:  # a custom Hardware: vLLM's non-Blackwell ceiling
-            device = DeviceFacts(self.hardware.name, self.hardware.hbm_bytes, (9, 0))
         _, sizes = resolve_cudagraph_sizes(
-            device, max_num_seqs=self.max_num_seqs,
+            self.vllm_device, max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_cudagraph_capture_size=self.max_cudagraph_capture_size,
             cudagraph_capture_sizes_override=self.cudagraph_capture_sizes,

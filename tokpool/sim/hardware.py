@@ -89,6 +89,12 @@ class ModelPreset:
         default_task: the task the model is served for.
         step_tag_id: STEP pooling's tag token (process reward models), or ``None``.
         returned_token_ids: STEP pooling's columns (Math-Shepherd's token pair), or ``None``.
+        max_model_len: the model's context (``max_position_embeddings``): vLLM's default
+            ``max_model_len``, above which prompts are rejected.
+        attn_type: vLLM's attention type for the pooling model (``"decoder"`` or
+            ``"encoder_only"``); with the pooling types it decides chunked prefill.
+        seq_pooling_type: the pooler's sequence pooling (``"LAST"``, ``"MEAN"``, ``"CLS"``).
+        tok_pooling_type: the pooler's token pooling (``"ALL"``, or ``"STEP"`` for PRMs).
     """
 
     name: str
@@ -103,6 +109,10 @@ class ModelPreset:
     default_task: str = "token_embed"
     step_tag_id: int | None = None
     returned_token_ids: tuple[int, ...] | None = None
+    max_model_len: int | None = None
+    attn_type: str = "decoder"
+    seq_pooling_type: str = "LAST"
+    tok_pooling_type: str = "ALL"
 
     def __post_init__(self) -> None:
         _positive(
@@ -132,21 +142,23 @@ class ModelPreset:
 MODEL_PRESETS: Mapping[str, ModelPreset] = {
     m.name: m
     for m in (
+        # max_model_len: each model's config.json max_position_embeddings.
         ModelPreset("SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M", 576, 30, 9, 64,
-                    134_515_008, 49_152),
+                    134_515_008, 49_152, max_model_len=8192),
         ModelPreset("Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-0.6B", 1024, 28, 16, 128,
-                    595_776_512, 151_669),
+                    595_776_512, 151_669, max_model_len=32_768),
         ModelPreset("Qwen3-Embedding-8B", "Qwen/Qwen3-Embedding-8B", 4096, 36, 32, 128,
-                    7_567_295_488, 151_665),
+                    7_567_295_488, 151_665, max_model_len=32_768),
         ModelPreset("Qwen2.5-Math-PRM-7B", "Qwen/Qwen2.5-Math-PRM-7B", 3584, 28, 28, 128,
                     7_070_000_000, 152_064, num_labels=2, default_task="token_classify",
-                    step_tag_id=151_651),
+                    step_tag_id=151_651, max_model_len=4096, tok_pooling_type="STEP"),
         # Math-Shepherd scores steps with the LM head's full-vocabulary logits, then keeps the
         # "+"/"-" token pair: pooling sees vocab-wide rows (num_labels = vocab).
         ModelPreset("math-shepherd-mistral-7b-prm", "peiyi9979/math-shepherd-mistral-7b-prm",
                     4096, 32, 32, 128, 7_241_732_096, 32_000, num_labels=32_000,
                     default_task="token_classify", step_tag_id=12_902,
-                    returned_token_ids=(648, 387)),
+                    returned_token_ids=(648, 387), max_model_len=32_768,
+                    tok_pooling_type="STEP"),
     )
 }
 

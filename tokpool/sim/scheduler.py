@@ -12,6 +12,10 @@ Per step, with a token budget ``max_num_batched_tokens``:
 With ``long_prefill_token_threshold`` (vLLM's flag of that name), no request takes more than
 that many tokens in one step.
 
+A step's chunks are listed in ROW order, as Model Runner V2 lays them out in the step's hidden
+states: ascending scheduled tokens, ties in scheduler order (``vllm_rules.step_order``). Which
+rows a request occupies decides what a later write overwrites.
+
 Pooling requests finish when their last prompt token is computed (no decode). Nothing is
 preempted. Steps where nothing can run (waiting for arrivals) are skipped: step indices jump.
 """
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .vllm_rules import step_order
 
 
 @dataclass(frozen=True)
@@ -146,16 +152,15 @@ def schedule(
             budget -= take
             admitted += 1
             next_waiting += 1
-        finished = []
-        for r, start, stop in chunks:
+        for r, start, stop in chunks:  # scheduler order: admission order for the next steps
             computed[r] = stop
             if start == 0:
                 running.append(r)
-            if stop == lens[r]:
-                finished.append(r)
+        rows = [chunks[i] for i in step_order([stop - start for _, start, stop in chunks])]
+        finished = [r for r, _, stop in rows if stop == lens[r]]
         done = set(finished)
         running = [r for r in running if r not in done]
-        steps.append(ScheduledStep(index, tuple(chunks), tuple(finished)))
+        steps.append(ScheduledStep(index, tuple(rows), tuple(finished)))
         index += 1
     return steps
 

@@ -77,6 +77,7 @@ def simulate(
     if mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
     lens = check_prompt_lens(prompt_lens)
+    config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
     if mode == "closed_form":
         return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
     with paused_gc():  # a long schedule is many small objects: see paused_gc

@@ -8,6 +8,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from ..keep_rule import SIM_POLICIES
 from ..pooling import RETENTION_POLICIES, check_policy
 from .closed_form import single_request
 from .config import SimConfig
@@ -69,6 +70,8 @@ def sweep(
     if not isinstance(config, SimConfig):
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
     lens = np.asarray(check_prompt_lens(prompt_lens), dtype=np.int64)
+    if config.max_model_len is not None and lens.max() > config.max_model_len:
+        config.check_prompt_lens(lens[lens > config.max_model_len][:1].tolist())
     if isinstance(policies, str) or not isinstance(policies, Iterable):
         raise TypeError(
             f"policies must be a list of policy names, got {policies!r}; "
@@ -76,7 +79,7 @@ def sweep(
         )
     policies = list(policies)
     for p in policies:
-        check_policy(p)
+        check_policy(p, allowed=SIM_POLICIES)
     if isinstance(async_scheduling, bool) or not isinstance(async_scheduling, Iterable):
         raise TypeError(
             f"async_scheduling must be a list of booleans to compare, got {async_scheduling!r}; "

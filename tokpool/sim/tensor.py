@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..heads import TokenClassifierHead, TokenEmbeddingHead
-from ..keep_rule import KeepRule
+from ..keep_rule import VLLM_POLICY, KeepRule
 from ..metadata import PoolingStates, build_metadata
 from ..ownership import storage_key, storage_nbytes
 from ..pooling import AllPool, LastPool, StepPool
@@ -39,6 +39,11 @@ def make_pooler(config: SimConfig) -> AllPool | StepPool | LastPool:
     """The core pooling method the config describes."""
     if config.pooling_method == "LAST":
         return LastPool()
+    if config.policy == VLLM_POLICY:  # the installed vLLM's own pooling method
+        from ..vllm_bridge import VllmPool
+
+        return VllmPool(config.pooling_method, enable_chunked_prefill=config.enable_chunked_prefill,
+                        async_scheduling=config.async_scheduling)
     cls = StepPool if config.pooling_method == "STEP" else AllPool
     return cls(
         enable_chunked_prefill=config.enable_chunked_prefill,
@@ -86,7 +91,7 @@ class TensorEngine(EngineLoop):
         self.delivered: dict[int, Tensor] = {}
         self.expected: dict[int, Tensor] = {}
         self.corrupted: set[int] = set()
-        if isinstance(self.pooler, AllPool):
+        if not isinstance(self.pooler, LastPool):
             self.pooler.probe = lambda event, outputs: self._checkpoint(outputs)
         self._step_outputs: list[Tensor | None] = []
         self._step_extra: list[tuple[Tensor, str]] = []
