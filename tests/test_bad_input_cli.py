@@ -83,7 +83,8 @@ def _cases(tmp: Path) -> list[tuple[str, list[str], str]]:
          "is a directory"),
         ("sweep plot folder missing", ["sweep", "--prompt-lens", "1k", "--plot",
                                        str(missing.with_suffix(".png"))], "does not exist"),
-        ("sweep too many steps", ["sweep", "--prompt-lens", "1k..1G:5", "--budget", "16"],
+        ("sweep too many steps", ["sweep", "--prompt-lens", "1k..1G:5", "--budget", "16",
+                                  "--mode", "analytic"],
          "engine steps, above --max-steps"),
         # embed
         ("embed without out", ["embed", "tiny-decoder", "--text", "hi"],
