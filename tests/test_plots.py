@@ -208,7 +208,10 @@ def test_task_gate_marks_what_the_pr_opened() -> None:
 
 # --- ownership schedule -----------------------------------------------------------------------
 
-SMALL = tp.SimConfig(hidden_size=8, max_num_batched_tokens=8)
+# what pooling itself keeps and hands over: an identity head (vLLM's float32 head copies a
+# finished output within its step, which hides the async race these plots show)
+SMALL = tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, head_dtype=None,
+                     use_activation=False)
 
 
 def test_schedule_frame_one_request_legacy() -> None:
@@ -274,7 +277,8 @@ def test_memory_timeline_stacks_categories_and_draws_the_peak() -> None:
 
 
 def _sweep() -> pd.DataFrame:
-    config = tp.SimConfig(hidden_size=64, max_num_batched_tokens=256)
+    config = tp.SimConfig(hidden_size=64, max_num_batched_tokens=256, head_dtype=None,
+                          use_activation=False)
     return tp.sweep([64, 256, 1024, 4096], config, progress=False)
 
 
@@ -321,7 +325,8 @@ def _assert_legend_outside(ax) -> None:
 
 
 def test_time_plot_draws_the_forward_estimate_beside_pooling() -> None:
-    config = tp.SimConfig.for_model("Qwen3-Embedding-0.6B", hardware="H100 SXM")
+    config = tp.SimConfig.for_model("Qwen3-Embedding-0.6B", hardware="H100 SXM",
+                                    max_model_len=65536)  # past its 32,768 context, on purpose
     df = tp.sweep([1024, 8192, 65536], config, progress=False)
     ax = plots.plot_time_vs_prompt_length(df, y="est_pool_s", forward=True)
     forward = next(line for line in ax.lines if line.get_label() == "forward pass (ESTIMATE)")

@@ -15,7 +15,12 @@ from tokpool.sim.source import HiddenStateSource, SyntheticSource, check_source
 
 def test_defaults_and_derived_values():
     cfg = SimConfig()
-    assert cfg.dtype == torch.bfloat16 and cfg.head_dtype is None
+    # vLLM 0.33.0's defaults for a pooling model on an H100, LLM class
+    assert cfg.dtype == torch.bfloat16 and cfg.head_dtype == torch.float32
+    assert cfg.use_activation and not cfg.async_scheduling and cfg.enable_chunked_prefill
+    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (16384, 1024)
+    assert cfg.replace(usage="server").max_num_batched_tokens == 8192
+    assert SimConfig(hardware="L4").max_num_batched_tokens == 8192
     assert cfg.policy == "clone" and cfg.pooling_method == "ALL"
     assert cfg.width == cfg.hidden_size and cfg.dtype_size == 2
     # vLLM's graph output buffer: the largest capture size (512) rows
@@ -23,7 +28,8 @@ def test_defaults_and_derived_values():
     assert cfg.buffer_bytes == 512 * cfg.hidden_size * 2
     teaching = cfg.replace(output_memory="one_buffer")
     assert teaching.buffer_bytes == cfg.max_num_batched_tokens * cfg.hidden_size * 2
-    assert not cfg.head_casts and cfg.output_dtype == torch.bfloat16
+    assert cfg.head_casts and cfg.output_dtype == torch.float32
+    assert not cfg.replace(head_dtype=None).head_casts
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.policy = "legacy"  # type: ignore[misc]
 

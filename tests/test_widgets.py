@@ -149,13 +149,14 @@ def test_ownership_explorer_shows_bad_settings_instead_of_raising() -> None:
 
 
 def test_corruption_table_traces_rows_to_their_tokens() -> None:
+    identity = {"head_dtype": None, "use_activation": False}  # what pooling itself delivers
     result = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8,
-                                            policy="legacy"))
+                                            policy="legacy", **identity))
     table = tp.corruption_table(result, 0)
     # the final step wrote tokens 16-19 into rows 0-3; rows 4-7 still hold tokens 12-15
     assert table["holds"].tolist()[:8] == [f"r0 t{t}" for t in (16, 17, 18, 19, 12, 13, 14, 15)]
     assert table["ok"].tolist() == [False] * 12 + [True] * 8
-    clean = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8))
+    clean = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, **identity))
     assert tp.corruption_table(clean, 0)["ok"].all()
     with pytest.raises(ValueError, match="tensor-mode"):
         tp.corruption_table(tp.simulate([20], mode="analytic"), 0)
@@ -177,10 +178,14 @@ def test_render_memory_table_of_peaks() -> None:
                                  prompt_len=(1024, 1 << 20))
     peaks = view.data["peaks"]
     assert list(peaks.index) == ["legacy", "clone", "prealloc", "offload"]
-    assert peaks.loc["prealloc", 1 << 20] == (1 << 20) * 4096 * 2  # T·W·s, bf16 hidden 4096
+    # vLLM's defaults: prealloc's T·W·2 buffer, then the float32 cast and the activation's
+    # output, T·W·4 each, alive together: T·W·10 (bf16 hidden 4096)
+    assert peaks.loc["prealloc", 1 << 20] == (1 << 20) * 4096 * (2 + 4 + 4)
     assert (peaks.loc["offload"] == 0).all()
     assert "1M tokens" in view.html
-    assert "8 GiB (10.0%)" in view.html  # prealloc at 1M tokens: 8 GiB of the H100's 80 GiB
+    assert "40 GiB (50.0%)" in view.html  # prealloc at 1M tokens: 40 GiB of the H100's 80 GiB
+    # 1M tokens is past Qwen3-Embedding-8B's 32,768-token context: said, not hidden
+    assert "--max-model-len 1,048,576" in view.html
     assert set(view.table["prompt_len"]) >= {1024, 1 << 20}
 
 

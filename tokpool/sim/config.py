@@ -137,9 +137,16 @@ class SimConfig:
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     usage: Usage = "llm"
     max_model_len: int | None = None
+    # Fields left None and filled from defaults: ``replace`` resolves them again.
+    _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
+        set_(self, "_defaulted", tuple(
+            name for name in ("hidden_size", "max_num_batched_tokens", "max_num_seqs",
+                              "enable_chunked_prefill", "max_model_len")
+            if getattr(self, name) is None
+        ))
         set_(self, "model", resolve_model(self.model))
         _check_int("hidden_size", self.hidden_size, minimum=1, optional=True)
         if self.hidden_size is None:
@@ -369,10 +376,11 @@ class SimConfig:
         )
 
     def replace(self, **changes) -> SimConfig:
-        """A copy with some fields changed (validated again). A new ``model`` brings its own
-        hidden size unless ``hidden_size`` is given too."""
-        if "model" in changes and "hidden_size" not in changes:
-            changes["hidden_size"] = None
+        """A copy with some fields changed (validated again). Fields that were filled from
+        defaults (the hidden size from ``model``; vLLM's budget, ``max_num_seqs``, chunking,
+        ``max_model_len``) are filled again for the new values unless given."""
+        for name in self._defaulted:
+            changes.setdefault(name, None)
         return dataclasses.replace(self, **changes)
 
     @classmethod

@@ -67,6 +67,10 @@ def make_head(config: SimConfig) -> TokenEmbeddingHead | TokenClassifierHead:
 class TensorEngine(EngineLoop):
     """Runs a schedule on real tensors; see the module docstring."""
 
+    #: What a replay writes in its padding rows: NaN differs from every reference row, so the
+    #: oracle sees a view of those rows as corrupted (the simulator's heads pass NaN through).
+    padding_value = float("nan")
+
     def __init__(self, prompt_lens: Sequence[int], config: SimConfig, source,
                  device: torch.device | str = "cpu") -> None:
         super().__init__(prompt_lens, config, KeptRows.for_config(config, source,
@@ -171,7 +175,7 @@ class TensorEngine(EngineLoop):
         else:
             hidden = self.buffer[:n]  # rows [0, n) of the persistent buffer
             if out.rows_written > n and hidden.is_floating_point():
-                self.buffer[n : out.rows_written].fill_(float("nan"))  # a replay's padding
+                self.buffer[n : out.rows_written].fill_(self.padding_value)  # a replay's padding
         self.source.fill(hidden, step.chunks)  # [n_step_tokens, width] in place
         self._hidden = hidden
         for r, start, _ in step.chunks:

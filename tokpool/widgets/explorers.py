@@ -395,10 +395,12 @@ class OwnershipExplorer(Explorer):
                                   indent=False, layout=W.Layout(width="auto"))
         self.policy = W.ToggleButtons(options=list(RETENTION_POLICIES), value=policy,
                                       description="policy")
+        self.vllm_head = W.Checkbox(value=False, indent=False, layout=W.Layout(width="auto"),
+                                    description="vLLM's head (float32 cast + activation)")
         super().__init__([self.prompt_len, self.more_requests, self.budget,
-                          self.async_scheduling, self.chunked, self.policy])
+                          self.async_scheduling, self.chunked, self.policy, self.vllm_head])
         self._watch(self.prompt_len, self.more_requests, self.budget, self.async_scheduling,
-                    self.chunked, self.policy)
+                    self.chunked, self.policy, self.vllm_head)
         self.update()
 
     @property
@@ -411,6 +413,7 @@ class OwnershipExplorer(Explorer):
             self.prompt_lens, max_num_batched_tokens=self.budget.value,
             async_scheduling=self.async_scheduling.value, policy=self.policy.value,
             enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
+            vllm_head=self.vllm_head.value,
         )
 
 

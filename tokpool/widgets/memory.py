@@ -23,7 +23,7 @@ def render_memory(
     task: str | None = None,
     dtype: str = "bfloat16",
     head_dtype: str | None = "default",
-    prompt_len: tuple[int, int] = (1024, 1 << 20),
+    prompt_len: tuple[int, int] | None = None,
     policies: Sequence[str] = ("legacy", "clone", "prealloc", "offload"),
     async_scheduling: bool = True,
     max_num_batched_tokens: int | None = None,
@@ -38,7 +38,10 @@ def render_memory(
         dtype: hidden-state dtype.
         head_dtype: the head's dtype: ``"default"`` (the simulator's default), ``None`` or
             ``dtype`` itself (no cast), ``"float32"`` (engines' pooling heads).
-        prompt_len: ``(shortest, longest)`` prompt in tokens.
+        prompt_len: ``(shortest, longest)`` prompt in tokens (default: 1K to the model's
+            context, its ``max_model_len``). Past the context the engine is simulated as if
+            served with vLLM's ``--max-model-len`` raised to the longest prompt, and the
+            caption says so.
         policies: retention policies to compare.
         async_scheduling: async or sync scheduling.
         max_num_batched_tokens: the chunk budget per step (default: the simulator's).
@@ -59,9 +62,17 @@ def render_memory(
     overrides: dict = {"dtype": dtype, "hardware": hardware}
     if head_dtype != "default":
         overrides["head_dtype"] = head_dtype
-    if max_num_batched_tokens is not None:
-        overrides["max_num_batched_tokens"] = max_num_batched_tokens
-    config = SimConfig.for_model(model, task=task, **overrides)
+    preset = SimConfig.for_model(model, task=task, **overrides)
+    context = preset.max_model_len or 1 << 20
+    if prompt_len is None:
+        prompt_len = (min(1024, context), context)
+    lifted = prompt_len[1] > context
+    changes: dict = {"max_model_len": prompt_len[1]} if lifted else {}
+    # vLLM never chunks some models (PRMs' STEP pooling, encoders): their whole prompt is one
+    # step and the budget is raised to max_model_len, so a chunk budget does not apply.
+    if max_num_batched_tokens is not None and preset.enable_chunked_prefill:
+        changes["max_num_batched_tokens"] = max_num_batched_tokens
+    config = preset.replace(**changes) if changes else preset
     head = str(config.head_dtype).removeprefix("torch.") if config.head_casts else "no cast"
     lens = prompt_grid(*prompt_len, points_per_doubling=points_per_doubling)
     df = sweep(lens, config, policies=list(policies), async_scheduling=(async_scheduling,),
@@ -70,7 +81,8 @@ def render_memory(
         df, hardware=hardware,
         title=f"{model} · {config.task} · {dtype} (head: {head}) · "
               f"{'async' if async_scheduling else 'sync'} · "
-              f"chunk {format_tokens(config.max_num_batched_tokens)} tokens",
+              + (f"chunk {format_tokens(config.max_num_batched_tokens)} tokens"
+                 if config.enable_chunked_prefill else "not chunked (vLLM)"),
     )
     png = figure_png(ax.figure)
     hbm = resolve_hardware(hardware).hbm_bytes  # names resolve in one place
@@ -84,6 +96,10 @@ def render_memory(
     cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
     caption = (f"Peak device bytes held by pooling (share of {hardware}'s "
                f"{format_bytes(hbm)}); the model's weights and KV cache come on top.")
+    if lifted:
+        caption += (f" Prompts past {model}'s {context:,}-token context: simulated as if "
+                    f"served with --max-model-len {prompt_len[1]:,}, which the model may not "
+                    "support.")
     table_html = _table_html(cells, caption)
     return View(html=table_html, png=png, table=df, data={"config": config, "peaks": table})
 

@@ -55,6 +55,7 @@ def render_ownership(
     enable_chunked_prefill: bool = True,
     hidden_size: int = 576,
     dtype: str = "bfloat16",
+    vllm_head: bool = False,
 ) -> View:
     """Simulate a small workload with real tensors and show who owns what, step by step.
 
@@ -66,6 +67,9 @@ def render_ownership(
         enable_chunked_prefill: allow a prompt to be split across steps.
         hidden_size: width of the hidden states (bytes scale with it; 576 is SmolLM2's).
         dtype: hidden-state dtype.
+        vllm_head: run vLLM's default head (float32 cast, then the activation). It copies a
+            finished output within its step, so the async host copy never reads pooling's
+            memory; the default (identity head) shows what pooling itself hands over.
 
     Returns:
         ``View``: ``png`` = schedule (top) and per-step memory (bottom); ``html`` = verdict,
@@ -78,10 +82,11 @@ def render_ownership(
     """
     from ..sim import SimConfig, simulate
 
+    head = {} if vllm_head else {"head_dtype": None, "use_activation": False}
     config = SimConfig(
         hidden_size=hidden_size, dtype=dtype, max_num_batched_tokens=max_num_batched_tokens,
         async_scheduling=async_scheduling, policy=policy,
-        enable_chunked_prefill=enable_chunked_prefill,
+        enable_chunked_prefill=enable_chunked_prefill, **head,
     )
     result = simulate(list(prompt_lens), config, mode="tensor")
     n_req = len(result.prompt_lens)
