@@ -52,9 +52,18 @@ def task_gate():
     return _fig(tp.viz.plot_task_gate(tp.task_table()))
 
 
+# What pooling itself hands over: an identity head (vLLM's float32 head copies a finished output
+# within its step, which would hide the async race these two figures show).
+IDENTITY_HEAD = {"head_dtype": None, "use_activation": False}
+# Long-prompt figures go to 1M tokens, past Qwen3-Embedding-8B's 32,768-token context: they
+# are drawn as if served with vLLM's --max-model-len raised that far, and say so.
+LIFTED = {"max_model_len": 1 << 20}
+
+
 def ownership_schedule():
     """legacy vs clone under async scheduling, same three requests (notebook 02)."""
-    config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=8, async_scheduling=True)
+    config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=8, async_scheduling=True,
+                          **IDENTITY_HEAD)
     fig, axes = _subplots(2, 1, figsize=(8.4, 9.6))
     for ax, policy in zip(axes, ("legacy", "clone"), strict=True):
         tp.plot_ownership_schedule(tp.simulate([5, 12, 3], config.replace(policy=policy)), ax=ax)
@@ -64,7 +73,7 @@ def ownership_schedule():
 def buffer_rows():
     """The reused hidden-state buffer under legacy + async (notebook 02)."""
     config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=8, policy="legacy",
-                          async_scheduling=True)
+                          async_scheduling=True, **IDENTITY_HEAD)
     return _fig(tp.viz.plot_buffer_rows(tp.simulate([5, 12, 3], config)))
 
 
@@ -74,8 +83,11 @@ def _lens() -> np.ndarray:
 
 def memory_vs_prompt_length():
     """Qwen3-Embedding-8B token_embed, every policy, H100 line (notebook 05)."""
-    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
-    return _fig(tp.plot_memory_vs_prompt_length(tp.sweep(_lens(), config), hardware="H100 SXM"))
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM", **LIFTED)
+    return _fig(tp.plot_memory_vs_prompt_length(
+        tp.sweep(_lens(), config), hardware="H100 SXM",
+        title="Qwen3-Embedding-8B token_embed, vLLM defaults (float32 head, 16K-token chunks); "
+              "past 32K tokens as if --max-model-len 1M"))
 
 
 def memory_per_model():
@@ -83,25 +95,25 @@ def memory_per_model():
     import pandas as pd
 
     frames = [
-        tp.sweep(_lens(), tp.SimConfig.for_model(name), policies=["clone"],
+        tp.sweep(_lens(), tp.SimConfig.for_model(name, **LIFTED), policies=["clone"],
                  async_scheduling=[True]).assign(
             model=f"{name} · {tp.SimConfig.for_model(name).task}")
         for name in tp.MODEL_PRESETS
     ]
     return _fig(tp.plot_memory_vs_prompt_length(
         pd.concat(frames), hue="model", hardware="H100 SXM",
-        title="clone policy, async, per model preset and task"))
+        title="clone policy, async, per model preset and task (contexts lifted to 1M)"))
 
 
 def memory_timeline():
     """One 1M-token prompt under clone, step by step (notebook 05)."""
-    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", async_scheduling=True)
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", async_scheduling=True, **LIFTED)
     return _fig(tp.plot_memory_timeline(tp.simulate([1 << 20], config, mode="analytic")))
 
 
 def time_estimates():
     """Pooling-copy time ESTIMATE vs prompt length, beside the forward pass (notebook 05)."""
-    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM", **LIFTED)
     return _fig(tp.viz.plot_time_vs_prompt_length(tp.sweep(_lens(), config), y="est_pool_s",
                                                   forward=True))
 

@@ -9,7 +9,25 @@ T, C, EVERY = 32_768, 8_192, 64
 
 @pytest.fixture(scope="module")
 def table():
-    return tp.prm_memory_table([T], max_num_batched_tokens=C, step_tag_every=EVERY)
+    # chunked at 8,192 tokens, a 32,768-token prompt: what chunking WOULD cost (vLLM never
+    # chunks a STEP model, and Qwen2.5-Math-PRM-7B's context is 4,096; both lifted on purpose)
+    return tp.prm_memory_table([T], max_num_batched_tokens=C, step_tag_every=EVERY,
+                               enable_chunked_prefill=True, max_model_len=T)
+
+
+def test_vllm_serves_a_prm_unchunked_within_its_context():
+    with pytest.raises(ValueError, match="max_model_len=4,096"):
+        tp.prm_memory_table([T])
+    n, m = 4_096, 4_096 // EVERY
+    table = tp.prm_memory_table([n], step_tag_every=EVERY).set_index("convention")
+    assert not table["chunked"].any()
+    for convention, row in table.iterrows():
+        k = row.returned_width
+        rows = m * k * 2  # the step-tag rows StepPool selects, bf16
+        columns = n * k * 2 if convention == "token_pair" else 0  # column pick of the vocab
+        # AllPool hands over a VIEW of the step's output (sync, one shot): pooling owns only
+        # the selections and the float32 head's cast + activation
+        assert row.peak_pooling_bytes == max(columns + rows, rows + 2 * m * k * 4), convention
 
 
 def test_widths_per_convention(table):
@@ -40,7 +58,8 @@ def test_token_pair_pays_for_the_vocabulary_before_selection(table):
 
 
 def test_offload_keeps_nothing_on_the_device_and_several_lengths():
-    t = tp.prm_memory_table([4_096, T], policy="offload", conventions=["token_pair"])
+    t = tp.prm_memory_table([4_096, T], policy="offload", conventions=["token_pair"],
+                            max_model_len=T)
     assert t["prompt_len"].tolist() == [4_096, T]
     assert (t["peak_pooling_bytes"] == 0).all()
 

@@ -51,9 +51,11 @@ def prm_memory_table(
     step_tag_every: int = 64,
     num_returned_columns: int = 2,
     policy: RetentionPolicy = "clone",
-    max_num_batched_tokens: int = 8_192,
+    max_num_batched_tokens: int | None = None,
     dtype: DTypeLike = "bfloat16",
     head_dtype: DTypeLike | None = "float32",
+    enable_chunked_prefill: bool | None = None,
+    max_model_len: int | None = None,
 ) -> pd.DataFrame:
     """Pooling memory of one PRM request per convention and prompt length.
 
@@ -71,8 +73,14 @@ def prm_memory_table(
         step_tag_every: one step tag every this many tokens (a step's length).
         num_returned_columns: token_pair's kept columns (good, bad → 2).
         policy: pooling's retention policy (``tp.RETENTION_POLICIES``).
-        max_num_batched_tokens: the chunk budget per step.
+        max_num_batched_tokens: the token budget per step (default vLLM's; a PRM's prompt is
+            never chunked by vLLM, so the budget is raised to ``max_model_len``).
         dtype: the model output dtype; ``head_dtype``: the head's (engines: float32).
+        enable_chunked_prefill: ``None``: vLLM's rule, which never chunks STEP pooling;
+            ``True`` shows what chunking would cost (a setup vLLM does not run).
+        max_model_len: longest prompt accepted (default the preset's context: 4,096 tokens
+            for Qwen2.5-Math-PRM-7B); longer prompts raise unless it is raised, as vLLM's
+            ``--max-model-len``.
 
     Returns:
         DataFrame with the columns of ``MEMORY_COLUMNS`` plus ``policy`` and ``model``.
@@ -81,8 +89,8 @@ def prm_memory_table(
         ValueError: an unknown convention, model or hardware preset.
 
     Example:
-        >>> t = tp.prm_memory_table([32_768])
-        >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: ~17 GB, others KB
+        >>> t = tp.prm_memory_table([4_096])
+        >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: GBs, others KB
     """
     from ..sim import SimConfig, simulate
     from ..sim.hardware import resolve_model
@@ -104,6 +112,7 @@ def prm_memory_table(
             pooling="STEP", num_returned_columns=columns, step_tag_every=step_tag_every,
             max_num_batched_tokens=max_num_batched_tokens, policy=policy, dtype=dtype,
             head_dtype=head_dtype, use_activation=True, model=preset, hardware=hardware,
+            enable_chunked_prefill=enable_chunked_prefill, max_model_len=max_model_len,
         )
         for prompt_len in lens:
             result = simulate([prompt_len], config, mode="analytic")
@@ -120,6 +129,7 @@ def prm_memory_table(
                 "output_bytes": int(result.requests["output_bytes"].sum()),
                 "share_of_hbm": result.peak_device_bytes / config.hardware.hbm_bytes,
                 "policy": policy,
+                "chunked": config.enable_chunked_prefill,
                 "model": preset.name,
             })
     return pd.DataFrame(rows)
