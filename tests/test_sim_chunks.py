@@ -140,3 +140,29 @@ def test_tensor_analytic_and_closed_form_agree(n, budget, policy, async_scheduli
 def test_closed_form_mode_takes_one_request_only():
     with pytest.raises(ValueError, match="ONE request"):
         simulate([3, 4], SimConfig(hidden_size=2), mode="closed_form")
+
+
+def test_async_overwrite_knob_decides_the_one_shot_race():
+    # [5, 12, 3] at 8 tokens per step, legacy, identity head: request 0's one-shot view is read
+    # by its host copy during step 1. Conservatively (the next forward writes first) it is
+    # corrupted; timed, its 5 × 576 × 2-byte copy (~90 ns at 64 GB/s) beats SmolLM2's ~80 µs
+    # forward and reads intact memory. Request 1's unfinished chunk views break either way.
+    cfg = _SimConfig.for_model("SmolLM2-135M", max_num_batched_tokens=8, policy="legacy",
+                               async_scheduling=True, head_dtype=None, use_activation=False)
+    for overwrite, corrupted in (("forward_start", [0, 1]), ("forward_end", [1])):
+        c = cfg.replace(async_overwrite=overwrite)
+        tensor, counted = simulate([5, 12, 3], c, mode="tensor"), simulate([5, 12, 3], c)
+        assert tensor.corrupted == counted.corrupted == corrupted, overwrite
+        pd.testing.assert_frame_equal(tensor.steps, counted.steps)
+    with pytest.raises(ValueError, match="needs a model preset"):
+        _SimConfig(async_overwrite="forward_end")
+
+
+def test_trace_shows_the_race_window(tmp_path):
+    import json
+
+    cfg = _SimConfig.for_model("SmolLM2-135M", max_num_batched_tokens=8, async_scheduling=True)
+    trace = json.loads(simulate([5, 12, 3], cfg).to_chrome_trace(tmp_path / "t.json")
+                       .read_text())
+    names = {e["name"] for e in trace["traceEvents"]}
+    assert "race window" in names and "device -> host (races this step's forward)" in names

@@ -19,6 +19,7 @@ SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classif
 SimPooling = Literal["ALL", "STEP", "LAST"]
 OutputMemory = Literal["vllm", "one_buffer"]
 Usage = Literal["llm", "server"]
+AsyncOverwrite = Literal["forward_start", "forward_end"]
 OUTPUT_MEMORIES: tuple[str, ...] = ("vllm", "one_buffer")
 TOKEN_SIM_TASKS = frozenset({"token_embed", "token_classify"})
 _CLASSIFY_TASKS = frozenset({"token_classify", "classify"})
@@ -74,6 +75,12 @@ class SimConfig:
             vLLM's for the hardware and ``usage``).
         usage: ``"llm"`` (vLLM's ``LLM`` class) or ``"server"`` (the OpenAI API server): picks
             vLLM's default budget and ``max_num_seqs``.
+        async_overwrite: under async scheduling, when step N+1 writes its output memory, racing
+            step N's host copy (enqueued at the end of step N on a copy stream, as vLLM's
+            ``AsyncPoolingOutput``): ``"forward_start"`` (conservative default: before any copy
+            completes) or ``"forward_end"`` (after the estimated forward; a copy whose
+            estimated device-to-host time, queued behind the step's earlier copies, is shorter
+            wins the race and reads intact memory). ``"forward_end"`` needs a model preset.
         max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
             the model preset's context, else no limit. A longer prompt raises ``ValueError``.
         long_prefill_token_threshold: most tokens one request takes in a step (vLLM's flag;
@@ -137,6 +144,7 @@ class SimConfig:
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     usage: Usage = "llm"
     max_model_len: int | None = None
+    async_overwrite: AsyncOverwrite = "forward_start"
     # Fields left None and filled from defaults: ``replace`` resolves them again.
     _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
@@ -204,6 +212,12 @@ class SimConfig:
         token budget and max_num_seqs (``tokpool.sim.vllm_rules``)."""
         from .vllm_rules import batch_defaults, chunked_prefill_supported, engine_batch_limits
 
+        if self.async_overwrite not in ("forward_start", "forward_end"):
+            raise ValueError(f"unknown async_overwrite {self.async_overwrite!r}; use "
+                             "'forward_start' or 'forward_end'")
+        if self.async_overwrite == "forward_end" and self.model is None:
+            raise ValueError("async_overwrite='forward_end' compares copy time with the next "
+                             "step's forward time, which needs a model preset (model=...)")
         if self.usage not in ("llm", "server"):
             raise ValueError(f"unknown usage {self.usage!r}; use 'llm' (the LLM class) or "
                              "'server' (the API server)")

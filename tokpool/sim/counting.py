@@ -248,6 +248,9 @@ class CountingEngine(EngineLoop):
             return 1, cfg.width
         return self.kept.count(request, 0, self.lens[request]), cfg.output_width
 
+    def output_nbytes(self, output) -> int:
+        return 0 if isinstance(output[0], _Storage) and output[0].host else output[1]
+
     def deliver(self, index: int, request: int, output) -> int:
         t, nbytes = output
         if not (isinstance(t, _Storage) and t.host):

@@ -188,6 +188,10 @@ class EngineLoop:
     def memory(self) -> dict[str, int]:
         raise NotImplementedError
 
+    def output_nbytes(self, output: Any) -> int:
+        """Bytes the host copy of ``output`` moves (for the async race's timing)."""
+        raise NotImplementedError
+
     # --- the loop --------------------------------------------------------------------------
 
     def run(self, steps: Sequence[ScheduledStep]) -> list[StepRecord]:
@@ -198,6 +202,8 @@ class EngineLoop:
     def _iteration(self, index: int, step: ScheduledStep | None) -> StepRecord:
         self.begin_iteration(index)
         outs: list[tuple[int, Any, str]] = []
+        if step is not None and self.pending:
+            self._deliver(index, self._copies_won(step))  # copies that finish before the write
         if step is not None:
             out = step_output_for(self.cfg, step.num_tokens, self._next_region,
                                   self._capture_sizes)
@@ -218,13 +224,39 @@ class EngineLoop:
             to_copy, self.pending = self.pending, outs
         else:
             to_copy = outs
-        for r, output, _ in to_copy:
+        self._deliver(index, to_copy)
+        self.end_iteration(index)
+        return self._record(index, step)
+
+    def _deliver(self, index: int, outputs: list[tuple[int, Any, str]]) -> None:
+        for r, output, _ in outputs:
             self._read_views(r, index, at_finish=False)
             rec = self.requests[r]
             rec.output_bytes = self.deliver(index, r, output)
             rec.delivered_step = index
-        self.end_iteration(index)
-        return self._record(index, step)
+
+    def _copies_won(self, step: ScheduledStep) -> list[tuple[int, Any, str]]:
+        """Under ``async_overwrite="forward_end"``: the pending host copies that complete
+        before ``step``'s forward writes its output memory (ESTIMATED times: the copies run
+        one after another on the copy stream at PCIe bandwidth; the forward takes the
+        roofline estimate). They leave ``self.pending``; the rest are read after the write."""
+        cfg = self.cfg
+        if cfg.async_overwrite != "forward_end":
+            return []
+        from .hardware import estimate_step_times
+
+        forward_s = float(estimate_step_times(
+            [step.num_tokens], [step.context_sum], [0], [0], model=cfg.model,
+            hardware=cfg.hardware, weight_bytes_per_parameter=cfg.dtype_size,
+            async_scheduling=True)["est_forward_s"][0])
+        won, elapsed = [], 0.0
+        for item in self.pending:
+            elapsed += self.output_nbytes(item[1]) / cfg.hardware.pcie_bandwidth
+            if elapsed > forward_s:
+                break
+            won.append(item)
+        self.pending = self.pending[len(won):]
+        return won
 
     def _plan(self, index: int, step: ScheduledStep, out: StepOutput) -> list[KeepRule]:
         """The keep rule of every chunk; records chunks and registers kept views."""

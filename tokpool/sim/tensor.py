@@ -296,6 +296,9 @@ class TensorEngine(EngineLoop):
         self._checkpoint()
         self._step_extra = saved
 
+    def output_nbytes(self, output: Tensor) -> int:
+        return 0 if self.offload else output.numel() * output.element_size()
+
     def deliver(self, index: int, request: int, t: Tensor) -> int:
         if self.offload:
             host = t  # already on the host

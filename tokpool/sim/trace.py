@@ -65,6 +65,7 @@ def chrome_trace(result: SimResult) -> dict:
         _meta("thread_name", 0, 1, "forward"),
         _meta("thread_name", 0, 2, "pooling"),
         _meta("thread_name", 0, 3, "host copy (d2h)"),
+        _meta("thread_name", 0, 4, "async race window"),
         _meta("process_name", 1, 0, "requests"),
     ]
     events += [_meta("thread_name", 1, r, f"request {r}") for r in range(len(result.prompt_lens))]
@@ -85,8 +86,16 @@ def chrome_trace(result: SimResult) -> dict:
                                 {"copy_bytes": int(row.copy_bytes)}))
         if row.d2h_bytes:
             start = t if result.config.async_scheduling else t + forward + row.est_pool_s
-            events.append(_span("device -> host", 0, 3, start, row.est_d2h_s,
-                                {"d2h_bytes": int(row.d2h_bytes)}))
+            args = {"d2h_bytes": int(row.d2h_bytes)}
+            name = "device -> host"
+            if result.config.async_scheduling and row.num_scheduled_tokens:
+                # The race window: last step's copies run while this step's forward writes.
+                name = "device -> host (races this step's forward)"
+                args["overwrite_at"] = result.config.async_overwrite
+                events.append(_span("race window", 0, 4, t, max(forward, row.est_d2h_s),
+                                    {"copy_s": float(row.est_d2h_s), "forward_s": forward,
+                                     "overwrite_at": result.config.async_overwrite}))
+            events.append(_span(name, 0, 3, start, row.est_d2h_s, args))
         step = by_index.get(int(row.step))
         if step is not None and row.num_scheduled_tokens:
             for r, a, b in step.chunks:
