@@ -166,3 +166,60 @@ def test_trace_shows_the_race_window(tmp_path):
                        .read_text())
     names = {e["name"] for e in trace["traceEvents"]}
     assert "race window" in names and "device -> host (races this step's forward)" in names
+
+
+def test_kv_cache_preempts_the_last_running_request_worked_by_hand():
+    from tokpool.sim.scheduler import schedule
+
+    # Two 40-token prompts, 16 tokens each per step, a 4-block KV cache (64 tokens):
+    # steps 0-1 fill all 4 blocks; in step 2 request 0 needs a 3rd block, so request 1 (the
+    # last running) is preempted: its blocks are freed and it restarts from token 0 later,
+    # and no waiting request is admitted in that step (as vLLM's ``if not preempted_reqs``).
+    steps = schedule([40, 40], max_num_batched_tokens=32, max_num_seqs=8,
+                     enable_chunked_prefill=True, long_prefill_token_threshold=16,
+                     kv_cache_blocks=4, block_size=16)
+    assert [(s.chunks, s.preempted, s.kv_blocks) for s in steps] == [
+        (((0, 0, 16), (1, 0, 16)), (), 2),
+        (((0, 16, 32), (1, 16, 32)), (), 4),
+        (((0, 32, 40),), (1,), 0),
+        (((1, 0, 16),), (), 1),
+        (((1, 16, 32),), (), 2),
+        (((1, 32, 40),), (), 0),
+    ]
+    with pytest.raises(ValueError, match="5 KV blocks of 16 tokens, but the KV cache has 4"):
+        schedule([80], max_num_batched_tokens=32, max_num_seqs=8, enable_chunked_prefill=True,
+                 kv_cache_blocks=4)
+
+
+@pytest.mark.parametrize("policy", ["legacy", "clone", "prealloc", "offload"])
+def test_preemption_cleans_pooling_state_in_both_backends(policy):
+    cfg = _SimConfig.for_model("SmolLM2-135M", max_num_batched_tokens=32,
+                               long_prefill_token_threshold=16, kv_cache_blocks=4,
+                               policy=policy, head_dtype=None, use_activation=False)
+    tensor, counted = simulate([40, 40], cfg, mode="tensor"), simulate([40, 40], cfg)
+    pd.testing.assert_frame_equal(tensor.steps, counted.steps)
+    pd.testing.assert_frame_equal(tensor.requests, counted.requests)
+    assert tensor.requests["num_preemptions"].tolist() == [0, 1]
+    per_token = 2 * 30 * 3 * 64 * 2  # K and V × layers × KV heads × head dim × bf16
+    assert tensor.steps["kv_bytes"].tolist()[:2] == [2 * 16 * per_token, 4 * 16 * per_token]
+    if policy != "legacy":
+        assert tensor.corrupted == []  # the restarted prefill is pooled afresh, correctly
+
+
+@settings(max_examples=40, deadline=None)
+@given(lens=st.lists(st.integers(1, 60), min_size=1, max_size=4),
+       budget=st.integers(4, 40), threshold=st.none() | st.integers(1, 16),
+       extra=st.integers(0, 4), block=st.sampled_from((4, 16)),
+       policy=st.sampled_from(("legacy", "clone", "prealloc", "offload")),
+       async_scheduling=st.booleans())
+def test_tensor_equals_analytic_under_kv_pressure(lens, budget, threshold, extra, block, policy,
+                                                   async_scheduling):
+    blocks = -(-max(lens) // block) + extra
+    cfg = SimConfig(hidden_size=3, max_num_batched_tokens=budget, policy=policy,
+                    long_prefill_token_threshold=threshold, kv_cache_blocks=blocks,
+                    block_size=block, async_scheduling=async_scheduling)
+    tensor, counted = simulate(lens, cfg, mode="tensor"), simulate(lens, cfg)
+    pd.testing.assert_frame_equal(tensor.steps, counted.steps)
+    pd.testing.assert_frame_equal(tensor.requests, counted.requests)
+    pd.testing.assert_frame_equal(tensor.chunks, counted.chunks)
+    assert tensor.corrupted == counted.corrupted

@@ -81,6 +81,10 @@ class SimConfig:
             completes) or ``"forward_end"`` (after the estimated forward; a copy whose
             estimated device-to-host time, queued behind the step's earlier copies, is shorter
             wins the race and reads intact memory). ``"forward_end"`` needs a model preset.
+        kv_cache_blocks: KV-cache capacity in blocks of ``block_size`` tokens (``None``:
+            unlimited). A full cache preempts the last running request: its pooling state is
+            cleaned and its prefill restarts (``SimResult.requests["num_preemptions"]``).
+        block_size: tokens per KV-cache block (vLLM's default 16).
         max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
             the model preset's context, else no limit. A longer prompt raises ``ValueError``.
         long_prefill_token_threshold: most tokens one request takes in a step (vLLM's flag;
@@ -145,6 +149,8 @@ class SimConfig:
     usage: Usage = "llm"
     max_model_len: int | None = None
     async_overwrite: AsyncOverwrite = "forward_start"
+    kv_cache_blocks: int | None = None
+    block_size: int = 16
     # Fields left None and filled from defaults: ``replace`` resolves them again.
     _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
@@ -170,6 +176,8 @@ class SimConfig:
                    optional=True)
         _check_int("max_num_seqs", self.max_num_seqs, minimum=1, optional=True)
         _check_int("max_model_len", self.max_model_len, minimum=1, optional=True)
+        _check_int("kv_cache_blocks", self.kv_cache_blocks, minimum=1, optional=True)
+        _check_int("block_size", self.block_size, minimum=1)
         _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, minimum=1,
                    optional=True)
         _check_int("num_returned_columns", self.num_returned_columns, minimum=1, optional=True)
@@ -245,6 +253,11 @@ class SimConfig:
             seqs = self.max_num_seqs or min(seqs, tokens)
         set_(self, "max_num_batched_tokens", tokens)
         set_(self, "max_num_seqs", seqs)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes per token of the model preset (0 without one)."""
+        return self.model.kv_bytes_per_token(self.dtype_size) if self.model is not None else 0
 
     @property
     def vllm_device(self):

@@ -248,6 +248,13 @@ class CountingEngine(EngineLoop):
             return 1, cfg.width
         return self.kept.count(request, 0, self.lens[request]), cfg.output_width
 
+    def preempt(self, request: int) -> None:
+        state = self.states.pop(request)
+        for t in (*state.cache, state.buffer):
+            self._drop(t)
+            if isinstance(t, _View):
+                self._cache_pin(t.base, -1)
+
     def output_nbytes(self, output) -> int:
         return 0 if isinstance(output[0], _Storage) and output[0].host else output[1]
 

@@ -95,6 +95,7 @@ class ModelPreset:
             ``"encoder_only"``); with the pooling types it decides chunked prefill.
         seq_pooling_type: the pooler's sequence pooling (``"LAST"``, ``"MEAN"``, ``"CLS"``).
         tok_pooling_type: the pooler's token pooling (``"ALL"``, or ``"STEP"`` for PRMs).
+        num_key_value_heads: KV heads (grouped-query attention); ``None``: one per head.
     """
 
     name: str
@@ -113,6 +114,18 @@ class ModelPreset:
     attn_type: str = "decoder"
     seq_pooling_type: str = "LAST"
     tok_pooling_type: str = "ALL"
+    num_key_value_heads: int | None = None
+
+    def kv_bytes_per_token(self, dtype_size: int) -> int:
+        """KV-cache bytes one token holds: K and V, every layer, every KV head."""
+        kv_heads = self.num_key_value_heads or self.num_attention_heads
+        return (
+            2                   # K and V
+            * self.num_layers   # layers
+            * kv_heads          # KV heads (grouped-query attention shares them)
+            * self.head_dim     # per head
+            * dtype_size        # bytes per element
+        )
 
     def __post_init__(self) -> None:
         _positive(
@@ -144,21 +157,22 @@ MODEL_PRESETS: Mapping[str, ModelPreset] = {
     for m in (
         # max_model_len: each model's config.json max_position_embeddings.
         ModelPreset("SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M", 576, 30, 9, 64,
-                    134_515_008, 49_152, max_model_len=8192),
+                    134_515_008, 49_152, max_model_len=8192, num_key_value_heads=3),
         ModelPreset("Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-0.6B", 1024, 28, 16, 128,
-                    595_776_512, 151_669, max_model_len=32_768),
+                    595_776_512, 151_669, max_model_len=32_768, num_key_value_heads=8),
         ModelPreset("Qwen3-Embedding-8B", "Qwen/Qwen3-Embedding-8B", 4096, 36, 32, 128,
-                    7_567_295_488, 151_665, max_model_len=32_768),
+                    7_567_295_488, 151_665, max_model_len=32_768, num_key_value_heads=8),
         ModelPreset("Qwen2.5-Math-PRM-7B", "Qwen/Qwen2.5-Math-PRM-7B", 3584, 28, 28, 128,
                     7_070_000_000, 152_064, num_labels=2, default_task="token_classify",
-                    step_tag_id=151_651, max_model_len=4096, tok_pooling_type="STEP"),
+                    step_tag_id=151_651, max_model_len=4096, tok_pooling_type="STEP",
+                    num_key_value_heads=4),
         # Math-Shepherd scores steps with the LM head's full-vocabulary logits, then keeps the
         # "+"/"-" token pair: pooling sees vocab-wide rows (num_labels = vocab).
         ModelPreset("math-shepherd-mistral-7b-prm", "peiyi9979/math-shepherd-mistral-7b-prm",
                     4096, 32, 32, 128, 7_241_732_096, 32_000, num_labels=32_000,
                     default_task="token_classify", step_tag_id=12_902,
                     returned_token_ids=(648, 387), max_model_len=32_768,
-                    tok_pooling_type="STEP"),
+                    tok_pooling_type="STEP", num_key_value_heads=8),
     )
 }
 

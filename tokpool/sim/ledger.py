@@ -60,6 +60,8 @@ STEP_COLUMNS: dict[str, str] = {
     "stranded_bytes": "part of pool_bytes that is stranded: rows of earlier EAGER steps' "
                       "output tensors that no kept view covers but that views keep alive "
                       "(a view pins its whole step tensor)",
+    "kv_bytes": "KV-cache bytes held by running requests after the step (blocks × block_size "
+                "× the model preset's KV bytes per token; 0 without a model preset)",
     "est_forward_s": "ESTIMATE: roofline forward time of the step (NaN without a model preset)",
     "est_pool_s": "ESTIMATE: 2 * copy_bytes / HBM bandwidth",
     "est_d2h_s": "ESTIMATE: d2h_bytes / PCIe bandwidth",
@@ -78,6 +80,8 @@ REQUEST_COLUMNS: dict[str, str] = {
     "corrupted": "the delivered output differs from the reference",
     "stranded_bytes": "most bytes its kept views pinned at once beyond its own rows (other "
                       "requests' rows of an eager step's output tensor)",
+    "num_preemptions": "times the KV cache preempted it (its pooling state cleaned, its "
+                       "prefill restarted)",
 }
 
 
@@ -98,6 +102,7 @@ class StepRecord:
     copy_bytes: int
     d2h_bytes: int
     stranded_bytes: int
+    kv_bytes: int
     context_sum: int  # Σ (position + 1) over the step's tokens, for the time model
 
 
@@ -114,6 +119,7 @@ class RequestRecord:
     output_bytes: int = 0
     corrupted: bool = False
     stranded_bytes: int = 0
+    num_preemptions: int = 0
 
 
 BYTE_COLUMNS: tuple[str, ...] = tuple(

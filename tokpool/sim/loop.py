@@ -188,6 +188,10 @@ class EngineLoop:
     def memory(self) -> dict[str, int]:
         raise NotImplementedError
 
+    def preempt(self, request: int) -> None:
+        """The KV cache preempted ``request``: clean its pooling state (prefill restarts)."""
+        raise NotImplementedError
+
     def output_nbytes(self, output: Any) -> int:
         """Bytes the host copy of ``output`` moves (for the async race's timing)."""
         raise NotImplementedError
@@ -205,6 +209,8 @@ class EngineLoop:
         if step is not None and self.pending:
             self._deliver(index, self._copies_won(step))  # copies that finish before the write
         if step is not None:
+            for r in step.preempted:
+                self._preempt(r)
             out = step_output_for(self.cfg, step.num_tokens, self._next_region,
                                   self._capture_sizes)
             if out.eager:
@@ -257,6 +263,13 @@ class EngineLoop:
             won.append(item)
         self.pending = self.pending[len(won):]
         return won
+
+    def _preempt(self, request: int) -> None:
+        self.requests[request].num_preemptions += 1
+        for view, _chunk in self._views.pop(request, []):
+            self.tracker.release(view)  # never read: the request starts over
+            self._pin(view, -1)
+        self.preempt(request)
 
     def _plan(self, index: int, step: ScheduledStep, out: StepOutput) -> list[KeepRule]:
         """The keep rule of every chunk; records chunks and registers kept views."""
@@ -364,6 +377,8 @@ class EngineLoop:
             num_finished=0 if step is None else len(step.finished),
             context_sum=0 if step is None else step.context_sum,
             stranded_bytes=self._stranded(),
+            kv_bytes=0 if step is None else step.kv_blocks * self.cfg.block_size
+            * self.cfg.kv_bytes_per_token,
             **self.memory(),
         )
 

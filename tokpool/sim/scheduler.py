@@ -22,6 +22,7 @@ preempted. Steps where nothing can run (waiting for arrivals) are skipped: step 
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,11 +37,17 @@ class ScheduledStep:
         index: the step number (engine iterations since the start).
         chunks: ``(request, start, stop)`` in batch order: positions ``start..stop-1``.
         finished: requests whose last prompt token is computed in this step, batch order.
+        preempted: requests preempted at the start of this step (KV cache full): their KV
+            blocks and pooling state are dropped and their prefill restarts from token 0.
+        kv_blocks: KV-cache blocks held by running requests after the step (0 without a KV
+            cache limit... and then counted all the same).
     """
 
     index: int
     chunks: tuple[tuple[int, int, int], ...]
     finished: tuple[int, ...]
+    preempted: tuple[int, ...] = ()
+    kv_blocks: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -104,12 +111,21 @@ def schedule(
     enable_chunked_prefill: bool,
     arrival_steps: Sequence[int] | None = None,
     long_prefill_token_threshold: int | None = None,
+    kv_cache_blocks: int | None = None,
+    block_size: int = 16,
 ) -> list[ScheduledStep]:
     """The steps that prefill every request (see the module docstring for the rules).
 
+    With ``kv_cache_blocks`` the KV cache is finite, as vLLM's V1 scheduler sees it
+    (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``): a running request that
+    cannot get the blocks for its next chunk preempts the LAST running request (recompute: its
+    blocks are freed, it goes back to the front of the waiting queue and restarts from token
+    0; the engine cleans its pooling state), itself if it is the last; a waiting request is
+    admitted only when its chunk's blocks are free. A finished pooling request frees its blocks.
+
     Raises:
         ValueError: without chunked prefill, a prompt longer than the budget (it could never
-            run), naming the request and both numbers.
+            run), or a prompt needing more KV blocks than the cache has, naming the numbers.
     """
     lens = check_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
@@ -125,33 +141,49 @@ def schedule(
                 "the budget"
             )
     per_request = long_prefill_token_threshold or budget_per_step  # 0/None: no limit
-    order = sorted(range(len(lens)), key=lambda i: (arrival[i], i))
+    kv = _KVCache(kv_cache_blocks, block_size, lens)
+    waiting = collections.deque(sorted(range(len(lens)), key=lambda i: (arrival[i], i)))
     computed = [0] * len(lens)
     running: list[int] = []
-    next_waiting = 0
     steps: list[ScheduledStep] = []
     index = 0
-    while next_waiting < len(order) or running:
-        if not running and arrival[order[next_waiting]] > index:
-            index = arrival[order[next_waiting]]  # idle until the next arrival
+    while waiting or running:
+        if not running and arrival[waiting[0]] > index:
+            index = arrival[waiting[0]]  # idle until the next arrival
         budget = budget_per_step
         chunks: list[tuple[int, int, int]] = []
-        for r in running:
-            if budget == 0:
-                break
+        preempted: list[int] = []
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
             take = min(lens[r] - computed[r], budget, per_request)
-            chunks.append((r, computed[r], computed[r] + take))
-            budget -= take
+            while not kv.grow(r, computed[r] + take):
+                victim = running.pop()  # the lowest priority: the last admitted
+                kv.free(victim)
+                computed[victim] = 0
+                waiting.appendleft(victim)
+                preempted.append(victim)
+                if victim == r:
+                    break
+            else:
+                chunks.append((r, computed[r], computed[r] + take))
+                budget -= take
+                i += 1
+                continue
+            break  # this request preempted itself: nothing after it runs
         admitted = 0
-        while next_waiting < len(order) and budget > 0 and len(running) + admitted < max_num_seqs:
-            r = order[next_waiting]
+        # vLLM admits no waiting request in a step that preempted one (``if not preempted_reqs``)
+        while not preempted and waiting and budget > 0 and len(running) + admitted < max_num_seqs:
+            r = waiting[0]
             if arrival[r] > index or (not enable_chunked_prefill and lens[r] > budget):
                 break
             take = min(lens[r], budget, per_request)
+            if not kv.grow(r, take):
+                break  # no room for its first chunk: it waits
+            waiting.popleft()
             chunks.append((r, 0, take))
             budget -= take
             admitted += 1
-            next_waiting += 1
         for r, start, stop in chunks:  # scheduler order: admission order for the next steps
             computed[r] = stop
             if start == 0:
@@ -159,10 +191,50 @@ def schedule(
         rows = [chunks[i] for i in step_order([stop - start for _, start, stop in chunks])]
         finished = [r for r, _, stop in rows if stop == lens[r]]
         done = set(finished)
+        for r in finished:
+            kv.free(r)  # a pooling request is done after its prefill
         running = [r for r in running if r not in done]
-        steps.append(ScheduledStep(index, tuple(rows), tuple(finished)))
+        if not chunks and not preempted:
+            raise RuntimeError(f"scheduler made no progress at step {index}")  # a bug guard
+        steps.append(ScheduledStep(index, tuple(rows), tuple(finished), tuple(preempted),
+                                   kv.used))
         index += 1
     return steps
+
+
+class _KVCache:
+    """KV-cache blocks per request (``None`` blocks: unlimited, only counted)."""
+
+    def __init__(self, blocks: int | None, block_size: int, lens: list[int]) -> None:
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+        self.total, self.size = blocks, block_size
+        self.held: dict[int, int] = {}
+        self.used = 0
+        if blocks is not None:
+            need = [(i, -(-n // block_size)) for i, n in enumerate(lens)]
+            too_big = [(i, b) for i, b in need if b > blocks]
+            if too_big:
+                i, b = too_big[0]
+                raise ValueError(
+                    f"request {i} has {lens[i]} prompt tokens: {b} KV blocks of {block_size} "
+                    f"tokens, but the KV cache has {blocks} blocks ({blocks * block_size} "
+                    "tokens); vLLM refuses a max_model_len the cache cannot hold. Give more "
+                    "KV cache (memory, gpu_memory_utilization, tensor parallelism) or shorter "
+                    "prompts"
+                )
+
+    def grow(self, request: int, tokens: int) -> bool:
+        """Hold blocks for ``tokens`` computed tokens of ``request``; False if they don't fit."""
+        extra = -(-tokens // self.size) - self.held.get(request, 0)
+        if self.total is not None and self.used + extra > self.total:
+            return False
+        self.held[request] = self.held.get(request, 0) + extra
+        self.used += extra
+        return True
+
+    def free(self, request: int) -> None:
+        self.used -= self.held.pop(request, 0)
 
 
 def engine_steps(

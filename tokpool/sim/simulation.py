@@ -88,6 +88,8 @@ def simulate(
             enable_chunked_prefill=config.enable_chunked_prefill,
             arrival_steps=arrival_steps,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
+            kv_cache_blocks=config.kv_cache_blocks,
+            block_size=config.block_size,
         )
     outputs = None
     if source is not None:

@@ -296,6 +296,10 @@ class TensorEngine(EngineLoop):
         self._checkpoint()
         self._step_extra = saved
 
+    def preempt(self, request: int) -> None:
+        self.states.pop(request).clean()  # its clones / buffer are freed
+        self.source.reset(request)  # its KV cache is gone: the prefill restarts at token 0
+
     def output_nbytes(self, output: Tensor) -> int:
         return 0 if self.offload else output.numel() * output.element_size()
 
