@@ -44,8 +44,8 @@ def configs(draw, *, chunked=None, tasks=ALL_TASKS, policies=ALL_POLICIES):
         dtype=draw(st.sampled_from(DTYPES)),
         head_dtype=draw(st.sampled_from(HEAD_DTYPES)),
         use_activation=draw(st.booleans()),
-        max_num_batched_tokens=draw(st.integers(1, 24)),
-        max_num_seqs=draw(st.integers(1, 4)),
+        max_num_batched_tokens=(budget := draw(st.integers(1, 24))),
+        max_num_seqs=min(budget, draw(st.integers(1, 4))),  # vLLM: budget >= max_num_seqs
         enable_chunked_prefill=draw(st.booleans()) if chunked is None else chunked,
         async_scheduling=draw(st.booleans()),
         policy=draw(st.sampled_from(policies)),
@@ -93,12 +93,14 @@ def test_analytic_predicts_exactly_the_corruption_tensor_mode_observes(cfg, lens
        model=st.sampled_from((None, "SmolLM2-135M", "Qwen3-Embedding-8B")),
        hardware=st.sampled_from(("H100 SXM", "L4")))
 def test_closed_forms_equal_the_analytic_loop(cfg, lens, model, hardware):
-    if model is not None:  # a preset sets the width (its hidden size)
-        cfg = cfg.replace(model=model, hardware=hardware)
-    else:
-        cfg = cfg.replace(hardware=hardware)
+    budget = cfg.max_num_batched_tokens
     if not cfg.enable_chunked_prefill:
-        cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, max(lens)))
+        budget = max(budget, max(lens))  # unchunked prompts must fit one step
+    if model is not None:  # a preset sets the width (its hidden size) and a context
+        cfg = cfg.replace(model=model, hidden_size=None, hardware=hardware,
+                          max_model_len=max(lens), max_num_batched_tokens=budget)
+    else:
+        cfg = cfg.replace(hardware=hardware, max_num_batched_tokens=budget)
     table = single_request(np.array(lens), cfg)
     for i, n in enumerate(lens):
         row = simulate([n], cfg, mode="analytic").summary()

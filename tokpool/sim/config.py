@@ -251,6 +251,11 @@ class SimConfig:
             tokens, seqs = batch_defaults(device, self.usage)
             tokens = self.max_num_batched_tokens or tokens
             seqs = self.max_num_seqs or min(seqs, tokens)
+            if tokens < seqs:  # vLLM's SchedulerConfig refuses it (engine_batch_limits too)
+                raise ValueError(
+                    f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
+                    "raise the budget or lower max_num_seqs"
+                )
         set_(self, "max_num_batched_tokens", tokens)
         set_(self, "max_num_seqs", seqs)
 
