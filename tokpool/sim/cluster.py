@@ -1,0 +1,267 @@
+"""Parallelism and the KV cache, per GPU, as vLLM 0.33.0 lays them out (pure functions).
+
+Each function names the vLLM file and function its rule was read in. Ranks are numbered as
+vLLM's executor numbers them (vllm/v1/executor/multiproc_executor.py, ``_get_output_rank``):
+``rank = pp_rank * tp + tp_rank`` within one data-parallel engine.
+
+- **Who pools.** Only the last pipeline stage holds the final hidden states: the model runner
+  of other stages returns ``IntermediateTensors`` and skips the pooler
+  (vllm/v1/worker/gpu/model_runner.py, ``GPUModelRunner.pool``: ``if not self.is_last_pp_rank``).
+  EVERY tensor-parallel rank of that stage runs ``pooling_runner.pool`` on the full-width hidden
+  states (the row-parallel output projection all-reduces them, so each rank holds all
+  ``hidden_size`` columns); only the first of them (``output_rank = world - tp``) sends its
+  output back. So the pooling bytes of a request are paid in full on each of the ``tp`` ranks
+  of the last stage: ``pooler_ranks``.
+- **Data parallel** runs independent engines; the front end sends each request to the least
+  loaded one (vllm/v1/engine/core_client.py, ``DPLBAsyncMPClient.get_core_engine_for_request``:
+  score ``max(clients x in-flight, waiting + running)``, ties from a rotating start), which for
+  a burst of new requests is exact round-robin: ``data_parallel_split``.
+- **Weights** split over ``tp x pp`` (an estimate: embeddings and norms are not all split
+  evenly): ``weight_bytes_per_rank``.
+- **KV cache**: KV heads split over TP, replicated when ``tp`` > KV heads
+  (vllm/config/model.py, ``ModelConfig.get_num_kv_heads``: ``max(1, kv_heads // tp)``); layers
+  split over PP (vllm/distributed/utils.py, ``get_pp_indices``); ``kv_bytes_per_token_per_rank``.
+- **KV capacity** (vllm/v1/worker/gpu_worker.py, ``Worker.determine_available_memory``;
+  vllm/v1/worker/utils.py, ``request_memory``; vllm/v1/core/kv_cache_planning.py,
+  ``get_kv_cache_config_from_groups`` and ``get_kv_cache_configs``):
+  ``ceil(total x utilization) - non-KV memory (weights + activation peak + ...)``, divided
+  into whole blocks of ``block_size`` tokens, the smallest count over ranks:
+  ``kv_cache_capacity_tokens``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .hardware import ModelPreset
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "data_parallel_split",
+    "kv_bytes_per_token_per_rank",
+    "kv_cache_capacity_tokens",
+    "kv_cache_dtype_bytes",
+    "kv_cache_memory_bytes",
+    "kv_heads_per_rank",
+    "pipeline_layers",
+    "pooler_ranks",
+    "pooling_share_of_kv",
+    "weight_bytes_per_rank",
+]
+
+#: vllm/config/cache.py ``CacheConfig.DEFAULT_BLOCK_SIZE`` (an attention backend may pick another).
+DEFAULT_BLOCK_SIZE = 16
+#: vllm/config/cache.py ``CacheConfig.gpu_memory_utilization`` default in 0.33.0.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+_KV_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1,
+                   "fp8_e5m2": 1, "fp8_inc": 1, "int8_per_token_head": 1,
+                   "fp8_per_token_head": 1}
+
+
+def _pos(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def pooler_ranks(tp: int = 1, pp: int = 1) -> tuple[int, ...]:
+    """Ranks (``pp_rank * tp + tp_rank``) that hold the final hidden states and run the pooler:
+    every tensor-parallel rank of the last pipeline stage. The first of them returns the output.
+
+    Example:
+        >>> pooler_ranks(tp=4, pp=2)
+        (4, 5, 6, 7)
+    """
+    tp, pp = _pos("tp", tp), _pos("pp", pp)
+    return tuple(range((pp - 1) * tp, pp * tp))
+
+
+def data_parallel_split(num_requests: int, dp: int = 1) -> list[list[int]]:
+    """Request indices per data-parallel engine: round-robin, as the DP load balancer assigns
+    a burst of new requests (``DPLBAsyncMPClient.get_core_engine_for_request``)."""
+    _pos("dp", dp)
+    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 0:
+        raise ValueError(f"num_requests must be an int >= 0, got {num_requests!r}")
+    return [list(range(rank, num_requests, dp)) for rank in range(dp)]
+
+
+def pipeline_layers(num_layers: int, pp: int = 1) -> tuple[int, ...]:
+    """Layers per pipeline stage (vllm/distributed/utils.py ``get_pp_indices``, without
+    ``VLLM_PP_LAYER_PARTITION``): even split; the remainder goes one each to the stages before
+    the last, from the second-to-last backwards.
+
+    Example:
+        >>> pipeline_layers(30, 4)
+        (7, 8, 8, 7)
+    """
+    num_layers, pp = _pos("num_layers", num_layers), _pos("pp", pp)
+    if pp > num_layers:
+        raise ValueError(f"pipeline_parallel_size={pp} exceeds the model's {num_layers} layers")
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int = 1) -> int:
+    """KV heads one TP rank stores (``ModelConfig.get_num_kv_heads``: replicated if fewer)."""
+    return max(1, _pos("num_kv_heads", num_kv_heads) // _pos("tp", tp))
+
+
+def kv_cache_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
+    """Bytes per KV element for ``--kv-cache-dtype`` (``auto``: the model's dtype).
+
+    Raises:
+        ValueError: a packed/quantised format tokpool does not size (nvfp4, turboquant, ...).
+    """
+    if kv_cache_dtype == "auto":
+        return model_dtype_bytes
+    if kv_cache_dtype not in _KV_DTYPE_BYTES:
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not sized by tokpool; use one "
+                         f"of {['auto', *_KV_DTYPE_BYTES]}")
+    return _KV_DTYPE_BYTES[kv_cache_dtype]
+
+
+def _model_bytes(preset: ModelPreset, dtype_bytes: int | None) -> int:
+    if dtype_bytes is not None:
+        return _pos("dtype_bytes", dtype_bytes)
+    own = getattr(preset, "dtype_bytes", None)  # HFModelPreset knows its dtype
+    return own if own is not None else 2
+
+
+def kv_bytes_per_token_per_rank(
+    preset: ModelPreset,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    kv_cache_dtype: str = "auto",
+    dtype_bytes: int | None = None,
+) -> int:
+    """KV-cache bytes one token takes on the most loaded rank (the stage with most layers).
+
+    ``2 (K, V) x layers on the stage x KV heads per TP rank x head_dim x bytes``. Encoder-only
+    models keep no KV cache (0). A ``ModelPreset`` without ``num_kv_heads`` is taken as
+    without grouped-query attention (KV heads = attention heads).
+
+    Args:
+        preset: the model.
+        tp, pp: tensor- and pipeline-parallel sizes.
+        kv_cache_dtype: vLLM's ``--kv-cache-dtype``.
+        dtype_bytes: the model dtype's bytes (default: the preset's, else 2).
+    """
+    if preset.attn_type == "encoder_only":
+        return 0
+    kv_heads = getattr(preset, "num_kv_heads", 0) or preset.num_attention_heads
+    size = kv_cache_dtype_bytes(kv_cache_dtype, _model_bytes(preset, dtype_bytes))
+    return (
+        2                                              # K and V
+        * max(pipeline_layers(preset.num_layers, pp))  # layers on the fullest stage
+        * kv_heads_per_rank(kv_heads, tp)              # heads on this rank
+        * preset.head_dim                              # elements per head
+        * size                                         # bytes per element
+    )
+
+
+def weight_bytes_per_rank(
+    preset: ModelPreset, *, tp: int = 1, pp: int = 1, dtype_bytes: int | None = None
+) -> int:
+    """ESTIMATED weight bytes per rank: ``parameters x bytes / (tp x pp)``, rounded up."""
+    total = preset.num_parameters * _model_bytes(preset, dtype_bytes)
+    return math.ceil(total / (_pos("tp", tp) * _pos("pp", pp)))
+
+
+def kv_cache_memory_bytes(
+    preset: ModelPreset,
+    *,
+    gpu_memory_bytes: int,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    tp: int = 1,
+    pp: int = 1,
+    activation_peak_bytes: int = 0,
+    dtype_bytes: int | None = None,
+) -> int:
+    """Bytes left for the KV cache on one rank: ``ceil(total x utilization)`` (``request_memory``)
+    minus weights per rank minus the forward's activation peak (``determine_available_memory``:
+    ``requested_memory - non_kv_cache_memory``). Other non-KV memory (CUDA context, NCCL,
+    graphs when ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) is not modelled: add it to
+    ``activation_peak_bytes``.
+
+    Raises:
+        ValueError: nothing left, as vLLM (``No available memory for the cache blocks``), with
+            the numbers.
+    """
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    requested = math.ceil(_pos("gpu_memory_bytes", gpu_memory_bytes) * gpu_memory_utilization)
+    weights = weight_bytes_per_rank(preset, tp=tp, pp=pp, dtype_bytes=dtype_bytes)
+    if activation_peak_bytes < 0:
+        raise ValueError(f"activation_peak_bytes must be >= 0, got {activation_peak_bytes}")
+    available = requested - weights - activation_peak_bytes
+    if available <= 0:
+        raise ValueError(
+            f"no available memory for the KV cache: {requested:,} B requested "
+            f"({gpu_memory_utilization} x {gpu_memory_bytes:,}) - {weights:,} B weights per rank "
+            f"- {activation_peak_bytes:,} B activation peak = {available:,} B; raise "
+            "gpu_memory_utilization or tensor_parallel_size/pipeline_parallel_size"
+        )
+    return available
+
+
+def kv_cache_capacity_tokens(
+    preset: ModelPreset,
+    *,
+    gpu_memory_bytes: int,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    tp: int = 1,
+    pp: int = 1,
+    activation_peak_bytes: int = 0,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    kv_cache_dtype: str = "auto",
+    dtype_bytes: int | None = None,
+) -> int:
+    """Tokens the KV cache holds: whole blocks of ``block_size`` tokens in the memory left
+    (``kv_cache_memory_bytes``), ``num_blocks = available // bytes_per_block``
+    (``get_kv_cache_config_from_groups``), on the most loaded rank (``get_kv_cache_configs``
+    takes the smallest count over ranks).
+
+    Raises:
+        ValueError: an encoder-only model (no KV cache), or no memory left.
+
+    Example:
+        >>> from tokpool.sim.hardware import MODEL_PRESETS, GiB
+        >>> kv_cache_capacity_tokens(MODEL_PRESETS["SmolLM2-135M"], gpu_memory_bytes=80 * GiB)
+        1139440
+    """
+    per_token = kv_bytes_per_token_per_rank(preset, tp=tp, pp=pp,
+                                            kv_cache_dtype=kv_cache_dtype,
+                                            dtype_bytes=dtype_bytes)
+    if per_token == 0:
+        raise ValueError(f"{preset.name} is encoder-only: vLLM keeps no KV cache for it")
+    available = kv_cache_memory_bytes(
+        preset, gpu_memory_bytes=gpu_memory_bytes, gpu_memory_utilization=gpu_memory_utilization,
+        tp=tp, pp=pp, activation_peak_bytes=activation_peak_bytes, dtype_bytes=dtype_bytes,
+    )
+    bytes_per_block = _pos("block_size", block_size) * per_token
+    return available // bytes_per_block * block_size
+
+
+def pooling_share_of_kv(
+    pooling_peak_bytes: int | Sequence[int], kv_cache_bytes: int
+) -> float | list[float]:
+    """Pooling's peak bytes on one rank of the last stage (all of a request's pooled rows: the
+    pooler runs on every TP rank with full-width rows) over the memory left for the KV cache
+    on that rank (``kv_cache_memory_bytes``): the share of KV memory pooling would take.
+
+    Args:
+        pooling_peak_bytes: one number or one per prompt length.
+        kv_cache_bytes: the KV memory of the rank, bytes (> 0).
+
+    Returns:
+        The ratio (a list for a sequence); 1.0 means pooling alone would fill the KV cache.
+    """
+    kv = _pos("kv_cache_bytes", kv_cache_bytes)
+    if isinstance(pooling_peak_bytes, Sequence):
+        return [int(b) / kv for b in pooling_peak_bytes]
+    return int(pooling_peak_bytes) / kv

@@ -1,0 +1,334 @@
+"""A ``ModelPreset`` from a Hugging Face ``config.json`` (offline; no weights read).
+
+``preset_from_hf_config(source)`` reads a model directory, a ``config.json`` path, a dict or a
+``transformers.PretrainedConfig`` and returns an ``HFModelPreset``: a ``ModelPreset`` with the
+KV-cache geometry (KV heads, dtype) added. ``simconfig_fields_from_hf`` turns it into
+``SimConfig`` keyword arguments.
+
+Pooling types follow vLLM 0.33.0's ``@default_pooling_type`` decorators
+(``vllm/model_executor/models/*.py``): ``BertModel``/``ModernBertModel`` and their
+``*ForSequenceClassification``: CLS (so ``encoder_only``, ``vllm_rules.pooling_attn_type``);
+``*ForTokenClassification``: ALL; ``Qwen2ForProcessRewardModel``: STEP (qwen2_rm.py); decoders
+(``VllmModelForPooling``): LAST/ALL. A sentence-transformers ``modules.json`` in the directory
+overrides the sequence pooling (as vLLM's ``get_pooling_config`` does).
+
+The parameter count is an ESTIMATE from the config: embeddings, per-layer attention, MLP and
+norms, the head. It is exact for the shipped SmolLM2-135M (134,515,008) and for
+Qwen3-Embedding-8B's backbone (7,567,295,488); see ``tests/test_model_config.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..heads import dtype_size, resolve_dtype
+from .hardware import ModelPreset
+from .vllm_rules import pooling_attn_type
+
+__all__ = [
+    "HFModelPreset",
+    "estimate_num_parameters",
+    "preset_from_hf_config",
+    "simconfig_fields_from_hf",
+]
+
+#: model_type -> MLP gated (gate, up, down: 3 matrices) or not (up, down: 2).
+_GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "mixtral",
+          "phi3", "olmo", "olmo2", "internlm2", "granite"}
+#: Encoders laid out like BERT (word/position/type embeddings, biased linears, LayerNorms).
+_BERT_LIKE = {"bert", "roberta", "xlm-roberta", "camembert", "electra"}
+#: Decoders whose q/k/v projections carry a bias.
+_QKV_BIAS = {"qwen2"}
+#: Decoders with a per-head RMSNorm on q and k (head_dim weights each).
+_QK_NORM = {"qwen3", "olmo2"}
+
+_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+@dataclass(frozen=True)
+class HFModelPreset(ModelPreset):
+    """A ``ModelPreset`` read from a config.json, with what the KV cache needs.
+
+    Attributes:
+        num_kv_heads: key/value heads (grouped-query attention; equals the attention heads
+            without GQA).
+        torch_dtype: the checkpoint's dtype name (``"bfloat16"``, ...).
+        architecture: ``architectures[0]`` of the config.
+        model_type: the config's ``model_type``.
+        intermediate_size: the MLP width.
+    """
+
+    num_kv_heads: int = 0
+    torch_dtype: str = "bfloat16"
+    architecture: str = ""
+    model_type: str = ""
+    intermediate_size: int = 0
+
+    @property
+    def served_dtype(self) -> str:
+        """The dtype vLLM serves a pooling model in under ``--dtype auto``: the checkpoint's,
+        but float32 checkpoints run in float16 (vllm/config/model.py, ``_resolve_auto_dtype``,
+        ``is_pooling_model=True`` on CUDA)."""
+        return "float16" if self.torch_dtype == "float32" else self.torch_dtype
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per weight / KV element as served (``served_dtype``)."""
+        return dtype_size(resolve_dtype(self.served_dtype, what="torch_dtype"))
+
+    def kv_bytes_per_token(self, dtype_bytes: int | None = None) -> int:
+        """KV-cache bytes one token occupies on ONE device holding the whole model; 0 for
+        ``encoder_only`` models (vllm/model_executor/layers/attention/
+        encoder_only_attention.py: ``get_kv_cache_spec`` returns ``None``).
+
+        Args:
+            dtype_bytes: bytes per KV element (vLLM's ``--kv-cache-dtype``); default the
+                served dtype (``--kv-cache-dtype auto``).
+        """
+        if self.attn_type == "encoder_only":
+            return 0  # EncoderOnlyAttention.get_kv_cache_spec returns None: no KV cache
+        size = self.dtype_bytes if dtype_bytes is None else dtype_bytes
+        return (
+            2                    # K and V
+            * self.num_layers    # layers
+            * self.num_kv_heads  # heads
+            * self.head_dim      # elements per head
+            * size               # bytes per element
+        )
+
+
+def _load(source: Any) -> tuple[dict, Path | None]:
+    """The config as a dict, and the model directory when there is one."""
+    if isinstance(source, Mapping):
+        return dict(source), None
+    if hasattr(source, "to_dict") and callable(source.to_dict):  # PretrainedConfig
+        return source.to_dict(), None
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        directory = path if path.is_dir() else path.parent
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise ValueError(
+                f"no config.json at {file}; pass a model directory, a config.json path, a dict "
+                "or a transformers.PretrainedConfig (nothing is downloaded)"
+            )
+        try:
+            return json.loads(file.read_text()), directory
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{file} is not valid JSON: {err}") from err
+    raise TypeError(
+        "source must be a model directory, a config.json path, a dict or a "
+        f"transformers.PretrainedConfig, got {type(source).__name__}"
+    )
+
+
+def _kind(arch: str, model_type: str) -> str:
+    """``"token_classify"``, ``"prm"``, ``"seq_classify"``, ``"encoder"`` or ``"decoder"``."""
+    if arch.endswith("ForProcessRewardModel"):
+        return "prm"
+    if arch.endswith("ForTokenClassification"):
+        return "token_classify"
+    if arch.endswith("ForSequenceClassification"):
+        return "seq_classify"
+    if model_type in _BERT_LIKE or model_type == "modernbert":
+        return "encoder"
+    return "decoder"
+
+
+def _num_labels(cfg: dict) -> int | None:
+    if isinstance(cfg.get("id2label"), Mapping) and cfg["id2label"]:
+        return len(cfg["id2label"])
+    value = cfg.get("num_labels")
+    return int(value) if value is not None else None
+
+
+def estimate_num_parameters(cfg: Mapping, *, include_lm_head: bool | None = None) -> int:
+    """ESTIMATED parameter count from a config dict (embeddings, layers, norms, head).
+
+    Args:
+        cfg: the config.json as a dict (``preset_from_hf_config`` validates it first).
+        include_lm_head: count an untied LM head (``vocab x hidden``); default: for
+            ``*ForCausalLM``/``*LMHeadModel`` architectures with untied embeddings. Pass
+            ``False`` for an embedding model whose checkpoint has no LM head (Qwen3-Embedding).
+
+    Returns:
+        The parameter count (int).
+    """
+    model_type = str(cfg.get("model_type", ""))
+    arch = (cfg.get("architectures") or [""])[0]
+    kind = _kind(arch, model_type)
+    h, n_layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or h // heads
+    kv = cfg.get("num_key_value_heads") or heads
+    inter = cfg.get("intermediate_size") or 4 * h
+    labels = _num_labels(cfg) or 2
+    if model_type in _BERT_LIKE:
+        emb = (vocab + cfg.get("max_position_embeddings", 512) + cfg.get("type_vocab_size", 2)) * h
+        emb += 2 * h                                   # embedding LayerNorm
+        layer = 4 * (h * h + h)                        # q, k, v, o with biases
+        layer += (h * inter + inter) + (inter * h + h)  # intermediate, output
+        layer += 2 * 2 * h                             # two LayerNorms
+        head = h * h + h                               # BertModel's pooler dense
+        if kind in ("seq_classify", "token_classify"):
+            head = (h * h + h if kind == "seq_classify" else 0) + h * labels + labels
+        return emb + n_layers * layer + head
+    if model_type == "modernbert":
+        emb = vocab * h + h                            # tok_embeddings, norm (no biases)
+        layer = h * 3 * h + h * h                      # Wqkv, Wo
+        layer += h * 2 * inter + inter * h             # GLU: Wi (2 x inter), Wo
+        layer += 2 * h                                 # attn_norm, mlp_norm
+        total = emb + n_layers * layer - h + h         # layer 0 has no attn_norm; final norm
+        if kind in ("seq_classify", "token_classify"):
+            total += h * h + h + h * labels + labels   # head dense + norm, classifier
+        return total
+    # decoders
+    q, kvw = heads * head_dim, kv * head_dim
+    attn = h * q + 2 * h * kvw + q * h                 # q, k, v, o
+    if model_type in _QKV_BIAS or cfg.get("attention_bias"):
+        attn += q + 2 * kvw
+    if model_type in _QK_NORM:
+        attn += 2 * head_dim
+    gated = model_type in _GATED or cfg.get("hidden_act") in ("silu", "swiglu")
+    mlp = (3 if gated else 2) * h * inter
+    layer = attn + mlp + 2 * h                         # input and post-attention norms
+    total = vocab * h + n_layers * layer + h           # embeddings, layers, final norm
+    if kind == "prm":                                  # Linear(h, h), ReLU, Linear(h, labels)
+        total += h * h + h + h * labels + labels
+    elif kind in ("seq_classify", "token_classify"):
+        total += h * labels
+    if include_lm_head is None:
+        include_lm_head = arch.endswith(("ForCausalLM", "LMHeadModel")) and not cfg.get(
+            "tie_word_embeddings", False)
+    if include_lm_head:
+        total += vocab * h
+    return int(total)
+
+
+def _st_pooling(directory: Path | None) -> str | None:
+    if directory is None or not (directory / "modules.json").is_file():
+        return None
+    from ..models.loading import read_sentence_transformers_config
+
+    st = read_sentence_transformers_config(directory)
+    return st.pooling if st is not None else None
+
+
+def preset_from_hf_config(
+    source: Any,
+    *,
+    name: str | None = None,
+    step_tag_id: int | None = None,
+    include_lm_head: bool | None = None,
+) -> HFModelPreset:
+    """A ``ModelPreset`` (``HFModelPreset``) from a Hugging Face config, offline.
+
+    Args:
+        source: a model directory, a ``config.json`` path, a dict or a
+            ``transformers.PretrainedConfig``.
+        name: the preset's name (default: the directory name or ``_name_or_path``).
+        step_tag_id: STEP pooling's tag token (a PRM's tag is in its tokenizer, not its
+            config; Qwen2.5-Math-PRM's is 151651).
+        include_lm_head: see ``estimate_num_parameters``.
+
+    Returns:
+        The preset (``max_model_len`` = ``max_position_embeddings``).
+
+    Raises:
+        ValueError: a missing config, or keys it lacks (named).
+        TypeError: a source of another type.
+    """
+    cfg, directory = _load(source)
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping) and "hidden_size" not in cfg:  # multimodal wrappers
+        cfg = {**cfg, **text, "architectures": cfg.get("architectures")}
+    missing = [k for k in _REQUIRED if cfg.get(k) is None]
+    if missing:
+        raise ValueError(
+            f"config lacks {missing} (needed for the hidden size, layers, heads and vocabulary); "
+            "add them to the dict or use a config.json of a transformer model"
+        )
+    archs = cfg.get("architectures") or []
+    if isinstance(archs, str):
+        raise TypeError(f"architectures must be a list of names, not the string {archs!r}")
+    arch = archs[0] if archs else ""
+    model_type = str(cfg.get("model_type", ""))
+    kind = _kind(arch, model_type)
+    heads = int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
+    encoder = model_type in _BERT_LIKE or model_type == "modernbert"
+    # vLLM's @default_pooling_type: encoders CLS (ForTokenClassification: ALL), PRM STEP
+    seq_pooling = "CLS" if encoder else "LAST"
+    tok_pooling = "STEP" if kind == "prm" or step_tag_id is not None else "ALL"
+    default_seq = seq_pooling
+    seq_pooling = _st_pooling(directory) or seq_pooling
+    attn_type = pooling_attn_type(
+        default_seq, is_causal=bool(cfg.get("is_causal", not encoder)),
+    )
+    labels = _num_labels(cfg)
+    if kind == "prm":
+        labels = 2  # Qwen2ForProcessRewardModel sets num_labels = 2 (qwen2_rm.py)
+    task = {"prm": "token_classify", "token_classify": "token_classify",
+            "seq_classify": "classify", "encoder": "embed"}.get(kind, "token_embed")
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
+    max_len = cfg.get("max_position_embeddings")
+    if max_len is not None and model_type in ("roberta", "xlm-roberta", "camembert"):
+        max_len -= (cfg.get("pad_token_id") or 0) + 1  # positions start after padding
+    default_name = (directory.name if directory is not None
+                    else cfg.get("_name_or_path") or arch or model_type or "hf-model")
+    return HFModelPreset(
+        name=name or str(default_name),
+        hf_id=str(cfg.get("_name_or_path") or ""),
+        hidden_size=int(cfg["hidden_size"]),
+        num_layers=int(cfg["num_hidden_layers"]),
+        num_attention_heads=heads,
+        head_dim=head_dim,
+        num_parameters=estimate_num_parameters(cfg, include_lm_head=include_lm_head),
+        vocab_size=int(cfg["vocab_size"]),
+        num_labels=labels if task in ("token_classify", "classify") else None,
+        default_task=task,
+        step_tag_id=step_tag_id,
+        max_model_len=int(max_len) if max_len is not None else None,
+        attn_type=attn_type,
+        seq_pooling_type=seq_pooling,
+        tok_pooling_type=tok_pooling,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        torch_dtype=str(dtype).replace("torch.", ""),
+        architecture=arch,
+        model_type=model_type,
+        intermediate_size=int(cfg.get("intermediate_size") or 0),
+    )
+
+
+def simconfig_fields_from_hf(source: Any, **overrides) -> dict:
+    """``SimConfig`` keyword arguments for a Hugging Face config (then ``overrides``).
+
+    ``SimConfig.from_hf_config(source, **overrides)`` is
+    ``cls(**simconfig_fields_from_hf(source, **overrides))``. ``step_tag_id`` and
+    ``include_lm_head`` in ``overrides`` go to ``preset_from_hf_config``.
+
+    Returns:
+        ``model``, ``task``, ``dtype``, ``num_labels`` (classify tasks), ``pooling="STEP"``
+        (PRMs), then the overrides.
+    """
+    preset = preset_from_hf_config(
+        source, step_tag_id=overrides.pop("step_tag_id", None),
+        include_lm_head=overrides.pop("include_lm_head", None),
+    )
+    task = overrides.pop("task", None) or preset.default_task
+    dtype = preset.served_dtype
+    fields: dict = {"model": preset, "task": task, "dtype": dtype}
+    if task in ("token_classify", "classify") and preset.num_labels is not None:
+        fields["num_labels"] = preset.num_labels
+    if task == "token_classify" and preset.tok_pooling_type == "STEP":
+        fields["pooling"] = "STEP"
+        if preset.step_tag_id is not None:
+            fields["step_tag_id"] = preset.step_tag_id
+    if task == "embed" or task == "classify":
+        fields["pooling"] = "LAST"
+    fields.update(overrides)
+    return fields

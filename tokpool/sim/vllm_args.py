@@ -1,0 +1,297 @@
+"""vLLM's command-line flags, parsed as vLLM 0.33.0 parses them (no vLLM import).
+
+``parse_vllm_args("vllm serve MODEL --max-num-batched-tokens 8k -tp 4 ...")`` returns a dict
+of ``SimConfig`` field names where ``SimConfig`` has the field, and the other modelled values
+under their own names (``tensor_parallel_size``, ``gpu_memory_utilization``, ``block_size``,
+``kv_cache_dtype``, ...). Names, aliases and value types were read in
+``vllm/engine/arg_utils.py`` (``EngineArgs.add_cli_args``, ``_compute_kwargs``) and
+``vllm/utils/argparse_utils.py`` (``FlexibleArgumentParser.parse_args``: ``_`` in a flag name is
+read as ``-``; ``human_readable_int``: ``32k`` = 32,000, ``32K`` = 32,768; decimals only with
+``k/m/g/t``).
+
+Nothing is dropped: a flag vLLM does not have raises ``ValueError`` listing it and the supported
+flags; a flag vLLM has but tokpool does not model (``--enable-prefix-caching``, ...) raises
+``ValueError`` saying so, or with ``unmodelled="return"`` is returned under ``"unmodelled"``
+(flag -> raw value) for the caller to report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+__all__ = ["SUPPORTED_FLAGS", "UNMODELLED_FLAGS", "human_readable_int", "parse_vllm_args"]
+
+#: vllm/config/model.py ``ModelDType``; vLLM's aliases mapped to tokpool's dtype names.
+_MODEL_DTYPES = {"auto": None, "half": "float16", "float16": "float16",
+                 "bfloat16": "bfloat16", "float": "float32", "float32": "float32"}
+#: vllm/config/cache.py ``CacheDType`` (0.33.0).
+KV_CACHE_DTYPES = (
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+    "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
+    "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
+    "nvfp4", "nvfp4_4over6",
+)
+#: PoolerConfig keys (vllm/config/pooler.py) tokpool models, and the SimConfig field.
+_POOLER_KEYS = {"task": "task", "use_activation": "use_activation",
+                "step_tag_id": "step_tag_id", "returned_token_ids": "returned_token_ids",
+                "tok_pooling_type": "pooling", "pooling_type": "pooling"}
+
+
+def human_readable_int(value: str) -> int:
+    """vLLM's ``human_readable_int`` (vllm/utils/argparse_utils.py): ``1k`` = 1,000,
+    ``1K`` = 1,024, ``25.6k`` = 25,600; a decimal with a binary suffix is refused."""
+    text = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
+    if match:
+        number, suffix = match.groups()
+        if suffix.islower():
+            return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
+        if "." in number:
+            raise ValueError(f"{value!r}: decimals are not allowed with binary suffixes like "
+                             f"{suffix}; did you mean {number}{suffix.lower()}?")
+        return int(number) * 2 ** (10 * "KMGT".index(suffix) + 10)
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an integer (vLLM accepts 8192, 8k, 8K)") from None
+
+
+def _max_model_len(value: str) -> int | None:
+    """``human_readable_int_or_auto``: ``-1``/``auto`` is the model's own context (None)."""
+    if value.strip() in ("-1",) or value.strip().lower() == "auto":
+        return None
+    return human_readable_int(value)
+
+
+def _int(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an integer") from None
+
+
+def _float(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number") from None
+
+
+def _choice(options) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in options:
+            raise ValueError(f"{value!r} is not one of {list(options)}")
+        return value
+    return parse
+
+
+# flag -> (dest, parser or "bool" (BooleanOptionalAction) or "list")
+_FLAGS: dict[str, tuple[str, Any]] = {
+    "--model": ("model", str),
+    "--max-num-batched-tokens": ("max_num_batched_tokens", human_readable_int),
+    "--max-num-seqs": ("max_num_seqs", _int),
+    "--max-model-len": ("max_model_len", _max_model_len),
+    "--async-scheduling": ("async_scheduling", "bool"),
+    "--enforce-eager": ("enforce_eager", "bool"),
+    "--enable-chunked-prefill": ("enable_chunked_prefill", "bool"),
+    "--tensor-parallel-size": ("tensor_parallel_size", _int),
+    "--pipeline-parallel-size": ("pipeline_parallel_size", _int),
+    "--data-parallel-size": ("data_parallel_size", _int),
+    "--gpu-memory-utilization": ("gpu_memory_utilization", _float),
+    "--block-size": ("block_size", _int),
+    "--dtype": ("dtype", _choice(_MODEL_DTYPES)),
+    "--kv-cache-dtype": ("kv_cache_dtype", _choice(KV_CACHE_DTYPES)),
+    "--max-cudagraph-capture-size": ("max_cudagraph_capture_size", _int),
+    "--cudagraph-capture-sizes": ("cudagraph_capture_sizes", "list"),
+    "--long-prefill-token-threshold": ("long_prefill_token_threshold", _int),
+    "--pooler-config": ("pooler_config", json.loads),
+}
+_ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
+            "-dp": "--data-parallel-size",
+            "--device-memory-utilization": "--gpu-memory-utilization"}
+#: Flags tokpool parses and models.
+SUPPORTED_FLAGS: tuple[str, ...] = tuple(_FLAGS) + tuple(_ALIASES)
+#: vLLM 0.33.0 flags that tokpool knows but does not model (refused, or returned).
+UNMODELLED_FLAGS: frozenset[str] = frozenset({
+    "--enable-prefix-caching", "--prefix-caching-hash-algo", "--kv-cache-memory-bytes",
+    "--num-gpu-blocks-override", "--max-num-scheduled-tokens", "--max-num-partial-prefills",
+    "--max-long-partial-prefills", "--scheduling-policy", "--quantization", "-q",
+    "--trust-remote-code", "--tokenizer", "--revision", "--seed", "--runner", "--convert",
+    "--hf-overrides", "--served-model-name", "--host", "--port", "--api-key",
+    "--distributed-executor-backend", "--optimization-level", "-O", "--compilation-config",
+    "--speculative-config", "--enable-lora", "--disable-log-stats", "--max-num-active-seqs",
+    "--long-prefill-token-threshold-adaptive", "--disable-hybrid-kv-cache-manager",
+    "--enable-expert-parallel", "--decode-context-parallel-size",
+})
+
+
+def _tokens(argv: str | Sequence[str]) -> list[str]:
+    if isinstance(argv, str):
+        tokens = shlex.split(argv)
+    elif isinstance(argv, Sequence) and all(isinstance(t, str) for t in argv):
+        tokens = list(argv)
+    else:
+        raise TypeError(f"argv must be a command line string or a list of strings, got {argv!r}")
+    if tokens[:2] == ["vllm", "serve"]:
+        tokens = tokens[2:]
+    elif tokens[:1] == ["serve"]:
+        tokens = tokens[1:]
+    return tokens
+
+
+def _name(token: str) -> str:
+    """Underscores in a flag name read as dashes (FlexibleArgumentParser.parse_args)."""
+    if token.startswith("--"):
+        return "--" + token[2:].replace("_", "-")
+    return token
+
+
+def parse_vllm_args(
+    argv: str | Sequence[str],
+    *,
+    unmodelled: Literal["error", "return"] = "error",
+) -> dict[str, Any]:
+    """vLLM flags as ``SimConfig`` fields and parallel/cache settings.
+
+    Args:
+        argv: a command line (``"vllm serve MODEL --max-model-len 32k -tp 4"``, the
+            ``vllm serve`` prefix optional) or its tokens.
+        unmodelled: ``"error"``: a flag vLLM has but tokpool does not model raises;
+            ``"return"``: it is returned under ``"unmodelled"`` (flag -> value or ``True``).
+
+    Returns:
+        Only the flags given: ``model``, ``max_num_batched_tokens``, ``max_num_seqs``,
+        ``max_model_len`` (``None`` for ``auto``/-1), ``async_scheduling``, ``enforce_eager``,
+        ``enable_chunked_prefill``, ``max_cudagraph_capture_size``, ``cudagraph_capture_sizes``
+        (tuple), ``long_prefill_token_threshold`` (``None`` for 0, vLLM's "no limit"),
+        ``dtype`` (omitted for ``auto``: the model's dtype), ``use_activation``/``task``/
+        ``pooling``/``step_tag_id``/``returned_token_ids`` from ``--pooler-config``;
+        ``tensor_parallel_size``, ``pipeline_parallel_size``, ``data_parallel_size``,
+        ``gpu_memory_utilization``, ``block_size``, ``kv_cache_dtype``.
+
+    Raises:
+        ValueError: an unknown flag (listed with the supported ones), an unmodelled flag, a
+            flag without its value, a bad value (flag and value named), a stray positional.
+        TypeError: ``argv`` of another type.
+
+    Example:
+        >>> parse_vllm_args("vllm serve Qwen/Qwen3-Embedding-8B --max-model-len 32K -tp 4")
+        {'model': 'Qwen/Qwen3-Embedding-8B', 'max_model_len': 32768, 'tensor_parallel_size': 4}
+    """
+    if unmodelled not in ("error", "return"):
+        raise ValueError(f"unmodelled must be 'error' or 'return', got {unmodelled!r}")
+    tokens = _tokens(argv)
+    out: dict[str, Any] = {}
+    unknown: list[str] = []
+    skipped: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not token.startswith("-"):
+            if "model" in out or i > 1:
+                raise ValueError(f"unexpected positional argument {token!r}; only the model "
+                                 "may come first (vllm serve MODEL --flag value ...)")
+            out["model"] = token
+            continue
+        key, eq, inline = token.partition("=")
+        key = _ALIASES.get(_name(key), _name(key))
+        if "." in key:
+            raise ValueError(f"{token!r}: dotted flags are not supported; pass the whole JSON "
+                             "(e.g. --pooler-config '{\"use_activation\": false}')")
+        negated = key.startswith("--no-") and _FLAGS.get("--" + key[5:], ("", None))[1] == "bool"
+        base = "--" + key[5:] if negated else key
+        if base not in _FLAGS:
+            if base in UNMODELLED_FLAGS or (key.startswith("--no-") and
+                                           "--" + key[5:] in UNMODELLED_FLAGS):
+                value: Any = inline if eq else True
+                if not eq and i < len(tokens) and not tokens[i].startswith("-"):
+                    value = tokens[i]
+                    i += 1
+                skipped[key] = value
+            else:
+                unknown.append(token)
+                while i < len(tokens) and not tokens[i].startswith("-"):
+                    i += 1  # its values: reported with the flag, not as positionals
+            continue
+        dest, parse = _FLAGS[base]
+        if parse == "bool":
+            if eq:
+                raise ValueError(f"{token!r}: {base} takes no value; use {base} or "
+                                 f"--no-{base[2:]}")
+            out[dest] = not negated
+            continue
+        if eq:
+            values = [inline]
+        else:
+            values = []
+            while i < len(tokens) and not (tokens[i].startswith("-") and
+                                           not re.fullmatch(r"-\d+", tokens[i])):
+                values.append(tokens[i])
+                i += 1
+                if parse != "list":
+                    break
+        if not values:
+            raise ValueError(f"{base} needs a value")
+        try:
+            if parse == "list":
+                out[dest] = tuple(_int(v) for v in values)
+            else:
+                out[dest] = parse(values[0])
+        except (ValueError, json.JSONDecodeError) as err:
+            raise ValueError(f"{base} {' '.join(values)}: {err}") from None
+    if unknown:
+        hints = [f"{u} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(
+            _name(u.split("=")[0]), SUPPORTED_FLAGS, n=1)) else u for u in unknown]
+        raise ValueError(f"unknown vLLM flag(s) {hints}; tokpool supports {list(SUPPORTED_FLAGS)} "
+                         f"and knows but does not model {sorted(UNMODELLED_FLAGS)}")
+    _normalise(out)
+    if skipped:
+        if unmodelled == "error":
+            raise ValueError(
+                f"vLLM flag(s) {sorted(skipped)} are not modelled by tokpool's simulator; remove "
+                "them, or pass unmodelled='return' to get them back under 'unmodelled'"
+            )
+        out["unmodelled"] = skipped
+    return out
+
+
+def _normalise(out: dict[str, Any]) -> None:
+    """vLLM's values as tokpool's fields (aliases, ``auto``, 0 = no limit, pooler JSON)."""
+    if "dtype" in out:
+        dtype = _MODEL_DTYPES[out.pop("dtype")]
+        if dtype is not None:
+            out["dtype"] = dtype
+    if out.get("long_prefill_token_threshold") == 0:
+        out["long_prefill_token_threshold"] = None  # SchedulerConfig default 0: no limit
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                 "block_size", "max_num_seqs", "max_num_batched_tokens"):
+        if name in out and out[name] < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {out[name]}")
+    utilization = out.get("gpu_memory_utilization")
+    if utilization is not None and not 0 < utilization <= 1:
+        raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {utilization}")
+    pooler = out.pop("pooler_config", None)
+    if pooler is None:
+        return
+    if not isinstance(pooler, dict):
+        raise ValueError(f"--pooler-config must be a JSON object, got {pooler!r}")
+    other = sorted(set(pooler) - set(_POOLER_KEYS))
+    if other:
+        raise ValueError(f"--pooler-config keys {other} are not modelled by tokpool; it models "
+                         f"{sorted(_POOLER_KEYS)}")
+    for key, value in pooler.items():
+        if value is None:
+            continue
+        if key == "returned_token_ids":
+            value = tuple(value)
+        if key in ("tok_pooling_type", "pooling_type") and value not in ("ALL", "STEP", "LAST"):
+            raise ValueError(f"--pooler-config {key}={value!r}: tokpool simulates ALL, STEP "
+                             "and LAST pooling")
+        out[_POOLER_KEYS[key]] = value
