@@ -61,7 +61,8 @@ def test_kv_and_weight_bytes_per_rank():
     assert kv_bytes_per_token_per_rank(QWEN3_8B, kv_cache_dtype="fp8") == 2 * 36 * 8 * 128
     assert weight_bytes_per_rank(QWEN3_8B, tp=4) == 7_567_295_488 * 2 // 4 == 3_783_647_744
     # a plain ModelPreset (no KV heads): all attention heads, bf16
-    assert kv_bytes_per_token_per_rank(MODEL_PRESETS["SmolLM2-135M"]) == 2 * 30 * 9 * 64 * 2
+    # the preset carries SmolLM2's 3 KV heads (grouped-query attention)
+    assert kv_bytes_per_token_per_rank(MODEL_PRESETS["SmolLM2-135M"]) == 2 * 30 * 3 * 64 * 2
     with pytest.raises(ValueError, match="not sized"):
         kv_cache_dtype_bytes("nvfp4", 2)
 

@@ -175,16 +175,17 @@ def test_kv_cache_preempts_the_last_running_request_worked_by_hand():
     # steps 0-1 fill all 4 blocks; in step 2 request 0 needs a 3rd block, so request 1 (the
     # last running) is preempted: its blocks are freed and it restarts from token 0 later,
     # and no waiting request is admitted in that step (as vLLM's ``if not preempted_reqs``).
+    # kv_blocks: held during the step, a finishing request's included.
     steps = schedule([40, 40], max_num_batched_tokens=32, max_num_seqs=8,
                      enable_chunked_prefill=True, long_prefill_token_threshold=16,
                      kv_cache_blocks=4, block_size=16)
     assert [(s.chunks, s.preempted, s.kv_blocks) for s in steps] == [
         (((0, 0, 16), (1, 0, 16)), (), 2),
         (((0, 16, 32), (1, 16, 32)), (), 4),
-        (((0, 32, 40),), (1,), 0),
+        (((0, 32, 40),), (1,), 3),
         (((1, 0, 16),), (), 1),
         (((1, 16, 32),), (), 2),
-        (((1, 32, 40),), (), 0),
+        (((1, 32, 40),), (), 3),
     ]
     with pytest.raises(ValueError, match="5 KV blocks of 16 tokens, but the KV cache has 4"):
         schedule([80], max_num_batched_tokens=32, max_num_seqs=8, enable_chunked_prefill=True,

@@ -227,6 +227,12 @@ def _sim_config(args: argparse.Namespace, **overrides):
     if args.task:
         fields["task"] = args.task
     fields.update(overrides)
+    if getattr(args, "vllm_args", None):
+        # The vLLM line decides the engine; tokpool's own options add what it cannot say.
+        return tp.SimConfig.from_vllm_args(
+            args.vllm_args, model=args.model_preset, hardware=args.hardware,
+            **{k: v for k, v in overrides.items() if k != "async_scheduling" or v},
+        )
     if args.model_preset:
         task = fields.pop("task", None)
         if args.hidden_size:
@@ -417,6 +423,10 @@ def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "anal
                    help="longest prompt accepted (default: the model preset's context)")
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: every step writes a fresh output tensor")
+    p.add_argument("--vllm-args", default=None,
+                   help='a "vllm serve MODEL ..." line or its flags, e.g. "--max-num-batched-'
+                        'tokens 8192 -tp 4 --async-scheduling" (vLLM 0.33.0 names; an unknown '
+                        "or unmodelled flag is an error); the engine options above are ignored")
     p.add_argument("--output-memory", choices=("vllm", "one_buffer"), default="vllm",
                    help="where step outputs live: vLLM's graph/eager rule (default) or the "
                         "teaching model's one buffer rewritten by every step")

@@ -133,7 +133,8 @@ def run_encode(source, *, pooler, task: str, chunk_size: int | None, async_sched
         hidden_size=source.hidden_size, dtype=source.dtype,
         # Every unfinished prompt runs in every step (as many sequences as vLLM's default
         # allows, which also sets its CUDA-graph sizes: capped at 2 x max_num_seqs).
-        max_num_batched_tokens=sum(lens), max_num_seqs=max(256, len(lens)),
+        # (vLLM's budget >= max_num_seqs holds: every prompt has a token)
+        max_num_batched_tokens=sum(lens), max_num_seqs=max(len(lens), min(256, sum(lens))),
         long_prefill_token_threshold=chunk_size, enable_chunked_prefill=chunk_size is not None,
         async_scheduling=async_scheduling, policy=policy,
     )

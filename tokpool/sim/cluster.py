@@ -153,7 +153,7 @@ def kv_bytes_per_token_per_rank(
     """
     if preset.attn_type == "encoder_only":
         return 0
-    kv_heads = getattr(preset, "num_kv_heads", 0) or preset.num_attention_heads
+    kv_heads = preset.num_key_value_heads or preset.num_attention_heads
     size = kv_cache_dtype_bytes(kv_cache_dtype, _model_bytes(preset, dtype_bytes))
     return (
         2                                              # K and V
@@ -265,3 +265,33 @@ def pooling_share_of_kv(
     if isinstance(pooling_peak_bytes, Sequence):
         return [int(b) / kv for b in pooling_peak_bytes]
     return int(pooling_peak_bytes) / kv
+
+
+def pooling_takes_kv_from(config, *, longest: int | None = None) -> int | None:
+    """The shortest prompt whose pooling peak exceeds the activation memory vLLM reserves
+    outside the KV cache (its profiling run's peak): from there on, pooling's bytes can only
+    come out of the KV cache, so the engine holds fewer tokens at once and preempts under load.
+
+    vLLM sizes the KV cache once, at start-up, from a profiling forward of
+    ``max_num_batched_tokens`` tokens (``gpu_worker.determine_available_memory``); pooling's
+    long-prompt outputs are not in that profile.
+
+    Args:
+        config: a ``SimConfig`` (one request per prompt length; its ``estimated_activation_
+            peak_bytes`` is the reserve).
+        longest: the longest prompt to consider (default ``config.max_model_len``).
+
+    Returns:
+        The prompt length in tokens, or ``None`` when no prompt up to ``longest`` exceeds it.
+    """
+    import numpy as np
+
+    from .closed_form import single_request
+
+    top = longest or config.max_model_len
+    if top is None:
+        raise ValueError("give longest= (the config has no max_model_len)")
+    lens = np.arange(1, int(top) + 1, dtype=np.int64)
+    peak = single_request(lens, config)["peak_pooling_bytes"]
+    over = np.flatnonzero(peak > config.estimated_activation_peak_bytes)
+    return int(lens[over[0]]) if over.size else None

@@ -85,6 +85,22 @@ class SimConfig:
             unlimited). A full cache preempts the last running request: its pooling state is
             cleaned and its prefill restarts (``SimResult.requests["num_preemptions"]``).
         block_size: tokens per KV-cache block (vLLM's default 16).
+        gpu_memory_utilization: with a model preset, sizes the KV cache as vLLM does
+            (``tokpool.sim.cluster.kv_cache_capacity_tokens``): this share of the device's
+            memory, minus the weights and the forward's activation peak per rank, in whole
+            blocks. ``None`` (default): ``kv_cache_blocks`` as given (unlimited if ``None``).
+            ``SimConfig.from_vllm_args`` sets vLLM's 0.92.
+        kv_cache_dtype: vLLM's ``--kv-cache-dtype`` (``"auto"``: the model dtype).
+        activation_peak_bytes: the forward's activation peak per rank that vLLM's profiling
+            run measures; default an ESTIMATE of 8 hidden-state rows per budget token.
+        tensor_parallel_size, pipeline_parallel_size: the engine's parallelism. The pooler
+            runs on every tensor-parallel rank of the last pipeline stage
+            (``GPUModelRunner.pool``), each holding the whole hidden width, so the ledger's
+            pooling bytes are per rank as they are; weights and KV split over the ranks
+            (``kv_bytes`` is per rank).
+        data_parallel_size: engines side by side, each with its own requests (the least-loaded
+            engine gets the next; ``cluster.data_parallel_split``). A run simulates ONE engine:
+            give it that engine's requests.
         max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
             the model preset's context, else no limit. A longer prompt raises ``ValueError``.
         long_prefill_token_threshold: most tokens one request takes in a step (vLLM's flag;
@@ -151,6 +167,12 @@ class SimConfig:
     async_overwrite: AsyncOverwrite = "forward_start"
     kv_cache_blocks: int | None = None
     block_size: int = 16
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str = "auto"
+    activation_peak_bytes: int | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
     # Fields left None and filled from defaults: ``replace`` resolves them again.
     _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
@@ -158,7 +180,7 @@ class SimConfig:
         set_ = object.__setattr__  # frozen: normalise once, here
         set_(self, "_defaulted", tuple(
             name for name in ("hidden_size", "max_num_batched_tokens", "max_num_seqs",
-                              "enable_chunked_prefill", "max_model_len")
+                              "enable_chunked_prefill", "max_model_len", "kv_cache_blocks")
             if getattr(self, name) is None
         ))
         set_(self, "model", resolve_model(self.model))
@@ -178,6 +200,9 @@ class SimConfig:
         _check_int("max_model_len", self.max_model_len, minimum=1, optional=True)
         _check_int("kv_cache_blocks", self.kv_cache_blocks, minimum=1, optional=True)
         _check_int("block_size", self.block_size, minimum=1)
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            _check_int(name, getattr(self, name), minimum=1)
+        _check_int("activation_peak_bytes", self.activation_peak_bytes, minimum=0, optional=True)
         _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, minimum=1,
                    optional=True)
         _check_int("num_returned_columns", self.num_returned_columns, minimum=1, optional=True)
@@ -258,11 +283,47 @@ class SimConfig:
                 )
         set_(self, "max_num_batched_tokens", tokens)
         set_(self, "max_num_seqs", seqs)
+        if self.gpu_memory_utilization is not None and self.kv_cache_blocks is None:
+            set_(self, "kv_cache_blocks", self._kv_blocks_from_memory())
+
+    def _kv_blocks_from_memory(self) -> int:
+        from .cluster import kv_cache_capacity_tokens
+
+        if self.model is None:
+            raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
+                             "and KV bytes per token: give a model preset (model=...)")
+        return kv_cache_capacity_tokens(
+            self.model, gpu_memory_bytes=self.hardware.hbm_bytes,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
+            activation_peak_bytes=self.estimated_activation_peak_bytes,
+            block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
+            dtype_bytes=self.dtype_size,
+        ) // self.block_size
+
+    @property
+    def estimated_activation_peak_bytes(self) -> int:
+        """The forward's activation peak per rank: ``activation_peak_bytes``, else an ESTIMATE
+        of 8 hidden-state rows per budget token (residual, norm, QKV, attention output, MLP)."""
+        if self.activation_peak_bytes is not None:
+            return self.activation_peak_bytes
+        return (
+            self.max_num_batched_tokens  # tokens in vLLM's profiling run
+            * self.hidden_size           # columns
+            * 8                          # live rows of that width per token (ESTIMATE)
+            * self.dtype_size            # bytes per element
+        )
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token of the model preset (0 without one)."""
-        return self.model.kv_bytes_per_token(self.dtype_size) if self.model is not None else 0
+        """KV-cache bytes per token on the most loaded rank (0 without a model preset)."""
+        if self.model is None:
+            return 0
+        from .cluster import kv_bytes_per_token_per_rank
+
+        return kv_bytes_per_token_per_rank(
+            self.model, tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
+            kv_cache_dtype=self.kv_cache_dtype, dtype_bytes=self.dtype_size)
 
     @property
     def vllm_device(self):
@@ -414,6 +475,55 @@ class SimConfig:
         for name in self._defaulted:
             changes.setdefault(name, None)
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_hf_config(cls, source, **overrides) -> SimConfig:
+        """A config from a Hugging Face config — a model directory, a ``config.json`` path, a
+        dict or a ``transformers.PretrainedConfig`` — offline: width, labels, context, dtype,
+        layers and heads (KV bytes, FLOPs), architecture → pooling, tasks and chunking
+        (``tokpool.sim.model_config.simconfig_fields_from_hf``).
+
+        Example:
+            >>> SimConfig.from_hf_config("path/to/Qwen3-Embedding-8B")  # doctest: +SKIP
+        """
+        from .model_config import simconfig_fields_from_hf
+
+        return cls(**simconfig_fields_from_hf(source, **overrides))
+
+    @classmethod
+    def from_vllm_args(cls, argv, *, model=None, **overrides) -> SimConfig:
+        """A config from a ``vllm serve`` line or its flags (vLLM 0.33.0's names and meanings,
+        ``tokpool.sim.vllm_args.parse_vllm_args``); an unknown or unmodelled flag raises.
+
+        Args:
+            argv: e.g. ``"vllm serve Qwen/Qwen3-Embedding-8B --max-num-batched-tokens 8192
+                -tp 4 --async-scheduling"``.
+            model: a preset, a preset name or hub id, or a config source for
+                ``from_hf_config`` (default: the line's model).
+            **overrides: any other ``SimConfig`` field.
+
+        The KV cache is sized as vLLM sizes it (``gpu_memory_utilization``, default 0.92).
+        """
+        from .hardware import MODEL_PRESETS
+        from .vllm_args import parse_vllm_args
+
+        fields = parse_vllm_args(argv)
+        named = fields.pop("model", None)
+        source = model if model is not None else named
+        extra = sorted(set(fields) - {f.name for f in dataclasses.fields(cls) if f.init})
+        if extra:
+            raise ValueError(f"{extra} parsed from the vLLM flags have no SimConfig field")
+        fields.setdefault("gpu_memory_utilization", 0.92)
+        fields.update(overrides)
+        if source is None:
+            raise ValueError("from_vllm_args needs a model: in the line (vllm serve MODEL) or "
+                             "as model=... (a preset name, hub id, directory or config dict)")
+        names = {k.lower() for k in MODEL_PRESETS} | {
+            m.hf_id.lower() for m in MODEL_PRESETS.values()}
+        if isinstance(source, ModelPreset) or (isinstance(source, str)
+                                               and source.lower() in names):
+            return cls.for_model(source, **fields)
+        return cls.from_hf_config(source, **fields)
 
     @classmethod
     def for_model(

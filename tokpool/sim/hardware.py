@@ -117,7 +117,11 @@ class ModelPreset:
     num_key_value_heads: int | None = None
 
     def kv_bytes_per_token(self, dtype_size: int) -> int:
-        """KV-cache bytes one token holds: K and V, every layer, every KV head."""
+        """KV-cache bytes one token holds on ONE device holding the whole model: K and V,
+        every layer, every KV head; 0 for encoder-only models (vLLM keeps no KV cache for
+        them: ``EncoderOnlyAttention.get_kv_cache_spec`` returns ``None``)."""
+        if self.attn_type == "encoder_only":
+            return 0
         kv_heads = self.num_key_value_heads or self.num_attention_heads
         return (
             2                   # K and V

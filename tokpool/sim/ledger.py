@@ -60,8 +60,9 @@ STEP_COLUMNS: dict[str, str] = {
     "stranded_bytes": "part of pool_bytes that is stranded: rows of earlier EAGER steps' "
                       "output tensors that no kept view covers but that views keep alive "
                       "(a view pins its whole step tensor)",
-    "kv_bytes": "KV-cache bytes held by running requests after the step (blocks × block_size "
-                "× the model preset's KV bytes per token; 0 without a model preset)",
+    "kv_bytes": "KV-cache bytes held during the step, per rank: the blocks of the running "
+                "requests, finishing ones included (× block_size × KV bytes per token per rank; "
+                "0 without a model preset)",
     "est_forward_s": "ESTIMATE: roofline forward time of the step (NaN without a model preset)",
     "est_pool_s": "ESTIMATE: 2 * copy_bytes / HBM bandwidth",
     "est_d2h_s": "ESTIMATE: d2h_bytes / PCIe bandwidth",

@@ -54,15 +54,12 @@ class HFModelPreset(ModelPreset):
     """A ``ModelPreset`` read from a config.json, with what the KV cache needs.
 
     Attributes:
-        num_kv_heads: key/value heads (grouped-query attention; equals the attention heads
-            without GQA).
         torch_dtype: the checkpoint's dtype name (``"bfloat16"``, ...).
         architecture: ``architectures[0]`` of the config.
         model_type: the config's ``model_type``.
         intermediate_size: the MLP width.
     """
 
-    num_kv_heads: int = 0
     torch_dtype: str = "bfloat16"
     architecture: str = ""
     model_type: str = ""
@@ -80,25 +77,15 @@ class HFModelPreset(ModelPreset):
         """Bytes per weight / KV element as served (``served_dtype``)."""
         return dtype_size(resolve_dtype(self.served_dtype, what="torch_dtype"))
 
-    def kv_bytes_per_token(self, dtype_bytes: int | None = None) -> int:
-        """KV-cache bytes one token occupies on ONE device holding the whole model; 0 for
-        ``encoder_only`` models (vllm/model_executor/layers/attention/
-        encoder_only_attention.py: ``get_kv_cache_spec`` returns ``None``).
+    @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads (grouped-query attention): ``num_key_value_heads``."""
+        return self.num_key_value_heads or self.num_attention_heads
 
-        Args:
-            dtype_bytes: bytes per KV element (vLLM's ``--kv-cache-dtype``); default the
-                served dtype (``--kv-cache-dtype auto``).
-        """
-        if self.attn_type == "encoder_only":
-            return 0  # EncoderOnlyAttention.get_kv_cache_spec returns None: no KV cache
-        size = self.dtype_bytes if dtype_bytes is None else dtype_bytes
-        return (
-            2                    # K and V
-            * self.num_layers    # layers
-            * self.num_kv_heads  # heads
-            * self.head_dim      # elements per head
-            * size               # bytes per element
-        )
+    def kv_bytes_per_token(self, dtype_bytes: int | None = None) -> int:
+        """``ModelPreset.kv_bytes_per_token`` in the served dtype by default (vLLM's
+        ``--kv-cache-dtype auto``); 0 for encoder-only models."""
+        return super().kv_bytes_per_token(self.dtype_bytes if dtype_bytes is None else dtype_bytes)
 
 
 def _load(source: Any) -> tuple[dict, Path | None]:
@@ -296,7 +283,7 @@ def preset_from_hf_config(
         attn_type=attn_type,
         seq_pooling_type=seq_pooling,
         tok_pooling_type=tok_pooling,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
         torch_dtype=str(dtype).replace("torch.", ""),
         architecture=arch,
         model_type=model_type,

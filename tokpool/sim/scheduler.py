@@ -39,8 +39,8 @@ class ScheduledStep:
         finished: requests whose last prompt token is computed in this step, batch order.
         preempted: requests preempted at the start of this step (KV cache full): their KV
             blocks and pooling state are dropped and their prefill restarts from token 0.
-        kv_blocks: KV-cache blocks held by running requests after the step (0 without a KV
-            cache limit... and then counted all the same).
+        kv_blocks: KV-cache blocks held during the step: the running requests', finishing
+            ones included (counted with or without a KV-cache limit).
     """
 
     index: int
@@ -191,13 +191,14 @@ def schedule(
         rows = [chunks[i] for i in step_order([stop - start for _, start, stop in chunks])]
         finished = [r for r, _, stop in rows if stop == lens[r]]
         done = set(finished)
+        kv_blocks = kv.used  # held during the step, the finishing requests' included
         for r in finished:
             kv.free(r)  # a pooling request is done after its prefill
         running = [r for r in running if r not in done]
         if not chunks and not preempted:
             raise RuntimeError(f"scheduler made no progress at step {index}")  # a bug guard
         steps.append(ScheduledStep(index, tuple(rows), tuple(finished), tuple(preempted),
-                                   kv.used))
+                                   kv_blocks))
         index += 1
     return steps
 
