@@ -320,3 +320,22 @@ def test_ownership_figure_width_is_capped_as_steps_grow() -> None:
     assert many.display_width <= MAX_FIGURE_WIDTH * 100 + 40  # 100 CSS px per inch, + margin
     few = widgets.render_ownership([20], max_num_batched_tokens=8, hidden_size=8)
     assert few.display_width < many.display_width
+
+
+def test_memory_explorer_takes_your_model_and_tensor_parallel_size() -> None:
+    import json
+
+    own = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+           "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151665,
+           "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}
+    ex = tp.memory_explorer(prompt_len=(1024, 1 << 15))
+    ex.your_model.value = json.dumps(own)
+    one_gpu = ex.view.data["kv_cache_bytes"]
+    ex.tensor_parallel_size.value = 4
+    config = ex.view.data["config"]
+    assert ex.error is None and config.tensor_parallel_size == 4 and config.hidden_size == 4096
+    assert ex.view.data["kv_cache_bytes"] > one_gpu  # a quarter of the weights per GPU
+    assert "of KV" in ex.view.html and "tensor-parallel size 4" in ex.view.html
+    ex.your_model.value = "/nonexistent/config.json"
+    assert ex.view is None and "no config.json" in ex.error

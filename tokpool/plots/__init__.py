@@ -10,7 +10,12 @@ from ._style import figure_png, format_bytes, format_range, format_tokens
 from .embeddings import cosine_similarity_matrix, pca_2d, plot_similarity, plot_token_pca
 from .equivalence import plot_chunked_error
 from .gate import gate_categories, plot_task_gate
-from .memory import plot_memory_timeline, plot_memory_vs_prompt_length, plot_time_vs_prompt_length
+from .memory import (
+    plot_memory_timeline,
+    plot_memory_vs_prompt_length,
+    plot_pooling_share_of_kv,
+    plot_time_vs_prompt_length,
+)
 from .rewards import plot_step_rewards
 from .schedule import (
     CHUNK_KINDS,
@@ -47,6 +52,7 @@ __all__ = [
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
     "plot_ownership_schedule",
+    "plot_pooling_share_of_kv",
     "plot_similarity",
     "plot_step_rewards",
     "plot_task_gate",

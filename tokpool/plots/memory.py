@@ -379,3 +379,60 @@ def _format_seconds(v: float, _: Any = None) -> str:
         if v >= scale:
             return f"{v / scale:g} {unit}"
     return f"{v:.0e} s"
+
+
+@styled
+def plot_pooling_share_of_kv(
+    df: pd.DataFrame,
+    kv_cache_bytes: int,
+    *,
+    async_scheduling: bool | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Pooling's peak bytes as a share of the memory the KV cache has, per policy.
+
+    The number an operator needs: above 100 % one prompt's pooling outgrows the whole KV cache
+    of a rank; any share comes out of what the engine can hold at once if vLLM's activation
+    reserve does not cover it (``tokpool.sim.cluster.pooling_takes_kv_from``).
+
+    Args:
+        df: a ``tp.sweep(...)`` DataFrame (per-rank bytes).
+        kv_cache_bytes: KV-cache memory of one rank (``tokpool.sim.cluster.
+            kv_cache_memory_bytes``, or ``config.kv_cache_blocks × block_size ×
+            config.kv_bytes_per_token``).
+        async_scheduling: which rows to draw (default: async when the sweep has both).
+        ax: axes to draw into (a new figure when ``None``).
+        title: axes title.
+
+    Returns:
+        The axes.
+
+    Raises:
+        ValueError: a non-positive ``kv_cache_bytes`` or a sweep without its columns.
+    """
+    if kv_cache_bytes <= 0:
+        raise ValueError(f"kv_cache_bytes must be > 0, got {kv_cache_bytes}")
+    missing = [c for c in ("prompt_len", "policy", "peak_pooling_bytes") if c not in df.columns]
+    if missing:
+        raise ValueError(f"df lacks column(s) {missing}; it has {list(df.columns)}")
+    df, mode = _select_async(df, async_scheduling)
+    df = df.assign(kv_share=100.0 * df["peak_pooling_bytes"] / kv_cache_bytes)
+    ax = new_axes(ax, (9.2, 4.6))
+    for policy, g in df.groupby("policy", sort=False):
+        g = g.sort_values("prompt_len")
+        ax.plot(g["prompt_len"], g["kv_share"].clip(lower=1e-6), label=str(policy),
+                color=POLICY_COLOURS.get(policy), lw=2)
+    ax.axhline(100, color="0.2", lw=1.2, ls="--", label="the whole KV cache of a rank")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _tokens_axis(ax.xaxis)
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g} %"))
+    ax.set_xlabel("prompt length (tokens)")
+    ax.set_ylabel("pooling peak / KV-cache memory")
+    handles, _ = ax.get_legend_handles_labels()
+    _outside_legend(ax, handles)
+    ax.set_title(title if title is not None else
+                 f"Pooling's share of the memory left for the KV cache ({mode})",
+                 loc="left", fontsize=10)
+    return ax

@@ -18,6 +18,7 @@ the table.
 from __future__ import annotations
 
 import html as _html
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -465,6 +466,10 @@ class MemoryExplorer(Explorer):
         prompt_len: ``SelectionRangeSlider`` over 256 … 1M tokens (value: ``(low, high)``).
         policies: ``MultiToggle`` of the retention policies (value: a tuple of names).
         async_scheduling: ``ToggleButton``.
+        your_model: ``Text``: a config.json path, a model directory or a config as JSON; when
+            set it replaces the ``model`` preset (``SimConfig.from_hf_config``).
+        tensor_parallel_size: ``IntSlider`` 1 … 8, GPUs the model is split over (weights and
+            KV heads split; each GPU pools the whole width; the table's "of KV" share).
     """
 
     def __init__(self, *, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
@@ -503,11 +508,19 @@ class MemoryExplorer(Explorer):
         self.policies = MultiToggle(RETENTION_POLICIES, chosen, description="policies")
         self.async_scheduling = W.ToggleButton(value=async_scheduling,
                                                description="async scheduling", icon="bolt")
+        self.your_model = W.Text(value="", continuous_update=False, description="your model",
+                                 placeholder="config.json path, model directory or JSON",
+                                 style=_WIDE, layout=W.Layout(width="440px"))
+        self.tensor_parallel_size = W.IntSlider(value=1, min=1, max=8, continuous_update=False,
+                                                description="tensor-parallel GPUs", style=_WIDE,
+                                                layout=_slider_layout())
         super().__init__([self.model, self.hardware, self.task, self.dtype, self.head_dtype,
-                          self.budget, self.prompt_len, self.policies, self.async_scheduling])
+                          self.budget, self.prompt_len, self.policies, self.async_scheduling,
+                          self.your_model, self.tensor_parallel_size])
         self.model.observe(self._relabel, names="value")
         self._watch(self.model, self.hardware, self.task, self.dtype, self.head_dtype,
-                    self.budget, self.prompt_len, self.policies, self.async_scheduling)
+                    self.budget, self.prompt_len, self.policies, self.async_scheduling,
+                    self.your_model, self.tensor_parallel_size)
         self.update()
 
     @staticmethod
@@ -543,8 +556,13 @@ class MemoryExplorer(Explorer):
         task = None if self.task.value == "default" else self.task.value
         head: str | None = {"default": "default", "same": self.dtype.value}.get(
             self.head_dtype.value, self.head_dtype.value)
+        own = self.your_model.value.strip()
+        model: Any = self.model.value
+        if own:
+            model = json.loads(own) if own.startswith("{") else own
         return render_memory(
-            model=self.model.value, hardware=self.hardware.value, task=task,
+            model=model, hardware=self.hardware.value, task=task,
+            tensor_parallel_size=self.tensor_parallel_size.value,
             dtype=self.dtype.value, head_dtype=head, prompt_len=self.prompt_len.value,
             policies=self.policies.value, async_scheduling=self.async_scheduling.value,
             max_num_batched_tokens=self.budget.value,

@@ -28,11 +28,13 @@ def render_memory(
     async_scheduling: bool = True,
     max_num_batched_tokens: int | None = None,
     points_per_doubling: int = 2,
+    tensor_parallel_size: int = 1,
 ) -> View:
     """Peak pooling memory vs prompt length for a model and hardware preset (analytic sweep).
 
     Args:
-        model: a name in ``tp.MODEL_PRESETS``.
+        model: a name in ``tp.MODEL_PRESETS``, or YOUR model: a config.json path, a model
+            directory or a config dict (``SimConfig.from_hf_config``).
         hardware: a name in ``tp.HARDWARE_PRESETS`` (its memory is the reference line).
         task: ``token_embed``, ``token_classify`` or ``embed`` (default: the preset's).
         dtype: hidden-state dtype.
@@ -46,6 +48,9 @@ def render_memory(
         async_scheduling: async or sync scheduling.
         max_num_batched_tokens: the chunk budget per step (default: the simulator's).
         points_per_doubling: sweep resolution.
+        tensor_parallel_size: GPUs the model is split over: weights and KV heads split, each
+            GPU of the last stage pools the whole width. With a decoder model, the table also
+            gives the share of one GPU's KV-cache memory (vLLM's sizing, utilization 0.92).
 
     Returns:
         ``View``: ``png`` = the curves; ``html`` = a table of peaks at a few lengths (and the
@@ -62,7 +67,15 @@ def render_memory(
     overrides: dict = {"dtype": dtype, "hardware": hardware}
     if head_dtype != "default":
         overrides["head_dtype"] = head_dtype
-    preset = SimConfig.for_model(model, task=task, **overrides)
+    from ..sim import MODEL_PRESETS
+
+    overrides["tensor_parallel_size"] = tensor_parallel_size
+    if isinstance(model, str) and model in MODEL_PRESETS:
+        preset = SimConfig.for_model(model, task=task, **overrides)
+    else:  # your own model: a config.json, a directory or a dict
+        preset = SimConfig.from_hf_config(model, **({"task": task} if task else {}),
+                                          **overrides)
+        model = preset.model.name
     context = preset.max_model_len or 1 << 20
     if prompt_len is None:
         prompt_len = (min(1024, context), context)
@@ -92,16 +105,39 @@ def render_memory(
     table = df[df["prompt_len"].isin(shown)].pivot(index="policy", columns="prompt_len",
                                                   values="peak_pooling_bytes")
     table = table.reindex([p for p in policies if p in table.index])
-    cells = table.map(lambda b: f"{format_bytes(b)} ({b / hbm:.1%})")
+    kv = _kv_memory_bytes(config)
+    cells = table.map(lambda b: f"{format_bytes(b)} ({b / hbm:.1%})"
+                      + (f", {b / kv:.1%} of KV" if kv else ""))
     cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
-    caption = (f"Peak device bytes held by pooling (share of {hardware}'s "
-               f"{format_bytes(hbm)}); the model's weights and KV cache come on top.")
+    caption = (f"Peak device bytes held by pooling per GPU (share of {hardware}'s "
+               f"{format_bytes(hbm)}"
+               + (f", and of the {format_bytes(kv)} its KV cache gets at "
+                  f"tensor-parallel size {tensor_parallel_size}" if kv else "")
+               + "); the model's weights and KV cache come on top.")
     if lifted:
         caption += (f" Prompts past {model}'s {context:,}-token context: simulated as if "
                     f"served with --max-model-len {prompt_len[1]:,}, which the model may not "
                     "support.")
     table_html = _table_html(cells, caption)
-    return View(html=table_html, png=png, table=df, data={"config": config, "peaks": table})
+    return View(html=table_html, png=png, table=df,
+                data={"config": config, "peaks": table, "kv_cache_bytes": kv})
+
+
+def _kv_memory_bytes(config) -> int:
+    """One GPU's KV-cache memory as vLLM sizes it (0: an encoder, or no room)."""
+    from ..sim.cluster import kv_cache_memory_bytes
+
+    if config.model is None or config.kv_bytes_per_token == 0:
+        return 0
+    try:
+        return kv_cache_memory_bytes(
+            config.model, gpu_memory_bytes=config.hardware.hbm_bytes,
+            gpu_memory_utilization=config.gpu_memory_utilization or 0.92,
+            tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
+            activation_peak_bytes=config.estimated_activation_peak_bytes,
+            dtype_bytes=config.dtype_size)
+    except ValueError:  # the weights alone do not fit: no KV cache at all
+        return 0
 
 
 def _table_html(cells: pd.DataFrame, caption: str) -> str:
