@@ -51,7 +51,7 @@ ERROR_TYPES: tuple[str, ...] = ("arithmetic", "carried_value", "wrong_operation"
 #: The error kinds of ``hard``: none of them occurs in ``train``.
 HARD_ERROR_TYPES: tuple[str, ...] = ("wrong_operand", "skipped_step")
 #: Examples per split of the shipped files (``data/prm/*.jsonl``).
-DEFAULT_SIZES: dict[str, int] = {"train": 800, "test": 400, "dev": 200, "hard": 400}
+DEFAULT_SIZES: dict[str, int] = {"train": 800, "test": 400, "dev": 200, "hard": 200}
 DEFAULT_SEED = 5
 _SPLIT_OFFSET = {"train": 0, "test": 1, "dev": 2, "hard": 3}
 #: The splits whose problems a split must not repeat (``train``/``test`` keep their original rule).
