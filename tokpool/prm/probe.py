@@ -444,7 +444,11 @@ def _load_file(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
     """A probe or an adapter file, told apart by the format in its header."""
     from .adapter import ADAPTER_FORMAT, read_format
 
-    if read_format(file) == ADAPTER_FORMAT:
+    found = read_format(file)
+    if found not in (ADAPTER_FORMAT, PROBE_FORMAT):
+        raise ValueError(f"{file} is not a tokpool probe or PRM adapter (format {found!r}, "
+                         f"expected {PROBE_FORMAT!r} or {ADAPTER_FORMAT!r})")
+    if found == ADAPTER_FORMAT:
         if model is not None:
             raise ValueError(f"{file} is a PRM adapter, which merges its weights into a fresh "
                              "copy of its base model; drop model= (it only applies to probes)")
