@@ -38,6 +38,7 @@ from tokpool.prm.evaluation import (
     baseline_rewards,
     choose_threshold,
     evaluate,
+    metrics_frame,
     paired_difference,
 )
 
@@ -134,27 +135,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
-def _fmt(metrics: dict, key: str) -> str:
-    value, (low, high) = metrics[key], metrics["ci95"][key]
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.3f} [{low:.3f}, {high:.3f}]"
-
-
 def table(report: dict[str, Any]) -> str:
-    """The model card's markdown table: metric [95 % CI] per PRM and split."""
-    names = ("smollm2-prm", "probe", "always_correct", "step_position")
-    keys = ("processbench_f1", "error_accuracy", "correct_accuracy", "first_error_accuracy",
-            "step_auroc_up_to_first_error", "step_auroc_all_steps")
-    lines = []
+    """The model card's markdown tables: metric [95 % CI] per PRM, per split."""
+    names = ["smollm2-prm", "probe", "always_correct", "step_position"]
+    blocks = []
     for split in SPLITS:
-        lines.append(f"\n**{split}** ({report[split]['probe']['n_examples']} examples)\n")
-        lines.append("| metric | " + " | ".join(names) + " |")
-        lines.append("|---" * (len(names) + 1) + "|")
-        for key in keys:
-            lines.append(f"| {key} | " + " | ".join(_fmt(report[split][n], key)
-                                                   for n in names) + " |")
-    return "\n".join(lines)
+        frame = metrics_frame(_clean(report), split, names=names)
+        lines = [f"| {frame.index.name} | " + " | ".join(frame.columns) + " |",
+                 "|---" * (len(frame.columns) + 1) + "|"]
+        lines += [f"| {label} | " + " | ".join(row) + " |" for label, row in
+                  zip(frame.index, frame.to_numpy().tolist(), strict=True)]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def _clean(value: Any) -> Any:

@@ -134,3 +134,14 @@ def test_loader_errors(tmp_path):
         tp.load_prm_dataset("validation")
     with pytest.raises(FileNotFoundError):
         tp.load_prm_dataset("test", path=tmp_path / "missing.jsonl")
+
+
+def test_module_entry_point_writes_the_data_and_finds_the_scripts(tmp_path, capsys):
+    from tokpool.prm.__main__ import SCRIPTS, main, script_path
+
+    main(["make-data", "--out", str(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dev.jsonl", "hard.jsonl", "test.jsonl", "train.jsonl"]
+    assert "hard:" in capsys.readouterr().out
+    for command, file in SCRIPTS.items():  # the training scripts live in scripts/, not the package
+        assert script_path(command).name == file and script_path(command).is_file()

@@ -160,9 +160,9 @@ def test_loading_errors_say_what_to_do(tmp_path, tiny_decoder, monkeypatch):
         tp.load_prm(tmp_path / "other.safetensors")
     # the shipped files missing (e.g. a non-editable install): how to rebuild them
     monkeypatch.setenv("TOKPOOL_DATA_DIR", str(tmp_path / "nowhere"))
-    with pytest.raises(FileNotFoundError, match="scripts/train_prm.py"):
+    with pytest.raises(FileNotFoundError, match=r"scripts/train_prm\.py"):
         tp.load_prm()
-    with pytest.raises(FileNotFoundError, match="scripts/train_probe.py"):
+    with pytest.raises(FileNotFoundError, match=r"scripts/train_probe\.py"):
         tp.load_prm("probe")
 
 

@@ -25,7 +25,9 @@ from .evaluation import (
     choose_threshold,
     evaluate,
     first_errors,
+    metrics_frame,
     paired_difference,
+    read_report,
     up_to_first_error,
 )
 from .memory import MEMORY_COLUMNS, prm_memory_table
@@ -71,10 +73,12 @@ __all__ = [
     "generate_prm_dataset",
     "load_prm",
     "load_prm_dataset",
+    "metrics_frame",
     "paired_difference",
     "prm_memory_table",
     "processbench_f1",
     "processbench_scores",
+    "read_report",
     "resolve_step_tag",
     "step_auroc",
     "step_logits",

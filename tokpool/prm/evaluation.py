@@ -13,19 +13,23 @@ measured by the same code:
   bootstrap 95 % CI over examples;
 - ``paired_difference(...)``: PRM A minus PRM B with a paired bootstrap CI;
 - ``baseline_rewards(records, kind)``: the trivial PRMs (``"always_correct"``,
-  ``"step_position"``).
+  ``"step_position"``);
+- ``read_report()``, ``metrics_frame(report, split)``: the shipped evaluation as a table.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from .metrics import processbench_scores, step_auroc
 from .steps import first_error_from_rewards
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Rewards = Sequence[Sequence[float]]
 Baseline = Literal["always_correct", "step_position"]
@@ -215,3 +219,73 @@ def paired_difference(
               else [math.nan, math.nan])
         out[k] = {"difference": pa[k] - pb[k], "ci95": ci}
     return out
+
+
+#: Row labels of ``metrics_frame``, in order.
+METRIC_LABELS: dict[str, str] = {
+    "processbench_f1": "ProcessBench F1",
+    "error_accuracy": "erroneous examples: first error found exactly",
+    "correct_accuracy": "correct examples: no error flagged",
+    "first_error_accuracy": "first-error accuracy, all examples",
+    "step_auroc_up_to_first_error": "step AUROC, steps up to the first error",
+    "step_auroc_all_steps": "step AUROC, all steps",
+}
+
+
+def read_report(path: str | None = None) -> dict[str, Any]:
+    """The shipped evaluation of the fine-tuned PRM (``data/prm/smollm2-prm/metrics.json``,
+    written by ``scripts/eval_prm.py``), or the one at ``path``.
+
+    Raises:
+        FileNotFoundError: no such file (the message says how to write it).
+    """
+    import json
+    from pathlib import Path
+
+    from .dataset import default_data_dir
+
+    file = Path(path) if path else default_data_dir() / "prm" / "smollm2-prm" / "metrics.json"
+    if not file.is_file():
+        raise FileNotFoundError(f"no PRM evaluation at {file}; write it with "
+                                "`python scripts/eval_prm.py` from a checkout")
+    return json.loads(file.read_text())
+
+
+def metrics_frame(report: dict[str, Any], split: str, *,
+                  names: Sequence[str] | None = None) -> pd.DataFrame:
+    """A readable table of an evaluation: one row per metric, one column per PRM, each cell
+    ``value [95 % CI]`` (``–`` where undefined); the example counts go in the column names.
+
+    Args:
+        report: ``read_report()`` or a dict of the same shape (``{split: {prm: evaluate(...)}}``).
+        split: ``"test"`` or ``"hard"``.
+        names: the PRMs to show (default: every PRM of the split, report order).
+
+    Raises:
+        ValueError: a split or PRM the report does not hold.
+    """
+    import pandas as pd
+
+    if split not in report:
+        raise ValueError(f"the report has no split {split!r}; it has "
+                         f"{[k for k in report if isinstance(report[k], dict)]}")
+    results = {k: v for k, v in report[split].items() if "processbench_f1" in v}
+    names = list(results) if names is None else list(names)
+    missing = [n for n in names if n not in results]
+    if missing:
+        raise ValueError(f"no results for {missing} on {split!r}; it has {list(results)}")
+
+    def cell(metrics: dict[str, Any], key: str) -> str:
+        value, ci = metrics.get(key), metrics.get("ci95", {}).get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "–"
+        if not ci or ci[0] is None or math.isnan(ci[0]):
+            return f"{value:.3f}"
+        return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+    first = results[names[0]]
+    frame = pd.DataFrame({n: [cell(results[n], k) for k in METRIC_LABELS] for n in names},
+                         index=list(METRIC_LABELS.values()))
+    frame.index.name = (f"{split}: {first['n_examples']} examples "
+                        f"({first['n_erroneous_examples']} with an error)")
+    return frame
