@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import random
@@ -103,6 +104,20 @@ def bottom_states(model, examples, first_layer: int, batch_size: int) -> list[Te
     return states  # type: ignore[return-value]
 
 
+def cached_bottom_states(model, examples, first_layer: int, cache: Path) -> list[Tensor]:
+    """``bottom_states``, stored under ``cache`` keyed by model, layer and token ids (a rerun
+    with other training settings skips the frozen layers; delete the folder to recompute)."""
+    key = hashlib.sha256(json.dumps(
+        [model.name, first_layer, [ex["ids"].tolist() for ex in examples]]).encode()).hexdigest()
+    file = cache / f"bottom-{first_layer}-{key[:16]}.pt"
+    if file.is_file():
+        return torch.load(file)
+    states = bottom_states(model, examples, first_layer, 16)
+    cache.mkdir(parents=True, exist_ok=True)
+    torch.save(states, file)
+    return states
+
+
 def top_logits(model, head: nn.Linear, states: list[Tensor], first_layer: int) -> Tensor:
     """Layers ``first_layer..`` + final norm + head on a padded batch: ``[b, T, 2]``."""
     base = model.base_model
@@ -139,6 +154,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="first N train/dev examples")
     parser.add_argument("--out", default=None, help="default data/prm/smollm2-prm")
+    parser.add_argument("--cache-dir", default=None,
+                        help="frozen-layer outputs (default <tp.model_cache_dir()>/prm)")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else default_data_dir() / "prm" / "smollm2-prm"
     out.mkdir(parents=True, exist_ok=True)
@@ -152,7 +169,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model.hf_model.requires_grad_(False)
     records = {s: tp.load_prm_dataset(s)[: args.limit] for s in ("train", "dev")}
     examples = {s: format_records(model.tokenizer, r) for s, r in records.items()}
-    states = {s: bottom_states(model, ex, args.first_layer, 16) for s, ex in examples.items()}
+    cache = Path(args.cache_dir) if args.cache_dir else tp.model_cache_dir() / "prm"
+    states = {s: cached_bottom_states(model, ex, args.first_layer, cache)
+              for s, ex in examples.items()}
     seconds["frozen_layers"] = time.perf_counter() - t0
 
     generator = torch.Generator().manual_seed(args.seed)
