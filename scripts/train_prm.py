@@ -118,23 +118,69 @@ def cached_bottom_states(model, examples, first_layer: int, cache: Path) -> list
     return states
 
 
-def top_logits(model, head: nn.Linear, states: list[Tensor], first_layer: int) -> Tensor:
-    """Layers ``first_layer..`` + final norm + head on a padded batch: ``[b, T, 2]``."""
+def top_hidden(model, states: list[Tensor], first_layer: int, num_layers: int) -> Tensor:
+    """Layers ``first_layer .. num_layers - 1`` + final norm on a padded batch:
+    ``[b, T, hidden]``."""
     base = model.base_model
     h = pad(states)  # [b, T, hidden]
     positions = torch.arange(h.shape[1]).unsqueeze(0)
     rope = base.rotary_emb(h, positions)
-    for layer in base.layers[first_layer:]:
+    for layer in base.layers[first_layer:num_layers]:
         h = layer(h, position_embeddings=rope, position_ids=positions)
-    return head(base.norm(h))  # [b, T, 2]
+    return base.norm(h)
 
 
-def step_rewards_batch(model, head, states, examples, first_layer, batch_size) -> list[np.ndarray]:
+def top_logits(model, head: nn.Linear, states: list[Tensor], first_layer: int,
+               num_layers: int) -> Tensor:
+    """``top_hidden`` + the head: ``[b, T, 2]``."""
+    return head(top_hidden(model, states, first_layer, num_layers))
+
+
+def probe_init_(head: nn.Linear, model, states, examples, first_layer: int, num_layers: int,
+                *, l2: float = 1e-3) -> None:
+    """Start the head at the class-balanced logistic regression (L-BFGS, on standardised
+    features, folded back into the linear layer) of the un-adapted model's tag rows: linear
+    probing, then fine-tuning (LP-FT), so LoRA starts from a head that already points the
+    right way instead of a random one."""
+    xs, ys = [], []
+    with torch.inference_mode():
+        for start in range(0, len(states), 16):
+            h = top_hidden(model, states[start:start + 16], first_layer, num_layers)
+            for k, ex in enumerate(examples[start:start + 16]):
+                xs.append(h[k, ex["tags"][ex["mask"]]])  # [n_kept, hidden]
+                ys.append(ex["labels"][ex["mask"]])
+    x, y = torch.cat(xs).clone(), torch.cat(ys)
+    mean, scale = x.mean(0), x.std(0).clamp_min(1e-6)
+    z = (x - mean) / scale
+    counts = torch.bincount(y, minlength=2).float()
+    weights = counts.sum() / (2 * counts)
+    linear = nn.Linear(x.shape[1], 2)
+    nn.init.zeros_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=300,
+                                  line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(linear(z), y, weight=weights)
+        loss = loss + l2 * linear.weight.square().sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():  # w·(x − m)/s + b  =  (w/s)·x + (b − (w/s)·m)
+        head.weight.copy_(linear.weight / scale)
+        head.bias.copy_(linear.bias - (linear.weight / scale) @ mean)
+
+
+def step_rewards_batch(model, head, states, examples, first_layer, num_layers,
+                       batch_size) -> list[np.ndarray]:
     """Rewards (softmax index 1 at the tag rows) of every example, in order."""
     out = []
     with torch.inference_mode():
         for start in range(0, len(states), batch_size):
-            logits = top_logits(model, head, states[start:start + batch_size], first_layer)
+            logits = top_logits(model, head, states[start:start + batch_size], first_layer,
+                                num_layers)
             for k, ex in enumerate(examples[start:start + batch_size]):
                 out.append(torch.softmax(logits[k, ex["tags"]], -1)[:, 1].numpy())
     return out
@@ -143,12 +189,15 @@ def step_rewards_batch(model, head, states, examples, first_layer, batch_size) -
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--first-layer", type=int, default=26)
+    parser.add_argument("--num-layers", type=int, default=17,
+                        help="keep the base model's first N layers (the rest are dropped)")
+    parser.add_argument("--first-layer", type=int, default=13,
+                        help="first layer with LoRA factors (those below stay frozen)")
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--alpha", type=float, default=32.0)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=float, default=0.1, help="share of steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
@@ -176,15 +225,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     generator = torch.Generator().manual_seed(args.seed)
     base = model.base_model
-    for i in range(args.first_layer, model.num_layers):
+    if not 0 < args.first_layer < args.num_layers <= model.num_layers:
+        raise ValueError(f"need 0 < --first-layer < --num-layers <= {model.num_layers}, got "
+                         f"{args.first_layer} and {args.num_layers}")
+    for i in range(args.first_layer, args.num_layers):
         for block, name in LORA_TARGETS:
             parent = getattr(base.layers[i], block)
             setattr(parent, name, LoRALinear(getattr(parent, name), args.rank, args.alpha,
                                              generator))
     head = nn.Linear(model.hidden_size, 2)
-    with torch.no_grad():
-        head.weight.normal_(0.0, 0.02, generator=generator)
-        head.bias.zero_()
+    t_init = time.perf_counter()
+    probe_init_(head, model, states["train"], examples["train"], args.first_layer,
+                args.num_layers)
+    seconds["head_init"] = time.perf_counter() - t_init
     params = [p for p in base.parameters() if p.requires_grad] + list(head.parameters())
 
     train = examples["train"]
@@ -208,7 +261,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for b in perm:
             rows = batches[b]
             logits = top_logits(model, head, [states["train"][i] for i in rows],
-                                args.first_layer)
+                                args.first_layer, args.num_layers)
             picked, target = [], []
             for k, i in enumerate(rows):
                 ex = train[i]
@@ -230,13 +283,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     t2 = time.perf_counter()
     dev_rewards = step_rewards_batch(model, head, states["dev"], examples["dev"],
-                                     args.first_layer, 16)
+                                     args.first_layer, args.num_layers, 16)
     threshold, dev_f1 = choose_threshold(dev_rewards, records["dev"])
     dev_metrics = evaluate(dev_rewards, records["dev"], threshold, n_bootstrap=0)
     seconds["dev"] = time.perf_counter() - t2
 
     tensors: dict[str, Tensor] = {"score.weight": head.weight, "score.bias": head.bias}
-    for i in range(args.first_layer, model.num_layers):
+    for i in range(args.first_layer, args.num_layers):
         for block, name in LORA_TARGETS:
             lora = getattr(getattr(base.layers[i], block), name)
             tensors[f"{lora_key(i, block, name)}.lora_A"] = lora.lora_A
@@ -244,9 +297,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     settings = {
         "base_model": BASE_MODEL, "convention": "two_class", "num_labels": 2, **LAYOUT,
         "threshold": threshold, "rank": args.rank, "alpha": args.alpha,
-        "first_layer": args.first_layer, "targets": [f"{b}.{n}" for b, n in LORA_TARGETS],
+        "first_layer": args.first_layer, "num_layers": args.num_layers,
+        "targets": [f"{b}.{n}" for b, n in LORA_TARGETS],
         "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-        "warmup": args.warmup, "seed": args.seed,
+        "warmup": args.warmup, "seed": args.seed, "head_init": "logistic regression (LP-FT)",
         "trained_on": "train split, tag rows of the steps up to and including the first error",
         "train_examples": len(train), "train_steps": len(labels),
         "threshold_chosen_on": f"dev split ({len(records['dev'])} examples)",

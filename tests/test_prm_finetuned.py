@@ -45,10 +45,12 @@ def _random_adapter(tmp_path, *, first_layer=1, threshold=0.45, **extra):
     return tensors, save_adapter(tmp_path / "adapter.safetensors", tensors, settings)
 
 
-def _unmerged_logits(tensors, token_ids):
-    """Reference: a fresh tiny decoder with the LoRA paths added by forward hooks (no merge),
-    final hidden states → score head."""
+def _unmerged_logits(tensors, token_ids, num_layers=2):
+    """Reference: a fresh tiny decoder (its first ``num_layers`` layers) with the LoRA paths
+    added by forward hooks (no merge), final norm → score head."""
     base = tp.load_model("tiny-decoder").hf_model
+    base.model.layers = base.model.layers[:num_layers]
+    base.config.num_hidden_layers = num_layers
     modules = dict(base.named_modules())
     for key in {k.removesuffix(".lora_A") for k in tensors if k.endswith(".lora_A")}:
         a, b = tensors[f"{key}.lora_A"], tensors[f"{key}.lora_B"]
@@ -76,6 +78,7 @@ def test_adapter_roundtrip(tmp_path):
 def test_loaded_prm_is_a_token_classifier_served_through_step_pooling(tmp_path, tiny_decoder):
     tensors, file = _random_adapter(tmp_path)
     prm = tp.load_prm(file)
+    assert prm.model.num_layers == 2
     assert prm.convention == "two_class" and prm.threshold == 0.45 and prm.head is None
     assert prm.model.task == "token_classify"
     assert prm.model.architectures == ("LlamaForTokenClassification",)
@@ -98,6 +101,24 @@ def test_loaded_prm_is_a_token_classifier_served_through_step_pooling(tmp_path, 
                        base.model.layers[0].mlp.up_proj.weight)
     assert not torch.equal(prm.model.hf_model.model.layers[1].mlp.up_proj.weight,
                            base.model.layers[1].mlp.up_proj.weight)
+
+
+def test_an_adapter_can_keep_only_the_bottom_layers(tmp_path, tiny_decoder):
+    tensors, file = _random_adapter(tmp_path, first_layer=0, num_layers=1)
+    tensors = {k: v for k, v in tensors.items() if ".layers.1." not in k}
+    file = save_adapter(file, tensors, read_adapter(file)[1])
+    prm = tp.load_prm(file)
+    assert prm.model.num_layers == 1 and len(prm.model.hf_model.model.layers) == 1
+    f = prm.format("mia has 3 apples", ["3 + 4 = 7", "so the answer is 7"])
+    torch.testing.assert_close(prm.per_token(f.token_ids),
+                               _unmerged_logits(tensors, f.token_ids, num_layers=1),
+                               rtol=1e-3, atol=1e-4)
+    chunked = prm.per_token(f.token_ids, chunk_size=3)  # the KV cache has the kept layers only
+    torch.testing.assert_close(chunked, prm.per_token(f.token_ids), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="keeps 3 layers"):
+        save_adapter(tmp_path / "x" / "adapter.safetensors", tensors,
+                     {**read_adapter(file)[1], "num_layers": 3})
+        tp.load_prm(tmp_path / "x")
 
 
 def _tiny_probe(tmp_path):

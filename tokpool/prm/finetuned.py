@@ -3,9 +3,10 @@
 ``load_finetuned(file)`` rebuilds what vLLM would serve for Qwen2.5-Math-PRM: a
 ``*ForTokenClassification`` model (here ``LlamaForTokenClassification``) whose per-token logits
 go through ``StepPool`` (the step-tag rows) and a softmax (``two_class``, index 1). It reuses the
-base model's cached weights (``tp.load_model``), adds the LoRA deltas in place
+base model's cached weights (``tp.load_model``), keeps its first ``num_layers`` layers (the
+shipped PRM: 17 of 30, the final norm after them), adds the LoRA deltas in place
 (``adapter.merge_lora_``) and sets the score head, so loading needs nothing but torch and
-transformers, and scoring costs exactly one forward of the base model.
+transformers, and scoring costs one forward of the kept layers.
 """
 
 from __future__ import annotations
@@ -46,10 +47,20 @@ def build_token_classifier(base, tensors: dict[str, torch.Tensor], settings: dic
         raise ValueError(f"the PRM adapter needs a causal-LM base model, got {arch}")
     config = copy.deepcopy(base.hf_model.config)
     config.num_labels = int(settings["num_labels"])
+    keep = int(settings.get("num_layers", config.num_hidden_layers))
+    if not 0 < keep <= config.num_hidden_layers:
+        raise ValueError(f"the adapter keeps {keep} layers; {settings['base_model']} has "
+                         f"{config.num_hidden_layers}")
+    transformer = base.base_model
+    # why drop layers: a PRM trained on an intermediate layer's output serves only the layers
+    # below it (and the final norm); the rest would cost compute and change the features
+    transformer.layers = nn.ModuleList(list(transformer.layers)[:keep])
+    config.num_hidden_layers = keep
+    transformer.config = config
     config.architectures = [arch.removesuffix("ForCausalLM") + "ForTokenClassification"]
     with torch.device("meta"):  # why: every weight is replaced below; skip random init
         model = AutoModelForTokenClassification.from_config(config)
-    setattr(model, model.base_model_prefix, base.base_model)
+    setattr(model, model.base_model_prefix, transformer)
     weight, bias = tensors["score.weight"], tensors["score.bias"]  # [labels, hidden], [labels]
     if weight.shape != (config.num_labels, base.hidden_size):
         raise ValueError(f"the adapter's score head is {tuple(weight.shape)}, the base model "

@@ -1,9 +1,12 @@
 """A process reward model served the engine's way: per-token outputs → STEP pooling → rewards.
 
-``load_prm()`` returns the shipped *probe PRM*: frozen SmolLM2-135M-Instruct hidden states at
-one layer, then a small trained head (``ProbeHead``) that maps every token to 2 logits, exactly
-like Qwen2.5-Math-PRM's score head. ``step_rewards`` then keeps the tag rows (STEP pooling) and
-takes softmax index 1 (the ``two_class`` convention).
+``load_prm()`` returns the shipped *fine-tuned PRM* (``"smollm2-prm"``, see ``finetuned``):
+SmolLM2-135M-Instruct with merged LoRA weights and a 2-label score head, served as
+``token_classify``. ``load_prm("probe")`` returns the shipped *probe PRM*, the baseline: frozen
+SmolLM2-135M-Instruct hidden states at one layer, then a small trained head (``ProbeHead``) that
+maps every token to 2 logits, exactly like Qwen2.5-Math-PRM's score head. Both go through
+``step_rewards``, which keeps the tag rows (STEP pooling) and takes softmax index 1 (the
+``two_class`` convention).
 
 ``load_prm(path)`` also takes a real PRM from a local directory, through the same API:
 
