@@ -269,7 +269,8 @@ def metrics_frame(report: dict[str, Any], split: str, *,
     if split not in report:
         raise ValueError(f"the report has no split {split!r}; it has "
                          f"{[k for k in report if isinstance(report[k], dict)]}")
-    results = {k: v for k, v in report[split].items() if "processbench_f1" in v}
+    results = {k: v for k, v in report[split].items()  # PRMs, not paired differences
+               if not isinstance(v.get("processbench_f1"), dict) and "processbench_f1" in v}
     names = list(results) if names is None else list(names)
     missing = [n for n in names if n not in results]
     if missing:
