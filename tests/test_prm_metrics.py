@@ -95,3 +95,30 @@ def test_auroc_matches_sklearn_with_ties(data):
         assert math.isnan(tp.step_auroc(scores, labels))
         return
     assert tp.step_auroc(scores, labels) == pytest.approx(metrics.roc_auc_score(labels, scores))
+
+
+def test_evaluate_metrics_frame_and_paired_difference_on_baselines():
+    from tokpool.prm import baseline_rewards, evaluate, metrics_frame, paired_difference
+
+    records = tp.load_prm_dataset("test")[:40]
+    always = baseline_rewards(records, "always_correct")
+    position = baseline_rewards(records, "step_position")
+    a = evaluate(always, records, 0.5, n_bootstrap=50)
+    # "every step is correct": right on every correct example, wrong on every erroneous one
+    assert a["processbench_f1"] == 0.0 and a["correct_accuracy"] == 1.0
+    assert a["error_accuracy"] == 0.0 and a["step_auroc_up_to_first_error"] == 0.5
+    assert a["n_examples"] == 40 and a["n_erroneous_examples"] == 20
+    p = evaluate(position, records, 0.6, n_bootstrap=50)
+    low, high = p["ci95"]["step_auroc_all_steps"]
+    assert low <= p["step_auroc_all_steps"] <= high
+    diff = paired_difference(position, 0.6, always, 0.5, records, n_bootstrap=50)
+    assert diff["correct_accuracy"]["difference"] == p["correct_accuracy"] - 1.0
+    report = {"test": {"position": p, "always": a, "position_minus_always": diff}}
+    frame = metrics_frame(report, "test")
+    assert list(frame.columns) == ["position", "always"]  # the paired difference is no PRM
+    assert frame.loc["ProcessBench F1", "always"] == "0.000 [0.000, 0.000]"
+    assert "40 examples (20 with an error)" in frame.index.name
+    with pytest.raises(ValueError, match="one reward list per record"):
+        evaluate(always[:3], records, 0.5)
+    with pytest.raises(ValueError, match="no results for"):
+        metrics_frame(report, "test", names=["missing"])

@@ -167,7 +167,7 @@ def test_probe_refuses_a_different_base_model_and_foreign_files(tmp_path, tiny_d
 
 @pytest.mark.real_model
 def test_shipped_probe_loads_and_scores():
-    prm = tp.load_prm()
+    prm = tp.load_prm("probe")  # the baseline; tp.load_prm() is the fine-tuned PRM
     assert prm.convention == "two_class" and 0 < prm.threshold < 1
     metrics = prm.info["metrics"]  # the test-split figures written at training time
     assert metrics["baseline_always_correct.processbench_f1"] == 0.0

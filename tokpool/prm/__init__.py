@@ -3,8 +3,11 @@
 - ``steps``: ``format_steps``, ``step_rewards`` in three conventions (two_class, token_pair,
   value_head), ``first_error_from_rewards``.
 - ``metrics``: ``processbench_f1``, ``step_auroc``.
-- ``dataset``: the seeded step-labelled arithmetic dataset and its loader.
-- ``probe``: the probe PRM on SmolLM2 and ``load_prm``.
+- ``evaluation``: a PRM's metrics on labelled records, trivial baselines, bootstrap CIs.
+- ``dataset``: the seeded step-labelled arithmetic dataset (train/test/dev/hard) and its loader.
+- ``probe``: ``ProcessRewardModel``, the probe PRM on SmolLM2 and ``load_prm``.
+- ``finetuned``, ``adapter``: the fine-tuned PRM (SmolLM2 + merged LoRA + score head).
+- ``batched``: several prompts in one padded forward (``score_records``).
 - ``memory``: what each convention's pooled output costs, from the simulator.
 
 Nothing here imports transformers until a model is loaded.
@@ -12,13 +15,31 @@ Nothing here imports transformers until a model is loaded.
 
 from .dataset import (
     ERROR_TYPES,
+    HARD_ERROR_TYPES,
     generate_prm_dataset,
     load_prm_dataset,
     write_prm_dataset,
 )
+from .evaluation import (
+    baseline_rewards,
+    choose_threshold,
+    evaluate,
+    first_errors,
+    metrics_frame,
+    paired_difference,
+    read_report,
+    up_to_first_error,
+)
 from .memory import MEMORY_COLUMNS, prm_memory_table
 from .metrics import ProcessBenchScores, processbench_f1, processbench_scores, step_auroc
-from .probe import ProbeHead, ProcessRewardModel, StepScores, load_prm
+from .probe import (
+    DEFAULT_PRM,
+    SHIPPED_PRMS,
+    ProbeHead,
+    ProcessRewardModel,
+    StepScores,
+    load_prm,
+)
 from .steps import (
     CONVENTIONS,
     STEP_TAG_CANDIDATES,
@@ -32,25 +53,36 @@ from .steps import (
 
 __all__ = [
     "CONVENTIONS",
+    "DEFAULT_PRM",
     "ERROR_TYPES",
+    "HARD_ERROR_TYPES",
     "MEMORY_COLUMNS",
+    "SHIPPED_PRMS",
     "STEP_TAG_CANDIDATES",
     "FormattedSteps",
     "ProbeHead",
     "ProcessBenchScores",
     "ProcessRewardModel",
     "StepScores",
+    "baseline_rewards",
+    "choose_threshold",
+    "evaluate",
     "first_error_from_rewards",
+    "first_errors",
     "format_steps",
     "generate_prm_dataset",
     "load_prm",
     "load_prm_dataset",
+    "metrics_frame",
+    "paired_difference",
     "prm_memory_table",
     "processbench_f1",
     "processbench_scores",
+    "read_report",
     "resolve_step_tag",
     "step_auroc",
     "step_logits",
     "step_rewards",
+    "up_to_first_error",
     "write_prm_dataset",
 ]

@@ -18,6 +18,17 @@ Steps after the first error carry the wrong value forward with correct arithmeti
 reach the right answer from it). ``first_error`` is ProcessBench's label: the index of the first
 wrong step, ``-1`` when every step is correct.
 
+Two more splits come from the same stories: ``dev`` (the train distribution, for choosing a
+fine-tuned PRM's threshold without touching ``test``) and ``hard``, whose errors are of two kinds
+that ``train`` never contains (``HARD_ERROR_TYPES``):
+
+- ``wrong_operand``: an operand is replaced by *another* number that is really there (a number
+  of the problem or an earlier step's result, never a slip of the right one), computed correctly:
+  a "does this number appear in the context?" check no longer finds it;
+- ``skipped_step``: a step that updates the running amount is left out, so the next step (or the
+  final answer) builds on the amount from before it; every step that is written is computed
+  correctly.
+
 Records are in TRL's stepwise-supervision shape: ``prompt`` (the problem), ``completions`` (the
 steps), ``labels`` (one bool per step), plus ``first_error``, ``error_type``, ``answer``, ``id``.
 """
@@ -32,14 +43,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-Split = Literal["train", "test"]
-SPLITS: tuple[str, ...] = ("train", "test")
+Split = Literal["train", "test", "dev", "hard"]
+SPLITS: tuple[str, ...] = ("train", "test", "dev", "hard")
+#: The error kinds of ``train``, ``test`` and ``dev``.
 ERROR_TYPES: tuple[str, ...] = ("arithmetic", "carried_value", "wrong_operation",
                                 "misread_number")
+#: The error kinds of ``hard``: none of them occurs in ``train``.
+HARD_ERROR_TYPES: tuple[str, ...] = ("wrong_operand", "skipped_step")
 #: Examples per split of the shipped files (``data/prm/*.jsonl``).
-DEFAULT_SIZES: dict[str, int] = {"train": 800, "test": 400}
+DEFAULT_SIZES: dict[str, int] = {"train": 800, "test": 400, "dev": 200, "hard": 200}
 DEFAULT_SEED = 5
-_SPLIT_OFFSET = {"train": 0, "test": 1}
+_SPLIT_OFFSET = {"train": 0, "test": 1, "dev": 2, "hard": 3}
+#: The splits whose problems a split must not repeat (``train``/``test`` keep their original rule).
+_EXCLUDES = {"train": (), "test": ("train",), "dev": ("train", "test"),
+             "hard": ("train", "test", "dev")}
 
 _NAMES = ("Mia", "Leo", "Ava", "Noah", "Zoe", "Omar", "Lena", "Ravi", "Iris", "Tom", "Sara",
           "Yuki", "Ben", "Nina", "Kofi", "Elena", "Max", "Priya", "Hugo", "Ana")
@@ -243,6 +260,49 @@ def _inject(rng: random.Random, steps: list[_Step], kind: str):
     return None
 
 
+def _is_near(v: int, n: int) -> bool:
+    """``v`` is one of the slips ``_near`` could make of ``n`` (or ``n`` itself)."""
+    return abs(v - n) <= 2 or abs(v - n) == 10 or (
+        len(str(n)) >= 2 and str(v) == str(n)[:-2] + str(n)[-1] + str(n)[-2])
+
+
+def _inject_hard(rng: random.Random, steps: list[_Step], kind: str):
+    """Like ``_inject`` for ``HARD_ERROR_TYPES``. Returns ``(first_error, overrides, final,
+    skipped)`` (``skipped``: the step index left out, or ``None``) or ``None``."""
+    right = _evaluate(steps)
+    n = len(steps)
+    candidates = list(range(n))
+    rng.shuffle(candidates)
+    givens = sorted({src[1] for s in steps for src in (s.left, s.right) if src[0] == "given"})
+    # the running amount: the steps whose result a later step takes as its left operand
+    running = {src[1] for s in steps for src in (s.left,) if src[0] == "step"} | {n - 1}
+    for i in candidates:
+        step = steps[i]
+        if kind == "wrong_operand":
+            side = rng.choice(("a", "b"))
+            source = step.left if side == "a" else step.right
+            value = _operand(source, right)
+            pool = [v for v in (*givens, *right[:i]) if not _is_near(v, value)]
+            if not pool:
+                continue
+            o = {side: rng.choice(sorted(set(pool)))}
+            results = _evaluate(steps, {i: o})
+            if results is None or results[-1] == right[-1]:
+                continue
+            return i, {i: o}, results[-1], None
+        if kind == "skipped_step":
+            if i not in running:
+                continue
+            before = _operand(step.left, right)  # the running amount before step i
+            later = {k: {"a": before} for k in range(i + 1, n) if steps[k].left == ("step", i)}
+            results = _evaluate(steps, later)
+            final = before if i == n - 1 else (None if results is None else results[-1])
+            if final is None or final == right[-1]:
+                continue
+            return i, later, final, i
+    return None
+
+
 def _render(steps: list[_Step], overrides: dict[int, dict[str, Any]]) -> list[str]:
     results = _evaluate(steps, overrides)
     texts = []
@@ -255,12 +315,14 @@ def _render(steps: list[_Step], overrides: dict[int, dict[str, Any]]) -> list[st
     return texts
 
 
-def generate_example(rng: random.Random, *, error: bool) -> dict[str, Any]:
+def generate_example(rng: random.Random, *, error: bool,
+                     kinds: tuple[str, ...] = ERROR_TYPES) -> dict[str, Any]:
     """One example; ``error=True`` injects one error of a random kind (see module docstring).
 
     Args:
         rng: the random source (the example is a function of its state).
         error: inject an error.
+        kinds: the error kinds to draw from (``ERROR_TYPES`` or ``HARD_ERROR_TYPES``).
 
     Returns:
         ``{"id", "prompt", "completions", "labels", "first_error", "error_type", "answer"}``.
@@ -269,14 +331,21 @@ def generate_example(rng: random.Random, *, error: bool) -> dict[str, Any]:
         problem, steps = _story(rng)
         answer = _evaluate(steps)[-1]
         overrides: dict[int, dict[str, Any]] = {}
-        first_error, error_type, final = -1, None, answer
+        first_error, error_type, final, skipped = -1, None, answer, None
         if error:
-            error_type = rng.choice(ERROR_TYPES)
-            injected = _inject(rng, steps, error_type)
+            error_type = rng.choice(kinds)
+            if error_type in HARD_ERROR_TYPES:
+                injected = _inject_hard(rng, steps, error_type)
+            else:
+                injected = _inject(rng, steps, error_type)
+                injected = None if injected is None else (*injected, None)
             if injected is None:
                 continue
-            first_error, overrides, final = injected
-        texts = [*_render(steps, overrides), f"So the answer is {final}."]
+            first_error, overrides, final, skipped = injected
+        texts = _render(steps, overrides)
+        if skipped is not None:
+            del texts[skipped]
+        texts.append(f"So the answer is {final}.")
         labels = [first_error == -1 or i < first_error for i in range(len(texts))]
         return {
             "id": "",
@@ -295,10 +364,12 @@ def generate_prm_dataset(
     """The examples of one split, deterministically from ``seed``.
 
     Half the examples (alternating) carry an error. Test examples never repeat a train
-    problem's text (the train split is regenerated to check).
+    problem's text, dev examples neither a train nor a test one, hard examples none of the
+    three (those splits are regenerated to check). ``hard`` draws its errors from
+    ``HARD_ERROR_TYPES``, the others from ``ERROR_TYPES``.
 
     Args:
-        split: ``"train"`` or ``"test"``.
+        split: ``"train"``, ``"test"``, ``"dev"`` or ``"hard"``.
         n: number of examples (default ``DEFAULT_SIZES[split]``).
         seed: base seed; each split draws from its own stream.
 
@@ -310,13 +381,13 @@ def generate_prm_dataset(
     n = DEFAULT_SIZES[split] if n is None else n
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    excluded: set[str] = set()
-    if split == "test":
-        excluded = {r["prompt"] for r in generate_prm_dataset("train", seed=seed)}
+    excluded = {r["prompt"] for other in _EXCLUDES[split]
+                for r in generate_prm_dataset(other, seed=seed)}
+    kinds = HARD_ERROR_TYPES if split == "hard" else ERROR_TYPES
     rng = random.Random(seed * 1000 + _SPLIT_OFFSET[split])
     records: list[dict[str, Any]] = []
     while len(records) < n:
-        record = generate_example(rng, error=len(records) % 2 == 1)
+        record = generate_example(rng, error=len(records) % 2 == 1, kinds=kinds)
         if record["prompt"] not in excluded:
             record["id"] = f"{split}-{len(records):05d}"
             records.append(record)
@@ -333,7 +404,7 @@ def write_prm_dataset(
     out_dir: str | os.PathLike | None = None, *, seed: int = DEFAULT_SEED,
     sizes: dict[str, int] | None = None,
 ) -> dict[str, Path]:
-    """Write ``train.jsonl`` and ``test.jsonl`` (one JSON record per line, UTF-8, ``\\n``).
+    """Write ``{train,test,dev,hard}.jsonl`` (one JSON record per line, UTF-8, ``\\n``).
 
     Args:
         out_dir: target folder (default ``data/prm``).
@@ -361,7 +432,7 @@ def load_prm_dataset(split: Split, *, path: str | os.PathLike | None = None):
     """The shipped step-labelled examples of one split.
 
     Args:
-        split: ``"train"`` or ``"test"``.
+        split: ``"train"``, ``"test"``, ``"dev"`` or ``"hard"`` (see ``generate_prm_dataset``).
         path: a JSONL file to read instead of ``data/prm/{split}.jsonl``.
 
     Returns:

@@ -1,9 +1,12 @@
 """A process reward model served the engine's way: per-token outputs → STEP pooling → rewards.
 
-``load_prm()`` returns the shipped *probe PRM*: frozen SmolLM2-135M-Instruct hidden states at
-one layer, then a small trained head (``ProbeHead``) that maps every token to 2 logits, exactly
-like Qwen2.5-Math-PRM's score head. ``step_rewards`` then keeps the tag rows (STEP pooling) and
-takes softmax index 1 (the ``two_class`` convention).
+``load_prm()`` returns the shipped *fine-tuned PRM* (``"smollm2-prm"``, see ``finetuned``):
+SmolLM2-135M-Instruct with merged LoRA weights and a 2-label score head, served as
+``token_classify``. ``load_prm("probe")`` returns the shipped *probe PRM*, the baseline: frozen
+SmolLM2-135M-Instruct hidden states at one layer, then a small trained head (``ProbeHead``) that
+maps every token to 2 logits, exactly like Qwen2.5-Math-PRM's score head. Both go through
+``step_rewards``, which keeps the tag rows (STEP pooling) and takes softmax index 1 (the
+``two_class`` convention).
 
 ``load_prm(path)`` also takes a real PRM from a local directory, through the same API:
 
@@ -229,9 +232,88 @@ class ProcessRewardModel:
         return StepScores(rewards, first_error_from_rewards(rewards, cut), cut, list(steps),
                           formatted)
 
-    def score_records(self, records: Sequence[dict[str, Any]]) -> list[StepScores]:
-        """``score`` for dataset records (``prompt``, ``completions``)."""
-        return [self.score(r["prompt"], r["completions"]) for r in records]
+    def per_token_batch(self, token_ids: Sequence[Sequence[int]]) -> list[Tensor]:
+        """``per_token`` for several prompts, in one padded forward where the model allows.
+
+        Probe and ``token_classify`` PRMs on a decoder run ``tokpool.prm.batched.padded_hidden``
+        (right padding, causal attention: equal to one-at-a-time up to float rounding); other
+        PRMs (remote code, ``token_pair``, encoders) run the prompts one at a time.
+
+        Returns:
+            One ``[n_tokens, width]`` float32 tensor per prompt, as ``per_token``.
+        """
+        from .batched import padded_hidden
+
+        model = self.model
+        classifier = getattr(model, "classifier", None)
+        batchable = (not self.remote and getattr(model, "attn_type", None) == "decoder"
+                     and (self.head is not None or classifier is not None))
+        if not batchable:
+            return [self.per_token(ids) for ids in token_ids]
+        if self.head is not None:
+            hidden = padded_hidden(model, token_ids, layer=self.layer)
+            with torch.inference_mode():
+                return [self.head(h) for h in hidden]  # [n_tokens, num_labels] each
+        hidden = padded_hidden(model, token_ids)
+        weight, bias = classifier.weight.float(), classifier.bias
+        bias = None if bias is None else bias.float()
+        with torch.inference_mode():  # float32 head, as the engine's token_classify head
+            return [nn.functional.linear(h.float(), weight, bias) for h in hidden]
+
+    def score_records(
+        self,
+        records: Sequence[dict[str, Any]],
+        *,
+        batch_size: int = 8,
+        progress: bool = False,
+        threshold: float | None = None,
+    ) -> list[StepScores]:
+        """``score`` every dataset record (``prompt``, ``completions``), ``batch_size`` prompts
+        per forward (``per_token_batch``), prompts of similar length together.
+
+        Args:
+            records: dataset records (``tp.load_prm_dataset``).
+            batch_size: prompts per forward (1: the engine path, ``score``, one at a time).
+            progress: show a progress bar (tqdm) over the records.
+            threshold: overrides ``self.threshold`` for ``first_error``.
+
+        Returns:
+            One ``StepScores`` per record, in order. Rewards equal ``score``'s up to float
+            rounding (about 1e-6).
+
+        Raises:
+            ValueError: ``batch_size`` below 1; a record ``format_steps`` refuses.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        cut = self.threshold if threshold is None else float(threshold)
+        formatted = [self.format(r["prompt"], r["completions"]) for r in records]
+        order = sorted(range(len(records)), key=lambda i: formatted[i].num_tokens)
+        results: list[StepScores | None] = [None] * len(records)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            what = "probe" if self.head is not None else getattr(self.model, "name", "PRM")
+            bar = tqdm(total=len(records), desc=f"scoring ({what})", unit="example")
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            if batch_size == 1:
+                per_token = [self.per_token(formatted[rows[0]].token_ids)]
+            else:
+                per_token = self.per_token_batch([formatted[i].token_ids for i in rows])
+            for i, logits in zip(rows, per_token, strict=True):
+                f = formatted[i]
+                rewards = step_rewards(logits, f.token_ids, step_tag_id=f.step_tag_id,
+                                       convention=self.convention,
+                                       returned_token_ids=self.returned_token_ids)
+                results[i] = StepScores(rewards, first_error_from_rewards(rewards, cut), cut,
+                                        list(records[i]["completions"]), f)
+            if bar is not None:
+                bar.update(len(rows))
+        if bar is not None:
+            bar.close()
+        return results  # type: ignore[return-value]  # every index was filled above
 
 
 # --- saving and loading -------------------------------------------------------------------
@@ -283,6 +365,17 @@ def default_probe_path() -> Path:
     return default_data_dir() / "prm" / "probe" / PROBE_FILE
 
 
+#: The PRMs tokpool ships, by the name ``load_prm`` takes: the file under ``data/prm/``.
+SHIPPED_PRMS: dict[str, str] = {
+    "smollm2-prm": "smollm2-prm/adapter.safetensors",
+    "probe": f"probe/{PROBE_FILE}",
+}
+#: What ``load_prm()`` returns: the fine-tuned PRM (the probe stays as ``load_prm("probe")``).
+DEFAULT_PRM = "smollm2-prm"
+_REBUILD = {"smollm2-prm": "python scripts/train_prm.py",
+            "probe": "python scripts/train_probe.py"}
+
+
 def load_prm(
     path: str | os.PathLike | None = None,
     *,
@@ -293,19 +386,23 @@ def load_prm(
     threshold: float | None = None,
     trust_remote_code: bool = False,
 ) -> ProcessRewardModel:
-    """A ready process reward model: the shipped probe, or a real PRM from a local directory.
+    """A ready process reward model: a shipped one by name, or a real PRM from a local path.
 
     Args:
-        path: ``None`` for the shipped probe PRM on SmolLM2; a probe ``.safetensors`` file or
-            a directory holding ``probe.safetensors``; or a local transformers checkpoint
-            (see the module docstring for which architectures map to which convention).
-        model: an already loaded ``tp.load_model(...)`` to reuse as the probe's base model
-            (must be the one the probe was trained on).
-        convention: override the convention inferred from the checkpoint.
+        path: ``None`` or ``"smollm2-prm"`` for the shipped fine-tuned PRM (SmolLM2-135M with
+            merged LoRA weights and a 2-label score head, served as ``token_classify``);
+            ``"probe"`` for the shipped probe PRM (a linear head on frozen SmolLM2 hidden
+            states, the baseline); a ``.safetensors`` file (a probe or a PRM adapter) or a
+            directory holding ``probe.safetensors`` or ``adapter.safetensors``; or a local
+            transformers checkpoint (see the module docstring for which architectures map to
+            which convention).
+        model: an already loaded ``tp.load_model(...)`` to reuse as a probe's base model (must
+            be the one the probe was trained on). Not for adapters, which modify their base.
+        convention: override the convention inferred from a checkpoint.
         returned_token_ids: ``(good, bad)`` ids for ``token_pair`` (default: the ids of
             ``"+"`` and ``"-"``, Math-Shepherd's).
-        tag: the step tag (default: the probe's, or ``format_steps``'s choice).
-        threshold: ``first_error`` cut (default: the probe's tuned value, else 0.5).
+        tag: the step tag (default: the PRM's own, or ``format_steps``'s choice).
+        threshold: ``first_error`` cut (default: the PRM's tuned value, else 0.5).
         trust_remote_code: allow a checkpoint's own modelling code (e.g. Qwen2.5-Math-PRM);
             it is read from ``path`` only, never downloaded.
 
@@ -313,28 +410,55 @@ def load_prm(
         ``ProcessRewardModel`` whose ``score(problem, steps)`` gives ``StepScores``.
 
     Raises:
-        FileNotFoundError: no such path, or the shipped probe is missing (the message says how
-            to train it).
-        ValueError: a checkpoint tokpool cannot map to a convention (the message says which
-            options to pass).
+        FileNotFoundError: no such path, or a shipped PRM's file is missing (the message says
+            how to rebuild it).
+        ValueError: a name that is neither shipped nor a path (the shipped names are listed);
+            ``model=`` with an adapter; a checkpoint tokpool cannot map to a convention (the
+            message says which options to pass).
+
+    Example:
+        >>> prm = tp.load_prm()                  # the fine-tuned PRM ("smollm2-prm")
+        >>> baseline = tp.load_prm("probe")      # the linear probe it is compared with
     """
     if path is None:
-        probe_file = default_probe_path()
-        if not probe_file.is_file():
-            raise FileNotFoundError(
-                f"the shipped probe PRM is missing at {probe_file}; rebuild it with "
-                "`python -m tokpool.prm train-probe`"
-            )
-        return _load_probe(probe_file, model=model, tag=tag, threshold=threshold)
+        path = DEFAULT_PRM
+    if isinstance(path, str) and path in SHIPPED_PRMS:
+        file = default_data_dir() / "prm" / SHIPPED_PRMS[path]
+        if not file.is_file():
+            raise FileNotFoundError(f"the shipped PRM {path!r} is missing at {file}; rebuild it "
+                                    f"with `{_REBUILD[path]}` from a checkout of tokpool")
+        return _load_file(file, model=model, tag=tag, threshold=threshold)
     path = Path(path).expanduser()
     if not path.exists():
+        if isinstance(path, Path) and len(path.parts) == 1 and not path.suffix:
+            raise ValueError(f"no PRM named {str(path)!r}: shipped PRMs are "
+                             f"{sorted(SHIPPED_PRMS)}; or pass a local path")
         raise FileNotFoundError(f"no PRM at {path}")
     if path.is_file() and path.suffix == ".safetensors":
-        return _load_probe(path, model=model, tag=tag, threshold=threshold)
-    if (path / PROBE_FILE).is_file():
-        return _load_probe(path / PROBE_FILE, model=model, tag=tag, threshold=threshold)
+        return _load_file(path, model=model, tag=tag, threshold=threshold)
+    for name in (PROBE_FILE, "adapter.safetensors"):
+        if (path / name).is_file():
+            return _load_file(path / name, model=model, tag=tag, threshold=threshold)
     return _load_checkpoint(path, convention=convention, returned_token_ids=returned_token_ids,
                             tag=tag, threshold=threshold, trust_remote_code=trust_remote_code)
+
+
+def _load_file(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
+    """A probe or an adapter file, told apart by the format in its header."""
+    from .adapter import ADAPTER_FORMAT, read_format
+
+    found = read_format(file)
+    if found not in (ADAPTER_FORMAT, PROBE_FORMAT):
+        raise ValueError(f"{file} is not a tokpool probe or PRM adapter (format {found!r}, "
+                         f"expected {PROBE_FORMAT!r} or {ADAPTER_FORMAT!r})")
+    if found == ADAPTER_FORMAT:
+        if model is not None:
+            raise ValueError(f"{file} is a PRM adapter, which merges its weights into a fresh "
+                             "copy of its base model; drop model= (it only applies to probes)")
+        from .finetuned import load_finetuned
+
+        return load_finetuned(file, tag=tag, threshold=threshold)
+    return _load_probe(file, model=model, tag=tag, threshold=threshold)
 
 
 def _load_probe(file: Path, *, model, tag, threshold) -> ProcessRewardModel:

@@ -1,4 +1,5 @@
-"""Train the shipped probe PRM: ``python -m tokpool.prm train-probe``.
+"""Train the shipped probe PRM: ``python scripts/train_probe.py`` (or ``python -m tokpool.prm
+train-probe`` from a checkout).
 
 1. Format every example of ``data/prm/{train,test}.jsonl`` with ``format_steps`` (SmolLM2's
    chat template, ``<file_sep>`` after each step) and run it through
@@ -33,10 +34,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .dataset import default_data_dir, load_prm_dataset
-from .metrics import processbench_scores, step_auroc
-from .probe import PROBE_FILE, ProbeHead, save_probe
-from .steps import first_error_from_rewards, format_steps, step_rewards
+from tokpool.prm.dataset import default_data_dir, load_prm_dataset
+from tokpool.prm.metrics import processbench_scores, step_auroc
+from tokpool.prm.probe import PROBE_FILE, ProbeHead, save_probe
+from tokpool.prm.steps import first_error_from_rewards, format_steps, step_rewards
 
 BASE_MODEL = "smollm2-135m"
 #: Hidden states of this layer (0 = embeddings, 30 = final). Chosen during development by the
@@ -217,9 +218,9 @@ def evaluate(rewards: np.ndarray, features, records, threshold: float) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from ..models import load_model, model_cache_dir
+    from tokpool.models import load_model, model_cache_dir
 
-    parser = argparse.ArgumentParser(prog="python -m tokpool.prm train-probe",
+    parser = argparse.ArgumentParser(prog="scripts/train_probe.py",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layer", type=int, default=LAYER)
