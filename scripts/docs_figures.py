@@ -170,7 +170,7 @@ def step_rewards():
                                      true_first_error=record["first_error"],
                                      step_labels=record["labels"],
                                      step_texts=record["completions"],
-                                     title="Fine-tuned PRM (smollm2-prm) on the first erroneous test solution"))
+                                     title="Fine-tuned PRM on the first erroneous test solution"))
 
 
 #: Figure name (file ``docs/<name>.png``) → function; the second group needs real models.
