@@ -43,7 +43,7 @@ MEMORY_COLUMNS: dict[str, str] = {
 
 
 def prm_memory_table(
-    prompt_lens: Sequence[int] | int = (4_096, 32_768, 131_072),
+    prompt_lens: Sequence[int] | int = (1_024, 4_096),
     *,
     model: str = "qwen2.5-math-prm-7b",
     hardware: str = "h200",
