@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ._files import META_KEY, read_tagged_safetensors
+
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_FORMAT = "tokpool-prm-lora/1"
 #: The linear layers of a Llama decoder layer that get LoRA factors: ``(block, name)``.
@@ -32,7 +34,7 @@ LORA_TARGETS: tuple[tuple[str, str], ...] = (
     ("self_attn", "q_proj"), ("self_attn", "k_proj"), ("self_attn", "v_proj"),
     ("self_attn", "o_proj"), ("mlp", "gate_proj"), ("mlp", "up_proj"), ("mlp", "down_proj"),
 )
-_META_KEY = "tokpool"
+_META_KEY = META_KEY  # written by save_adapter
 
 
 def lora_key(layer: int, block: str, name: str) -> str:
@@ -82,19 +84,11 @@ def read_adapter(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, 
         FileNotFoundError: no such file.
         ValueError: the file is not a tokpool PRM adapter, or lacks the score head.
     """
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no PRM adapter at {path}")
-    with safe_open(str(path), framework="pt") as f:
-        raw = (f.metadata() or {}).get(_META_KEY)
-    settings = json.loads(raw) if raw else {}
-    if settings.get("format") != ADAPTER_FORMAT:
-        raise ValueError(f"{path} is not a tokpool PRM adapter (format "
-                         f"{settings.get('format')!r}, expected {ADAPTER_FORMAT!r})")
-    tensors = load_file(str(path))
+    settings, tensors = read_tagged_safetensors(path, fmt=ADAPTER_FORMAT,
+                                                what="tokpool PRM adapter")
     missing = [k for k in ("score.weight", "score.bias") if k not in tensors]
     if missing:
         raise ValueError(f"{path} lacks the score head tensors {missing}")

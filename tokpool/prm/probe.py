@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ._files import META_KEY, read_tagged_safetensors
 from .dataset import default_data_dir
 from .steps import (
     CONVENTIONS,
@@ -318,7 +319,7 @@ class ProcessRewardModel:
 
 # --- saving and loading -------------------------------------------------------------------
 
-_META_KEY = "tokpool"
+_META_KEY = META_KEY  # written by save_probe
 
 
 def save_probe(path: str | os.PathLike, head: ProbeHead, metadata: dict[str, Any]) -> Path:
@@ -344,18 +345,10 @@ def read_probe(path: str | os.PathLike) -> tuple[ProbeHead, dict[str, Any]]:
     Raises:
         ValueError: the file is not a tokpool probe.
     """
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    with safe_open(str(path), framework="pt") as f:
-        raw = (f.metadata() or {}).get(_META_KEY)
-    settings = json.loads(raw) if raw else {}
-    if settings.get("format") != PROBE_FORMAT:
-        raise ValueError(f"{path} is not a tokpool probe (format {settings.get('format')!r}, "
-                         f"expected {PROBE_FORMAT!r})")
+    settings, tensors = read_tagged_safetensors(path, fmt=PROBE_FORMAT, what="tokpool probe")
     head = ProbeHead(settings.pop("hidden_size"), settings.pop("num_labels"),
                      settings.pop("hidden_units"))
-    head.load_state_dict(load_file(str(path)))
+    head.load_state_dict(tensors)
     settings.pop("format")
     return head.eval(), settings
 

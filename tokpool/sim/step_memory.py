@@ -21,17 +21,18 @@ is wholly overwritten leaves the list, so a run costs O(steps + views).
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
+
+from .vllm_rules import graph_size_for
 
 GRAPH_REGION = 0  # the persistent buffer (graph output memory, or the teaching buffer)
 
 
 def padded_graph_size(num_tokens: int, capture_sizes: tuple[int, ...]) -> int | None:
-    """The capture size a ``num_tokens`` step replays, or ``None`` when it runs eagerly
-    (``tokpool.sim.vllm_rules.graph_size_for``; ``capture_sizes`` ascending)."""
-    i = bisect.bisect_left(capture_sizes, num_tokens)
-    return capture_sizes[i] if i < len(capture_sizes) else None
+    """The capture size a ``num_tokens`` step replays, or ``None`` when it runs eagerly: vLLM's
+    dispatch rule, ``tokpool.sim.vllm_rules.graph_size_for`` (``capture_sizes`` as
+    ``SimConfig.capture_sizes`` gives them: ascending, empty when eager)."""
+    return graph_size_for(num_tokens, capture_sizes)
 
 
 def padded_graph_sizes(num_tokens, capture_sizes: tuple[int, ...]):

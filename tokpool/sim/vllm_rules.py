@@ -18,6 +18,8 @@ ones whose vLLM function can run on a CPU against that function.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
@@ -288,9 +290,15 @@ def graph_size_for(
     _positive_int("num_tokens", num_tokens)
     if enforce_eager or not sizes:
         return None
-    ordered = sorted(sizes)
+    # the engine loop asks every step with the config's ascending tuple: no re-sort then
+    ordered = sizes if isinstance(sizes, tuple) and _ascending(sizes) else sorted(sizes)
     i = bisect_left(ordered, num_tokens)
     return ordered[i] if i < len(ordered) else None
+
+
+@functools.lru_cache(maxsize=32)
+def _ascending(sizes: tuple[int, ...]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(sizes))
 
 
 def pooling_cudagraph_mode(
