@@ -100,6 +100,9 @@ def test_cli_without_vllm_is_one_line_exit_2(no_vllm_python, capsys):
     (["engine-check", "--chunk-sizes", "16,x"], "--chunk-sizes '16,x'"),
     (["engine-check", "--chunk-sizes", "-1"], "chunk_sizes must be ints >= 0"),
     (["engine-check", "--budget", "0"], "--budget"),
+    (["engine-check", "--budget", "32"], "must be at least max_num_seqs (64)"),
+    (["engine-check", "--max-num-seqs", "1", "--prompt", "a", "--prompt", "b", "--prompt", "c"],
+     "3 prompts: at most 2 x max_num_seqs = 2"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(argv, expected, capsys):
     assert main(argv) == 2

@@ -449,18 +449,25 @@ def engine_check(
     sizes = list(chunk_sizes)
     if not sizes or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in sizes):
         raise EngineCheckError(f"chunk_sizes must be ints >= 0 (0: no threshold), got {sizes}")
+    if max_num_batched_tokens < max_num_seqs:
+        raise EngineCheckError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at "
+                               f"least max_num_seqs ({max_num_seqs}), as vLLM requires")
+    if prompts is not None and len(prompts) > 2 * max_num_seqs:
+        raise EngineCheckError(f"{len(prompts)} prompts: at most 2 x max_num_seqs = "
+                               f"{2 * max_num_seqs} (LLM.encode adds more only as others "
+                               "finish, which tp.simulate's arrival-at-step-0 would not match)")
+    name = os.fspath(model)
+    if name not in ENGINE_MODELS and not Path(name).expanduser().is_dir():
+        raise EngineCheckError(f"{name!r} is not a built-in engine model "
+                               f"({list(ENGINE_MODELS)}) or a model folder")
     reason = engine_unavailable_reason(python)
     if reason is not None:
         raise EngineCheckError(reason)
-    name = os.fspath(model)
     if name in ENGINE_MODELS:
         folder = engine_model_dir(name)
         task = task or ENGINE_MODELS[name]
     else:
         folder = Path(name).expanduser()
-        if not folder.is_dir():
-            raise EngineCheckError(f"{name!r} is not a built-in engine model "
-                                   f"({list(ENGINE_MODELS)}) or a model folder")
     tp_model = _quiet_load(load_model, folder)
     task = task or tp_model.task
     if task not in ENGINE_TASKS:
