@@ -15,12 +15,12 @@ import pytest
 from tokpool.models.gguf_cache import convert_gguf
 from tokpool.models.registry import builtin_files
 from tokpool.sim.config import SimConfig
-from tokpool.sim.hardware import MODEL_PRESETS
-from tokpool.sim.model_config import (
+from tokpool.sim.vllm_rules.hf_config import (
     estimate_num_parameters,
     preset_from_hf_config,
     simconfig_fields_from_hf,
 )
+from tokpool.sim.vllm_rules.models import MODEL_PRESETS
 
 QWEN3_EMBEDDING_8B = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,

@@ -8,28 +8,18 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from .backends.counting import run_counting
+from .backends.loop import CHUNK_COLUMNS, paused_gc
+from .backends.source import HiddenStateSource, check_source, default_source
+from .backends.tensor import run_tensor
+from .backends.timing import estimate_step_times
 from .config import SimConfig
-from .counting import run_counting
-from .hardware import estimate_step_times
-from .ledger import requests_frame, steps_frame
-from .loop import CHUNK_COLUMNS, paused_gc
-from .result import SimResult
-from .scheduler import check_prompt_lens, schedule
-from .source import SYNTHETIC_STEP_TAG_ID, HiddenStateSource, SyntheticSource, check_source
-from .tensor import run_tensor
+from .memory.ledger import requests_frame, steps_frame
+from .results.result import SimResult
+from .schedule.scheduler import check_prompt_lens, schedule
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
 SIM_MODES: tuple[str, ...] = ("tensor", "analytic", "closed_form")
-
-
-def default_source(config: SimConfig) -> SyntheticSource:
-    """The synthetic source a config implies (width, dtype, step tags)."""
-    return SyntheticSource(
-        config.width,
-        config.dtype,
-        step_tag_every=config.step_tag_every,
-        step_tag_id=config.effective_step_tag_id or SYNTHETIC_STEP_TAG_ID,
-    )
 
 
 def simulate(
@@ -166,8 +156,8 @@ def chunks_frame(chunks) -> pd.DataFrame:
 
 
 def _closed_form_result(lens, config, *, source, arrival_steps) -> SimResult:
-    from .closed_form import single_request
-    from .ledger import REQUEST_COLUMNS, STEP_COLUMNS
+    from .backends.closed_form import single_request
+    from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 
     if len(lens) != 1 or source is not None or arrival_steps is not None:
         raise ValueError(

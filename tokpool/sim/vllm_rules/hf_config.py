@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..heads import dtype_size, resolve_dtype
-from .hardware import ModelPreset
-from .vllm_rules import pooling_attn_type
+from ...heads import dtype_size, resolve_dtype
+from ...st_config import read_sentence_transformers_config
+from .engine import pooling_attn_type
+from .models import ModelPreset
 
 __all__ = [
     "HFModelPreset",
@@ -199,8 +200,6 @@ def estimate_num_parameters(cfg: Mapping, *, include_lm_head: bool | None = None
 def _st_pooling(directory: Path | None) -> str | None:
     if directory is None or not (directory / "modules.json").is_file():
         return None
-    from ..models.loading import read_sentence_transformers_config
-
     st = read_sentence_transformers_config(directory)
     return st.pooling if st is not None else None
 
