@@ -136,3 +136,27 @@ def test_every_room_is_listed():
              (p / "__init__.py").exists()}
     files = {p.stem for p in (PACKAGE / "sim").glob("*.py") if not p.stem.startswith("_")}
     assert rooms | (files - {"__init__"}) <= set(ROOMS)
+
+
+def _layout_block(path: Path) -> str:
+    text = path.read_text()
+    start = text.index("## Layout")
+    return text[text.index("```", start): text.index("```", text.index("```", start) + 3)]
+
+
+def test_the_documented_layouts_match_the_tree():
+    """DESIGN.md's and the README's layout name every simulator room and module, and every
+    package of tokpool; nothing they name under sim/ is missing from the tree."""
+    sim = PACKAGE / "sim"
+    names = {p.name + "/" for p in sim.iterdir() if (p / "__init__.py").exists()}
+    names |= {p.name for p in sim.glob("*.py") if not p.name.startswith("_")}
+    names |= {p.name + "/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    names.discard("__init__.py")
+    root = PACKAGE.parent
+    for doc in (root / "docs" / "DESIGN.md", root / "README.md"):
+        block = _layout_block(doc)
+        missing = sorted(n for n in names if n not in block)
+        assert not missing, f"{doc.name}'s layout does not name {missing}"
+        sim_block = block[block.index("sim/"):]
+        for room in ("vllm_rules/", "schedule/", "memory/", "backends/", "results/"):
+            assert room in sim_block and (sim / room).is_dir()

@@ -444,6 +444,10 @@ class SimConfig:
         if extra:
             raise ValueError(f"{extra} parsed from the vLLM flags have no SimConfig field")
         fields.setdefault("gpu_memory_utilization", 0.92)
+        # `vllm serve` runs the OpenAI API server: its usage context picks the defaults
+        # (vllm/entrypoints/openai/api_server.py builds the engine with
+        # UsageContext.OPENAI_API_SERVER: an H100/H200 budget of 8192, not the LLM class's 16384)
+        fields.setdefault("usage", "server")
         fields.update(overrides)
         if source is None:
             raise ValueError("from_vllm_args needs a model: in the line (vllm serve MODEL) or "
