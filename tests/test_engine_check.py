@@ -126,3 +126,27 @@ def test_make_engine_builds_its_own_venv_and_ci_runs_the_layer_after_make_test()
     ci = (ROOT / ".ci" / "run").read_text()
     assert ci.index("\nmake test\n") < ci.index("\nmake engine-test\n")
     assert ".venv-engine/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.real_model
+def test_the_prm_engine_folder_is_cached_and_rebuilt_when_damaged(tmp_path, monkeypatch, capsys):
+    from tokpool.engine_check import engine_model_dir
+    from tokpool.models.integrity import verify_entry
+
+    base = engine_model_dir("smollm2-135m")  # the converted SmolLM2, from the real cache
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / base.name).symlink_to(base)  # not converted again (tens of seconds)
+    monkeypatch.setenv("TOKPOOL_CACHE", str(tmp_path))
+    folder = engine_model_dir("smollm2-prm")
+    assert folder.parent == tmp_path / "engine" and verify_entry(folder) == []
+    config = (folder / "config.json").read_text()
+    assert '"LlamaForTokenClassification"' in config and '"num_hidden_layers": 17' in config
+    weights = next(folder.glob("*.safetensors"))
+    stamp = weights.stat().st_mtime_ns
+    assert engine_model_dir("smollm2-prm") == folder  # cached: not rewritten
+    assert weights.stat().st_mtime_ns == stamp
+    with open(weights, "r+b") as f:  # an interrupted copy
+        f.truncate(weights.stat().st_size // 2)
+    capsys.readouterr()
+    assert engine_model_dir("smollm2-prm") == folder
+    assert "is damaged" in capsys.readouterr().err and verify_entry(folder) == []
