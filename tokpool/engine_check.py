@@ -56,15 +56,16 @@ ENGINE_TASKS = ("token_embed", "token_classify")
 #: Largest absolute difference accepted between tokpool's and vLLM's per-token outputs, per task.
 #: Both run the same float32 weights through different kernels (vLLM's CPU attention and fused
 #: RMSNorm/SiLU vs. transformers' eager PyTorch ops), so sums are accumulated in another order;
-#: measured on this project's CPU: 3e-6 on SmolLM2's unit-norm token embeddings (30 layers),
-#: 4e-5 on the PRM's softmax probabilities, whose logits reach +-47 (a relative logit error of
-#: ~4e-6 after 17 layers). The bounds leave 5x-15x headroom for other CPUs' SIMD widths and stay
-#: far below a real error (a wrong row, position or head: 1e-2 and more on outputs of ~1e-2..1).
+#: measured on this project's CPU: up to 7.8e-6 on SmolLM2's unit-norm token embeddings (30
+#: layers), up to 4.1e-5 on the PRM's softmax probabilities, whose logits reach +-47 (a relative
+#: logit error of ~4e-6 after 17 layers). The bounds leave ~5x headroom for other CPUs' SIMD
+#: widths and stay far below a real error (a wrong row, position or head: 1e-2 and more on
+#: outputs of ~1e-2..1).
 ENGINE_ATOL = {"token_embed": 5e-5, "token_classify": 2e-4}
 #: Seconds one engine subprocess may run (start + all its prompts).
 ENGINE_TIMEOUT_S = 1800
 _DRIVER = Path(__file__).with_name("_vllm_driver.py")
-#: Built-in folders the engine serves: name -> (task, how it is made).
+#: Built-in models the engine serves (``engine_model_dir``): name -> the task checked.
 ENGINE_MODELS = {"smollm2-135m": "token_embed", "smollm2-prm": "token_classify"}
 _PRM_FORMAT = 1
 
