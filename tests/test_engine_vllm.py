@@ -94,7 +94,8 @@ def served(request, engine_ready, engine_stats):
     runs = [texts + _random_prompts(RUN_LENGTHS[0], seed=1)] + [
         _random_prompts(lengths, seed=2 + i) for i, lengths in enumerate(RUN_LENGTHS[1:])]
     engine = run_vllm(folder, task, runs, flags)
-    engine_stats[name] = {"start_seconds": engine.info["start_seconds"]}
+    engine_stats[name] = {"start_seconds": engine.info["start_seconds"],
+                          "peak_rss_mb": engine.info["peak_rss_mb"]}
     return name, model, task, flags, runs, engine
 
 

@@ -122,6 +122,9 @@ def main(argv: list[str]) -> int:
             "steps": [{str(index[k]): v for k, v in step.items()} for step in steps],
         })
     save_file(tensors, str(out / "outputs.safetensors"))
+    import resource  # Linux: ru_maxrss in KiB
+
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cache = config.cache_config
     (out / "result.json").write_text(json.dumps({
         "vllm_version": vllm.__version__, "torch_version": torch.__version__,
@@ -131,6 +134,7 @@ def main(argv: list[str]) -> int:
         "max_num_seqs": max_seqs,
         "long_prefill_token_threshold": config.scheduler_config.long_prefill_token_threshold,
         "enforce_eager": config.model_config.enforce_eager,
+        "peak_rss_mb": round(peak_rss_mb),
         "runs": runs,
     }, indent=1))
     return 0

@@ -509,6 +509,7 @@ def engine_check(
         summary["runs"].append({
             "chunk_size": chunk, "engine_steps": len(got), "simulated_steps": len(sim),
             "start_seconds": engine.info["start_seconds"],
+            "peak_rss_mb": engine.info.get("peak_rss_mb"),
             "first_schedule_difference": first_schedule_difference(got, sim),
         })
         summary.update({k: engine.info[k] for k in ("vllm_version", "device", "torch_version")})
@@ -542,7 +543,8 @@ def format_report(table: pd.DataFrame, summary: dict[str, Any]) -> str:
     for run in summary["runs"]:
         diff = run["first_schedule_difference"]
         lines.append(
-            f"chunk size {run['chunk_size'] or 'none'}: engine start {run['start_seconds']:.1f} s, "
+            f"chunk size {run['chunk_size'] or 'none'}: engine start {run['start_seconds']:.1f} s "
+            f"(peak RSS {run['peak_rss_mb']} MB), "
             f"{run['engine_steps']} engine steps vs {run['simulated_steps']} simulated; schedule "
             + ("equal" if diff is None else f"differs at {diff}"))
     ok = bool(table["within_tol"].all()) and all(
