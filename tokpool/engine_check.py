@@ -25,6 +25,7 @@ a ``LlamaForTokenClassification`` folder.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -415,7 +416,7 @@ def engine_check(
     max_num_batched_tokens: int = 64,
     max_num_seqs: int = 64,
     python: str | os.PathLike | None = None,
-    progress=None,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Serve prompts with the local vLLM and with tokpool; compare outputs and schedules.
 
@@ -516,7 +517,7 @@ def engine_check(
     return pd.DataFrame(rows), summary
 
 
-def _quiet_load(load_model, folder: Path):
+def _quiet_load(load_model: Callable, folder: Path):
     """``load_model`` without transformers' progress bar (an error then stays one line)."""
     from transformers.utils import logging as hf_logging
 
@@ -557,7 +558,7 @@ def format_report(table: pd.DataFrame, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cli_main(args) -> int:
+def cli_main(args: argparse.Namespace) -> int:
     """``tokpool engine-check``: parse its options, run the check, print the report.
 
     Returns:
