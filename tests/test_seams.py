@@ -133,3 +133,13 @@ def test_a_wrong_schedule_is_refused(plan, message):
         simulate([5, 1], cfg, mode="analytic", schedule=plan)
     with pytest.raises(ValueError, match="closed forms"):
         simulate([5, 1], cfg, mode="closed_form", schedule=[])
+
+
+def test_a_verdict_from_the_time_estimate_says_so():
+    base = SimConfig(model="SmolLM2-135M", async_scheduling=True, max_num_batched_tokens=512,
+                     max_num_seqs=4, policy="legacy")
+    assert not any("corrupted" in line for line in simulate([900], base, mode="analytic")
+                   .estimates)
+    timed = base.replace(async_overwrite="forward_end")
+    lines = simulate([900], timed, mode="analytic").estimates
+    assert any(line.startswith("corrupted:") and "ESTIMATE" in line for line in lines)
