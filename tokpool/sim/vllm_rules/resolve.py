@@ -3,12 +3,16 @@
 ``SimConfig`` holds what the user gave; ``resolve_engine`` applies vLLM 0.33.0's rules — the
 same functions the parity tests check against vLLM's own code — once, in this order:
 
+0. the pooling defaults: head dtype (``engine.default_head_dtype``: float32), activation
+   (``engine.default_use_activation``), async scheduling (``engine.default_async_scheduling``:
+   off for pooling models);
 1. ``max_model_len``: the model's context (``models.ModelPreset.max_model_len``);
 2. chunked prefill: ``engine.chunked_prefill_supported`` (encoders, CLS/MEAN decoders and STEP
    PRMs never chunk);
 3. token budget and ``max_num_seqs``: ``engine.engine_batch_limits`` / ``engine.batch_defaults``
    by device and usage context (raised to ``max_model_len`` when prompts are not chunked);
-4. CUDA-graph capture sizes: ``engine.resolve_cudagraph_sizes`` (none when eager);
+4. CUDA-graph mode and capture sizes: ``engine.pooling_cudagraph_mode`` (PIECEWISE, or NONE
+   when eager: no capture sizes) and ``engine.resolve_cudagraph_sizes``;
 5. KV cache: bytes per token per rank and, with ``gpu_memory_utilization``, the blocks vLLM
    would allocate (``kv_cache.kv_cache_capacity_tokens``, from the DRIVER-reported memory);
 6. the activation reserve: ``activation_peak_bytes`` or an ESTIMATE
@@ -18,11 +22,18 @@ same functions the parity tests check against vLLM's own code — once, in this 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import torch
 
 from .engine import (
     batch_defaults,
     chunked_prefill_supported,
+    default_async_scheduling,
+    default_head_dtype,
+    default_use_activation,
     engine_batch_limits,
+    pooling_cudagraph_mode,
     resolve_cudagraph_sizes,
 )
 from .kv_cache import kv_bytes_per_token_per_rank, kv_cache_capacity_tokens
@@ -41,6 +52,9 @@ class ResolvedEngine:
     kv_cache_blocks: int | None
     activation_peak_bytes: int
     activation_peak_is_estimate: bool
+    head_dtype: Any
+    use_activation: bool
+    async_scheduling: bool
 
 
 def activation_peak_estimate(config, max_num_batched_tokens: int) -> int:
@@ -65,6 +79,12 @@ def resolve_engine(config) -> ResolvedEngine:
             sized from memory without a model), naming the numbers.
     """
     model, device = config.model, config.hardware
+    head_dtype = config.head_dtype
+    if isinstance(head_dtype, str) and head_dtype == "auto":
+        dtype_name = str(config.dtype).removeprefix("torch.")
+        head_dtype = getattr(torch, default_head_dtype(dtype_name, runner="pooling"))
+    use_activation = default_use_activation(config.use_activation)
+    async_scheduling = default_async_scheduling("pooling", config.async_scheduling)
     max_model_len = config.max_model_len
     if max_model_len is None and model is not None:
         max_model_len = model.max_model_len
@@ -93,7 +113,8 @@ def resolve_engine(config) -> ResolvedEngine:
                 f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
                 "raise the budget or lower max_num_seqs"
             )
-    if config.output_memory != "vllm" or config.enforce_eager:
+    graph_mode = pooling_cudagraph_mode(enforce_eager=config.enforce_eager)
+    if config.output_memory != "vllm" or graph_mode == "NONE":
         sizes: tuple[int, ...] = ()
     else:
         _, sizes = resolve_cudagraph_sizes(
@@ -121,4 +142,5 @@ def resolve_engine(config) -> ResolvedEngine:
             kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size,
         ) // config.block_size
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
-                          blocks, activation, estimate)
+                          blocks, activation, estimate, head_dtype, use_activation,
+                          async_scheduling)
