@@ -141,7 +141,8 @@ def run_encode(source, *, pooler, task: str, chunk_size: int | None, async_sched
     steps = schedule(lens, max_num_batched_tokens=config.max_num_batched_tokens,
                      max_num_seqs=config.max_num_seqs,
                      enable_chunked_prefill=config.enable_chunked_prefill,
-                     long_prefill_token_threshold=chunk_size)
+                     long_prefill_token_threshold=chunk_size,
+                     async_scheduling=async_scheduling)
     source.prepare(lens)
     engine = ModelEngine(lens, config, source, pooler=pooler, task=task,
                          head_options=head_options or {}, times=times)

@@ -20,6 +20,8 @@ from .tensor import run_tensor
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
 SIM_MODES: tuple[str, ...] = ("tensor", "analytic", "closed_form")
+SchedulerName = Literal["tokpool", "vllm"]
+SCHEDULERS: tuple[str, ...] = ("tokpool", "vllm")
 
 
 def default_source(config: SimConfig) -> SyntheticSource:
@@ -40,6 +42,7 @@ def simulate(
     source: HiddenStateSource | None = None,
     arrival_steps: Sequence[int] | None = None,
     device: str = "cpu",
+    scheduler: SchedulerName = "tokpool",
 ) -> SimResult:
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
@@ -57,12 +60,18 @@ def simulate(
         arrival_steps: per request, the first step it may be scheduled in (default all 0).
         device: tensor mode: where the step's tensors live (``"cuda"`` makes it the GPU step
             simulator: host copies on a side stream into pinned memory).
+        scheduler: who computes the schedule: ``"tokpool"`` (default; tokpool's own
+            ``schedule``, no vLLM needed) or ``"vllm"`` (the installed vLLM's own V1
+            ``Scheduler`` driven on the CPU, ``tokpool.sim.vllm_run.vllm_schedule``; needs
+            ``make vllm``). Schedule parity (tests/test_parity_schedule.py) shows both agree.
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
 
     Raises:
-        ValueError: bad prompt lengths or mode, or a prompt that can never be scheduled.
+        ValueError: bad prompt lengths, mode or scheduler, or a prompt that can never be
+            scheduled.
+        VllmUnavailableError: ``scheduler="vllm"`` without vLLM (says how to install it).
         TypeError: non-integer prompt lengths, or a source missing part of the protocol.
 
     Example:
@@ -76,12 +85,18 @@ def simulate(
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
     if mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
     lens = check_prompt_lens(prompt_lens)
     config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
     if mode == "closed_form":
         return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
     with paused_gc():  # a long schedule is many small objects: see paused_gc
-        steps = schedule(
+        if scheduler == "vllm":
+            from .vllm_run import vllm_schedule as schedule_fn
+        else:
+            schedule_fn = schedule
+        steps = schedule_fn(
             lens,
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_num_seqs=config.max_num_seqs,
@@ -90,6 +105,7 @@ def simulate(
             long_prefill_token_threshold=config.long_prefill_token_threshold,
             kv_cache_blocks=config.kv_cache_blocks,
             block_size=config.block_size,
+            async_scheduling=config.async_scheduling,
         )
     outputs = None
     if source is not None:
