@@ -166,3 +166,35 @@ def test_engine_steps_on_vllms_schedule():
         plan = engine_steps(steps, async_scheduling=True)
         assert all(i not in computed for i, s in plan if s is None)
         assert [s for _, s in plan if s is not None] == steps
+
+
+def test_simulate_with_vllms_scheduler_equals_tokpools(parity_count):
+    """``tp.simulate(..., scheduler="vllm")``: the backends run on vLLM's schedule unchanged
+    and every frame equals the default's (tensor mode: outputs checked against the oracle)."""
+    import pandas as pd
+
+    import tokpool as tp
+
+    rng = random.Random(23)
+    for i in range(40):
+        kw = random_workload(rng)
+        cfg = tp.SimConfig(
+            hidden_size=4, max_num_batched_tokens=kw["max_num_batched_tokens"],
+            max_num_seqs=kw["max_num_seqs"], enable_chunked_prefill=kw["enable_chunked_prefill"],
+            long_prefill_token_threshold=kw["long_prefill_token_threshold"],
+            kv_cache_blocks=kw["kv_cache_blocks"], block_size=kw["block_size"],
+            async_scheduling=kw["async_scheduling"],
+            policy=("clone", "prealloc", "offload", "legacy")[i % 4])
+        mode = "tensor" if i % 2 else "analytic"
+        run = {s: _outcome(tp.simulate, prompt_lens=kw["prompt_lens"], config=cfg, mode=mode,
+                           arrival_steps=kw["arrival_steps"], scheduler=s)
+               for s in ("tokpool", "vllm")}
+        if isinstance(run["tokpool"], ValueError):
+            assert isinstance(run["vllm"], ValueError)
+            continue
+        ours, theirs = run["tokpool"], run["vllm"]
+        assert ours.schedule == theirs.schedule
+        pd.testing.assert_frame_equal(ours.steps, theirs.steps)
+        pd.testing.assert_frame_equal(ours.requests, theirs.requests)
+        assert ours.corrupted == theirs.corrupted
+        parity_count("simulate(scheduler='vllm') runs (equal frames)")

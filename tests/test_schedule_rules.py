@@ -187,3 +187,29 @@ def test_vllm_scheduler_without_vllm_says_how_to_install(monkeypatch):
         run.vllm_schedule([10], max_num_batched_tokens=8, max_num_seqs=8,
                           enable_chunked_prefill=True)
     assert not run.vllm_scheduler_available()
+
+
+@pytest.mark.parametrize("policy", ["legacy", "clone", "prealloc", "offload"])
+def test_backends_run_a_request_preempted_after_it_finished(policy):
+    """The async case above through both backends: the preemption of a request whose last
+    chunk is in flight frees only KV (its pooling is done), its output is still delivered, and
+    tensor and analytic mode agree."""
+    import pandas as pd
+
+    import tokpool as tp
+
+    cfg = tp.SimConfig(hidden_size=4, max_num_batched_tokens=24, long_prefill_token_threshold=16,
+                       kv_cache_blocks=3, async_scheduling=True, policy=policy)
+    tensor, counted = tp.simulate([17, 1], cfg, mode="tensor"), tp.simulate([17, 1], cfg)
+    pd.testing.assert_frame_equal(tensor.steps, counted.steps)
+    pd.testing.assert_frame_equal(tensor.requests, counted.requests)
+    assert tensor.requests["num_preemptions"].tolist() == [0, 1]
+    assert tensor.requests["delivered_step"].tolist() == [2, 1]
+    assert tensor.corrupted == []
+
+
+def test_simulate_rejects_an_unknown_scheduler():
+    import tokpool as tp
+
+    with pytest.raises(ValueError, match="unknown scheduler 'sglang'"):
+        tp.simulate([4], scheduler="sglang")
