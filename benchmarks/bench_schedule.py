@@ -1,6 +1,6 @@
 """Benchmark 3c — the cost of ``scheduler="vllm"``: vLLM's own scheduler against tokpool's.
 
-The same workloads go through ``tokpool.sim.scheduler.schedule`` and
+The same workloads go through ``tokpool.sim.schedule.scheduler.schedule`` and
 ``tokpool.sim.vllm_run.vllm_schedule`` (vLLM 0.33.0's V1 ``Scheduler`` + ``KVCacheManager``
 driven on the CPU with fake model outputs), interleaved, best of ``repeats`` each; both give
 the same steps (checked here too). The engine config vLLM builds once per flag set is warmed
@@ -14,7 +14,7 @@ import random
 import time
 
 import tokpool as tp
-from tokpool.sim.scheduler import schedule
+from tokpool.sim.schedule.scheduler import schedule
 
 
 def workloads(quick: bool = False) -> list[tuple[str, list[int], dict]]:

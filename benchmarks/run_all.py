@@ -223,11 +223,13 @@ def section_schedule(rows: pd.DataFrame | None) -> tuple[str, dict]:
     head = """## 3c. `scheduler="vllm"`: vLLM's own scheduler against tokpool's
 
 `tokpool.sim.vllm_run.vllm_schedule` drives vLLM 0.33.0's V1 `Scheduler` + `KVCacheManager` on
-the CPU with fake model outputs; `tokpool.sim.scheduler.schedule` follows the same rules (schedule
-parity, `tests/test_parity_schedule.py`; the schedules are checked equal here too). Same
-workloads, interleaved, best of 3. `ratio`: vLLM's time over tokpool's. `vllm_first_call_s`:
-the first call, which builds vLLM's engine config for the flag set (cached afterwards). The last
-row is a whole `tp.simulate(mode="analytic")` with each scheduler.
+the CPU with fake model outputs; `tokpool.sim.schedule.scheduler.schedule` follows the same
+rules (schedule parity, `tests/test_parity_schedule.py`; the schedules are checked equal here
+too). Same workloads, interleaved, best of 3. `ratio`: vLLM's time over tokpool's.
+`vllm_first_call_s`: the first call, which builds vLLM's engine config for the flag set (cached
+afterwards). The last row is a whole `tp.simulate(mode="analytic")` with each scheduler.
+Whole-prompt admission makes preemption rare: a request waits rather than being admitted into a
+cache it would outgrow.
 """
     if rows is None or "ratio" not in rows:
         reason = "" if rows is None else f" ({rows.iloc[0, 0]})"

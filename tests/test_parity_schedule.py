@@ -2,7 +2,7 @@
 
 ``tokpool.sim.vllm_run.vllm_schedule`` drives vLLM's ``Scheduler``/``AsyncScheduler`` and
 ``KVCacheManager`` step by step with fake model outputs (as ``EngineCore.step`` /
-``step_with_batch_queue`` call them); ``tokpool.sim.scheduler.schedule`` must give the same
+``step_with_batch_queue`` call them); ``tokpool.sim.schedule.scheduler.schedule`` must give the same
 steps on seeded random workloads covering the budget, ``max_num_seqs``, KV blocks (too few:
 preemption), ``long_prefill_token_threshold``, chunked prefill on and off, async scheduling,
 arrival steps, block sizes and pooling tasks. Compared step by step: the step index, the chunks
@@ -19,7 +19,8 @@ import random
 import pytest
 from test_schedule_rules import RULE_CASES, as_table
 
-from tokpool.sim.scheduler import engine_steps, schedule
+from tokpool.sim.schedule.given import check_schedule
+from tokpool.sim.schedule.scheduler import engine_steps, schedule
 from tokpool.sim.vllm_run import vllm_scheduler_unavailable_reason
 from tokpool.vllm_bridge import VLLM_REFERENCE_VERSION
 
@@ -92,6 +93,13 @@ def _compare(kw: dict, task: str) -> tuple[list[str], dict[str, int]]:
             return [], counts
         return [f"vLLM: {theirs!r}\ntokpool: {ours!r}"], counts
     diffs = []
+    try:  # vLLM's schedule is one the step loop accepts as a given schedule
+        check_schedule(theirs, kw["prompt_lens"],
+                       max_num_batched_tokens=kw["max_num_batched_tokens"],
+                       enable_chunked_prefill=kw["enable_chunked_prefill"],
+                       long_prefill_token_threshold=kw["long_prefill_token_threshold"])
+    except ValueError as err:
+        diffs.append(f"check_schedule refuses vLLM's schedule: {err}")
     if len(theirs) != len(ours):
         diffs.append(f"{len(theirs)} steps (vLLM) vs {len(ours)} (tokpool)")
     for a, b in zip(theirs, ours, strict=False):  # a length difference is reported above

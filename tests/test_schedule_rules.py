@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tokpool.sim.scheduler import schedule
+from tokpool.sim.schedule.scheduler import schedule
 
 BASE = {"max_num_seqs": 8, "enable_chunked_prefill": True}
 
@@ -71,6 +71,13 @@ RULE_CASES = [
      _case([17, 1], max_num_batched_tokens=24, long_prefill_token_threshold=16,
            kv_cache_blocks=3, async_scheduling=True),
      [(0, {0: (0, 16), 1: (0, 1)}, (1,), ()), (1, {0: (16, 17)}, (0,), (1,))]),
+    # a call that preempts and then schedules nothing (async: request 1 needs a 4th block while
+    # request 0's finished blocks are in flight, and preempts itself): told with the next step
+    ("async_preemption_in_an_empty_call",
+     _case([47, 51, 16], max_num_batched_tokens=128, enable_chunked_prefill=False,
+           long_prefill_token_threshold=24, kv_cache_blocks=7, async_scheduling=True),
+     [(0, {0: (0, 24), 1: (0, 24), 2: (0, 16)}, (2,), ()),
+      (1, {0: (24, 47), 1: (24, 48)}, (0,), (2,)), (3, {1: (0, 51)}, (1,), (1,))]),
 ]
 
 
@@ -150,6 +157,13 @@ def test_async_preempted_request_with_its_last_chunk_in_flight_finishes():
     _run("async_preempted_in_flight_finishes")
 
 
+def test_a_preemption_in_a_call_that_schedules_nothing_is_told_with_the_next_step():
+    """``Scheduler.schedule`` may preempt (``_preempt_request``) and then schedule no token;
+    ``ScheduledStep.preempted`` of the next step that computes lists it, so the backends clean
+    the request's pooling state before its prefill restarts."""
+    _run("async_preemption_in_an_empty_call")
+
+
 def test_unservable_configurations_are_errors_naming_the_flag():
     """A configuration vLLM cannot serve: without chunked prefill ``SchedulerConfig.
     verify_max_model_len`` refuses ``max_num_batched_tokens < max_model_len`` (an engine that
@@ -206,6 +220,17 @@ def test_backends_run_a_request_preempted_after_it_finished(policy):
     assert tensor.requests["num_preemptions"].tolist() == [0, 1]
     assert tensor.requests["delivered_step"].tolist() == [2, 1]
     assert tensor.corrupted == []
+    # and a preemption told one step late (the empty call's), the prompt restarted
+    cfg = cfg.replace(max_num_batched_tokens=128, long_prefill_token_threshold=24,
+                      kv_cache_blocks=7)
+    lens = [47, 51, 16]
+    tensor, counted = tp.simulate(lens, cfg, mode="tensor"), tp.simulate(lens, cfg)
+    pd.testing.assert_frame_equal(tensor.steps, counted.steps)
+    pd.testing.assert_frame_equal(tensor.requests, counted.requests)
+    assert tensor.requests["num_preemptions"].tolist() == [0, 1, 1]
+    assert [s.preempted for s in tensor.schedule] == [(), (2,), (1,)]
+    if policy != "legacy":
+        assert tensor.corrupted == []
 
 
 def test_simulate_rejects_an_unknown_scheduler():

@@ -169,7 +169,7 @@ def test_trace_shows_the_race_window(tmp_path):
 
 
 def test_kv_cache_preempts_the_last_running_request_worked_by_hand():
-    from tokpool.sim.scheduler import schedule
+    from tokpool.sim.schedule.scheduler import schedule
 
     # Two 40-token prompts, 16 tokens each per step, a 6-block KV cache (vLLM's null block
     # leaves 5): both are admitted in step 0 (each prompt's 3 blocks fit the free blocks,

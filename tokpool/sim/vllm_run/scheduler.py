@@ -19,8 +19,8 @@ switched back on after the config is built and vLLM's ``AsyncScheduler`` is used
 Step indices: the k-th ``schedule()`` call is step k; a request with arrival step a is added
 right before call a. While the engine holds no request the index jumps to the next arrival;
 calls that schedule no token (async: waiting for a step's output) are not listed, so step
-indices can jump (``tokpool.sim.scheduler.engine_steps`` then adds the collect-only
-iterations).
+indices can jump (``tokpool.sim.schedule.scheduler.engine_steps`` then adds the collect-only
+iterations); a preemption made in such a call is listed with the next step.
 
 Fixed choices (tokpool's scheduler models them the same way): prefix caching off (every prompt
 has distinct token ids anyway), FCFS policy, no speculative decoding, one full-attention KV
@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...vllm_bridge import VLLM_REFERENCE_VERSION, VllmUnavailableError
-from ..scheduler import ScheduledStep, check_arrival_steps, check_prompt_lens
+from ..schedule.scheduler import ScheduledStep, check_arrival_steps, check_prompt_lens
 from ..vllm_rules import step_order
 
 __all__ = ["vllm_schedule", "vllm_scheduler_available", "vllm_scheduler_unavailable_reason"]
@@ -203,7 +203,7 @@ def vllm_schedule(
         arrival_steps: per request, the ``schedule()`` call it is added before (default 0).
 
     Returns:
-        The steps that schedule tokens, as ``tokpool.sim.scheduler.schedule`` returns them:
+        The steps that schedule tokens, as ``tokpool.sim.schedule.scheduler.schedule`` returns them:
         chunks ``(request, start, stop)`` in Model Runner V2's row order
         (``vllm_rules.step_order`` of vLLM's scheduling order), ``finished``: the requests
         whose pooler output this step delivered (vLLM's ``update_from_output`` finished
@@ -259,6 +259,7 @@ def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int],
     token = 0
     index = 0
     idle_calls = 0
+    carried: list[int] = []  # preempted in a call that scheduled nothing: told with the next
     pooled = torch.zeros(1)
     while True:
         if not scheduler.has_requests() and not queue:
@@ -282,11 +283,13 @@ def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int],
                     chunks.append((int(rid), stop - n, stop))
                 records[index] = {
                     "chunks": chunks,
-                    "preempted": sorted(int(r) for r in (out.preempted_req_ids or ())),
+                    "preempted": [*carried, *sorted(int(r) for r in out.preempted_req_ids or ())],
                     "kv": num_blocks - 1 - pool.get_num_free_blocks(),
                     "finished": [],
                 }
+                carried = []
             else:
+                carried.extend(sorted(int(r) for r in out.preempted_req_ids or ()))
                 idle_calls += 1
                 if idle_calls > queue_size + 1:
                     _raise_stuck(scheduler, lens, index)

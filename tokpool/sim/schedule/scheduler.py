@@ -38,7 +38,8 @@ output (``Scheduler.update_from_output``): then their KV blocks are freed and th
 scheduled; with it (a batch queue of two steps) the next step is scheduled first, so a
 request that finishes in step N still holds its blocks and its slot, and counts as running
 for the threshold rule, while step N+1 is scheduled. Steps that schedule nothing (waiting for
-an arrival, or, under async, for a step's output) are not listed: step indices jump.
+an arrival, or, under async, for a step's output) are not listed: step indices jump; a
+preemption made in such a call is listed in the next step's ``preempted``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import collections
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .vllm_rules import step_order
+from ..vllm_rules.engine import step_order
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ def schedule(
     finished: set[int] = set()
     steps: list[ScheduledStep] = []
     unreported = False  # finished requests not yet announced by a schedule() call
+    carried: list[int] = []  # preemptions of calls that scheduled nothing: told with the next
     index = 0
     idle = 0
     while True:
@@ -201,9 +203,14 @@ def schedule(
             index += 1
             in_flight.appendleft(step)
             if step.chunks:
+                if carried:  # preempted in a call that then scheduled nothing
+                    step = ScheduledStep(step.index, step.chunks, (),
+                                         (*carried, *step.preempted), step.kv_blocks)
+                    carried = []
                 steps.append(step)
                 idle = 0
             else:
+                carried.extend(step.preempted)
                 idle += 1
                 if idle > queue_size + 1:  # a bug guard: the checks above rule this out
                     raise RuntimeError(f"scheduler made no progress at step {step.index}")
