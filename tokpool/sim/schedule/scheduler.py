@@ -56,13 +56,18 @@ class ScheduledStep:
     """One step of the schedule.
 
     Attributes:
-        index: the step number (engine iterations since the start).
+        index: the step number (``schedule()`` calls since the start).
         chunks: ``(request, start, stop)`` in batch order: positions ``start..stop-1``.
         finished: requests whose last prompt token is computed in this step, batch order.
-        preempted: requests preempted at the start of this step (KV cache full): their KV
-            blocks and pooling state are dropped and their prefill restarts from token 0.
-        kv_blocks: KV-cache blocks held during the step: the running requests', finishing
-            ones included (counted with or without a KV-cache limit).
+        preempted: requests preempted when this step was scheduled, or in a call just before
+            it that scheduled nothing (KV cache full): their KV blocks and pooling state are
+            dropped and their prefill restarts from token 0. Under async scheduling it may
+            list a request that finished in the previous step (its output was in flight):
+            vLLM frees its blocks, delivers its output and never schedules it again.
+        kv_blocks: KV-cache blocks held right after the step is scheduled: the running
+            requests', finishing ones included, and under async those of requests finished in
+            the previous step (freed only when its output is processed); vLLM's null block not
+            counted (counted with or without a KV-cache limit).
     """
 
     index: int
