@@ -173,8 +173,8 @@ def schedule(
             i, n = too_long[0]
             raise ValueError(
                 f"request {i} has {n} prompt tokens but max_num_batched_tokens is "
-                f"{budget_per_step} and chunked prefill is disabled, so vLLM can never "
-                f"schedule it ({len(too_long)} such requests; vLLM 0.33 refuses a "
+                f"{budget_per_step} and chunked prefill is disabled, so it can never be "
+                f"scheduled ({len(too_long)} such requests; vLLM 0.33 refuses a "
                 "max_model_len above the budget without chunking, an engine that accepts it "
                 "spins forever). Set enable_chunked_prefill=True (--enable-chunked-prefill) "
                 "or raise max_num_batched_tokens (--max-num-batched-tokens)"
