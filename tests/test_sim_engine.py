@@ -392,3 +392,12 @@ def test_score_head_rows_are_fresh_every_step():
     assert r.corrupted == [] and r.chunks["eager"].all()
     backbone = both([30], cfg.replace(rows_from="backbone"))
     assert backbone.corrupted == [0]
+
+
+def test_step_pooling_serves_token_embed_too():
+    """vllm/model_executor/layers/pooler/tokwise/poolers.py, pooler_for_token_embed: the
+    configured token pooling method (STEP included) serves token_embed as well."""
+    cfg = PoolingOnly(task="token_embed", hidden_size=4, pooling="STEP", step_tag_every=3,
+                      max_num_batched_tokens=16)
+    r = both([10], cfg)
+    assert r.outputs[0].shape == (3, 4) and r.corrupted == []

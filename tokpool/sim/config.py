@@ -312,10 +312,11 @@ class SimConfig:
         if (pooling == "LAST") == token_task:  # LAST for sequence tasks only
             raise ValueError(
                 f"pooling {pooling!r} does not serve task {self.task!r}: token tasks use 'ALL' "
-                "(or 'STEP' for token_classify), sequence tasks use 'LAST'"
+                "(or 'STEP'), sequence tasks use 'LAST'"
             )
-        if pooling == "STEP" and self.task != "token_classify":
-            raise ValueError(f"STEP pooling serves token_classify only, not {self.task!r}")
+        # STEP serves both token tasks: vLLM's pooler_for_token_embed and
+        # pooler_for_token_classify both take the configured token pooling method
+        # (vllm/model_executor/layers/pooler/tokwise/poolers.py, get_tok_pooling_method)
         step_only = {
             "num_returned_columns": self.num_returned_columns,
             "returned_token_ids": self.returned_token_ids,
