@@ -8,13 +8,15 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from ..guard import ensure_fits
+from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.loop import CHUNK_COLUMNS, paused_gc
 from .backends.source import HiddenStateSource, check_source, default_source
 from .backends.tensor import run_tensor
 from .backends.timing import estimate_step_times
 from .config import SimConfig
-from .memory.ledger import requests_frame, steps_frame
+from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule
 from .schedule.scheduler import ScheduledStep, check_prompt_lens
@@ -166,8 +168,6 @@ def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device) -> No
     its bytes in milliseconds (pooling's peak, the persistent buffer, the largest step's output
     tensor, every delivered output, which tensor mode keeps on the host, and the oracle's
     reference and expected output of the largest request)."""
-    from ..guard import ensure_fits
-
     counted = run_counting(lens, config, steps, source=source)[0]
     rows = max((s.num_tokens for s in steps), default=0)
     step_output = rows * config.width * config.dtype_size  # eager output (or the buffer)
@@ -195,9 +195,6 @@ def chunks_frame(chunks) -> pd.DataFrame:
 
 
 def _closed_form_result(lens, config, *, source, arrival_steps) -> SimResult:
-    from .backends.closed_form import single_request
-    from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
-
     if len(lens) != 1 or source is not None or arrival_steps is not None:
         raise ValueError(
             "mode='closed_form' solves ONE request from the synthetic source with no arrival "
