@@ -7,7 +7,9 @@ batches of prompts that all arrive at step 0). For every prompt, tokpool's
 output within ``ENGINE_ATOL[task]`` (float32 on both sides; the bound and its reason are in
 ``tokpool.engine_check``), and for every run the engine's recorded schedule (``Scheduler.schedule``
 wrapped in-process: ``num_scheduled_tokens`` per step) must equal ``tp.simulate``'s for the same
-prompt lengths and flags, with the engine's own KV-cache size.
+prompt lengths and flags, with the engine's own KV-cache size — including vLLM's rule that
+``long_prefill_token_threshold`` does not cap a request that is alone (the runs below have such
+tails and lone prompts).
 
 Run with ``make engine-test`` (``pytest -m engine``); the default ``make test`` never starts an
 engine (conftest skips the marker unless ``-m`` selects it). Skips with the reason where the
@@ -128,39 +130,20 @@ def test_outputs_match_vllm(served, engine_stats):
     engine_stats[name].update(prompts=prompts, tokens=tokens, max_abs_diff=worst)
 
 
-def _one_request_rule(engine_step: dict[int, int], flags: EngineFlags) -> bool:
-    """The step scheduled ONE request more tokens than the threshold: vLLM lifts
-    long_prefill_token_threshold when a single request is eligible (nobody to starve)."""
-    return len(engine_step) == 1 and next(iter(engine_step.values())) > \
-        flags.long_prefill_token_threshold > 0
-
-
 def test_schedule_matches_simulate(served, engine_stats):
     name, _, _, flags, runs, engine = served
-    steps = 0
-    differences = []
+    steps, differences = 0, []
     for r, prompts in enumerate(runs):
         got = engine.steps[r]
         want = simulated_steps([len(p) for p in prompts], flags,
                                num_kv_blocks=engine.info["num_kv_blocks"],
                                block_size=engine.info["block_size"])
         assert sum(sum(s.values()) for s in got) == sum(len(p) for p in prompts)
-        diff = first_schedule_difference(got, want)
         steps += len(got)
-        if diff is not None:
-            step = int(diff.split(":")[0].removeprefix("step ")) if diff.startswith("step") \
-                else None
-            differences.append((r, diff, step is not None and _one_request_rule(got[step], flags)))
-    engine_stats[name]["steps"] = steps
-    engine_stats[name]["schedule_differences"] = [f"run {r}: {d}" for r, d, _ in differences]
-    other = [(r, d) for r, d, known in differences if not known]
-    assert not other, other
-    if differences:
-        pytest.xfail(
-            "tokpool's scheduler still caps a lone request at long_prefill_token_threshold; "
-            "vLLM 0.32.0 lifts the cap when one request is eligible (scheduler.py: "
-            "num_eligible_reqs > 1), issue 19: " + "; ".join(
-                f"run {r}: {d}" for r, d, _ in differences))
+        if (diff := first_schedule_difference(got, want)) is not None:
+            differences.append(f"run {r} {[len(p) for p in prompts]}: {diff}")
+    engine_stats[name].update(steps=steps, schedule_differences=differences)
+    assert not differences, differences
 
 
 # --- bad input that reaches vLLM ----------------------------------------------------------------
