@@ -53,6 +53,8 @@ KERNEL_IDLE_JS = ("() => window.jupyterapp.shell.currentWidget.sessionContext"
 def _write_notebook(folder: Path, name: str, source: str) -> str:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}  # else JupyterLab asks for a kernel
     path = folder / f"explorer_{name}.ipynb"
     nbformat.write(nb, path)
     return path.name
