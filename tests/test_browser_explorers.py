@@ -44,8 +44,17 @@ EXPLORERS = {
                     "['3 * 4 = 12.', '2 + 12 = 15.', 'The answer is 15.'])\nex"),
 }
 
+#: A config.json pasted into the memory explorer's "your model" box (a Qwen3-8B-like decoder).
+YOUR_MODEL = json.dumps({
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+    "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151665,
+    "max_position_embeddings": 32768, "torch_dtype": "bfloat16"})
+
+#: What the kernel redraws: the figure and the text below the controls (children 2 and 3: the
+#: message line and the output), not the controls, whose readouts the browser updates itself.
 SIGNATURE_JS = """el => [...el.querySelectorAll('img')].map(i => i.src.slice(-64)).join('|')
-  + '#' + el.innerText"""
+  + '#' + [...el.children].slice(2).map(c => c.innerText).join('#')"""
 KERNEL_IDLE_JS = ("() => window.jupyterapp.shell.currentWidget.sessionContext"
                   ".kernelDisplayStatus === 'idle'")
 
@@ -65,7 +74,8 @@ class Driver:
 
     def __init__(self, page) -> None:
         self.page = page
-        self.root = page.locator(".jp-OutputArea-output .jupyter-widgets.widget-vbox").first
+        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+        self.root = panel.locator(".jp-OutputArea-output .jupyter-widgets.widget-vbox").first
 
     def _signature(self) -> str:
         return self.root.evaluate(SIGNATURE_JS)
@@ -112,8 +122,15 @@ class Driver:
         return self._commit(button.click)
 
     def check(self, text: str) -> float:
-        box = self.root.locator(f".widget-checkbox:has-text('{text}') input").first
+        box = self.root.locator(".widget-checkbox", has_text=text).locator("input").first
         return self._commit(box.click)
+
+    def key(self, label: str, key: str, *, handle: str = ".noUi-handle") -> float:
+        """Press ``key`` on the slider described ``label`` (its handle has the focus)."""
+        slider = self.root.locator(".widget-slider", has=self.page.locator(
+            "label", has_text=label)).last
+        target = slider.locator(handle).first
+        return self._commit(lambda: (target.focus(), target.press(key)))
 
     def refused(self, act: Callable[[], float], *needles: str) -> None:
         """``act`` commits a hostile value: a message saying why, and no figure, in time."""
@@ -137,12 +154,16 @@ def browser_page(lab: Lab) -> Iterator[Callable[[str], Driver]]:  # noqa: F811
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        pages: list = []
         try:
             def open_explorer(name: str) -> Driver:
                 notebook = _write_notebook(lab.root, name, EXPLORERS[name])
                 page = browser.new_page(viewport={"width": 1400, "height": 1400})
                 page.set_default_timeout(PAGE_TIMEOUT_MS)
-                page.goto(f"{lab.url}/lab/tree/{notebook}?token={lab.token}")
+                pages.append(page)
+                # a workspace of its own: only this notebook open (no tab of an earlier test)
+                page.goto(f"{lab.url}/lab/workspaces/{name}/tree/{notebook}?token={lab.token}"
+                          "&reset")
                 page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
                 page.wait_for_function(
                     "() => { const s = window.jupyterapp?.shell?.currentWidget?.sessionContext;"
@@ -157,6 +178,8 @@ def browser_page(lab: Lab) -> Iterator[Callable[[str], Driver]]:  # noqa: F811
 
             yield open_explorer
         finally:
+            for page in pages:
+                page.close()
             browser.close()
 
 
@@ -199,6 +222,7 @@ def test_ownership_explorer_refuses_hostile_values_and_answers(browser_page) -> 
         "async scheduling": [d.click("async scheduling") for _ in range(REPEATS)],
         "chunked prefill": [d.check("chunked prefill") for _ in range(REPEATS - 1)],
         "policy": _alternate(d.click, ("legacy", "clone")),
+        "vLLM's head": [d.check("vLLM's head") for _ in range(REPEATS - 1)],
     }
     d.shows_figure()
     _record("ownership", times)
@@ -218,11 +242,22 @@ def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> Non
         "model": _alternate(lambda v: d.select("model", v),
                             ("Qwen2.5-Math-PRM-7B", "Qwen3-Embedding-8B")),
         "hardware": _alternate(lambda v: d.select("hardware", v), ("A100 80GB", "H100 SXM")),
-        "dtype": _alternate(lambda v: d.select("dtype", v), ("float32", "bfloat16")),
         "async scheduling": [d.click("async scheduling") for _ in range(REPEATS)],
         "policies": [d.click("offload") for _ in range(REPEATS - 1)],
         "tensor-parallel GPUs": _alternate(
             lambda v: d.type_into(d.box("tensor-parallel GPUs"), v), ("2", "1")),
+        "task": _alternate(lambda v: d.select("task", v), ("embed", "token_embed")),
+        "head dtype": _alternate(lambda v: d.select("head dtype", v),
+                                 ("same as dtype (no cast)", "float32")),
+        # after the head dtype: with float32 hidden states "no cast" equals a float32 head
+        "dtype": _alternate(lambda v: d.select("dtype", v), ("float32", "bfloat16")),
+        "chunk budget": _alternate(lambda k: d.key("chunk budget", k),
+                                   ("ArrowLeft", "ArrowRight")),
+        "prompt length": _alternate(
+            lambda k: d.key("prompt length", k, handle=".noUi-handle-upper"),
+            ("ArrowLeft", "ArrowRight")),
+        "your model": _alternate(lambda v: d.type_into(d.text("your model"), v),
+                                 (YOUR_MODEL, "")),
     }
     d.shows_figure()
     _record("memory", times)
