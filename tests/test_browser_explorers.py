@@ -32,13 +32,19 @@ ANSWER_TIMEOUT_S = 30
 #: How often each control is changed for its median.
 REPEATS = 3
 
+#: Notebook 03's text in full mode (about 90 tokens): the token explorer is timed on it.
+NOTEBOOK_03_TEXT = (
+    "Token-level pooling keeps one vector per token. A long prompt is split into chunks, "
+    "and every chunk must survive until the last one arrives. Process reward models score each "
+    "step of a solution at a special tag token, while retrieval models such as ColBERT compare "
+    "every query token with every document token. Both need the whole prompt's hidden states, "
+    "not just the last one.")
+
 EXPLORERS = {
     "ownership": "import tokpool as tp\nex = tp.ownership_explorer([20, 6, 9], budget=16)\nex",
     "memory": "import tokpool as tp\nex = tp.memory_explorer()\nex",
     "token": ("import tokpool as tp\nmodel = tp.load_model('smollm2-135m')\n"
-              "ex = tp.token_explorer(model, 'Token-level pooling keeps one vector per token. "
-              "A long prompt is split into chunks, and every chunk must survive.', layer=15)\n"
-              "ex"),
+              f"ex = tp.token_explorer(model, {NOTEBOOK_03_TEXT!r}, layer=15)\nex"),
     "step_reward": ("import tokpool as tp\nprm = tp.load_prm()\n"
                     "ex = tp.step_reward_explorer(prm, 'What is 2 + 3 * 4?', "
                     "['3 * 4 = 12.', '2 + 12 = 15.', 'The answer is 15.'])\nex"),
@@ -272,15 +278,14 @@ def test_token_explorer_refuses_hostile_values_and_answers(browser_page) -> None
     d.shows_figure()
     shown = d.root.inner_text()
     assert "東" in shown and "Ü" in shown and "\ufffd" not in shown
-    d.type_into(d.area("text"), "Token-level pooling keeps one vector per token. A long "
-                "prompt is split into chunks, and every chunk must survive.", blur=True)
+    d.type_into(d.area("text"), NOTEBOOK_03_TEXT, blur=True)
     times = {
         "layer (new)": [d.type_into(d.box("layer"), v) for v in ("3", "9", "21")],
         "layer (seen)": [d.type_into(d.box("layer"), v) for v in ("3", "9", "21")],
         "metric": _alternate(lambda v: d.select("metric", v),
                              ("cosine to text mean", "relative norm")),
-        "text (new)": [d.type_into(d.area("text"), f"A new text number {i} to encode.",
-                                   blur=True) for i in range(REPEATS)],
+        "text (new)": [d.type_into(d.area("text"), f"{NOTEBOOK_03_TEXT} ({i})", blur=True)
+                       for i in range(REPEATS)],
     }
     d.shows_figure()
     _record("token", times)

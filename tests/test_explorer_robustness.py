@@ -7,6 +7,7 @@ into a slider's box that the slider cannot take is refused, not clamped.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -191,7 +192,7 @@ def test_similarity_labels_fit_the_axes() -> None:
     labels = [t.get_text() for t in ax.get_yticklabels()]
     fig.canvas.draw()
     boxes = [t.get_window_extent() for t in ax.get_yticklabels()]
-    overlaps = sum(a.overlaps(b) for a, b in zip(boxes, boxes[1:], strict=False))
+    overlaps = sum(a.overlaps(b) for a, b in itertools.pairwise(boxes))
     plt.close(fig)
     assert 2 <= len(labels) < 90 and overlaps == 0
 

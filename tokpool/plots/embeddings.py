@@ -71,13 +71,13 @@ def _labels_that_fit(ax: Axes, *, fontsize: float) -> int:
     """How many tick labels of ``fontsize`` points fit along the shorter side of ``ax``.
 
     Reads the axes' box in the figure before layout (constrained layout shrinks it a little
-    more for the labels and colorbar, hence the 0.8); an ``imshow`` keeps its square aspect,
-    so the shorter side is the one that counts. One label needs about 1.35 × its font size.
+    more for the labels and colorbar, hence the 0.9); an ``imshow`` keeps its square aspect,
+    so the shorter side is the one that counts. One label needs about 1.25 × its font size.
     """
     fig_w, fig_h = ax.figure.get_size_inches()
     box = ax.get_position()
-    side_pt = min(box.width * fig_w, box.height * fig_h) * 72.0 * 0.8
-    return max(2, int(side_pt / (1.35 * fontsize)))
+    side_pt = min(box.width * fig_w, box.height * fig_h) * 72.0 * 0.9
+    return max(2, int(side_pt / (1.25 * fontsize)))
 
 
 @styled
