@@ -17,7 +17,7 @@ import torch
 
 import tokpool as tp
 from tokpool.sim import STEP_COLUMNS, SWEEP_COLUMNS, SimConfig, schedule, simulate, sweep
-from tokpool.sim.scheduler import engine_steps
+from tokpool.sim.schedule.scheduler import engine_steps
 
 MODES = ("tensor", "analytic")
 ROOT = Path(__file__).resolve().parents[1]
@@ -246,7 +246,7 @@ class ListSource:
 
     def __init__(self, lens, width, tag_positions):
         g = torch.Generator().manual_seed(0)
-        self.hidden_size, self.dtype = width, torch.float32
+        self.width, self.dtype = width, torch.float32
         self.data = [torch.randn(n, width, generator=g) for n in lens]
         self.ids = []
         for n in lens:
