@@ -120,6 +120,13 @@ def test_notebook_runs_in_quick_mode(path: Path, monkeypatch: pytest.MonkeyPatch
             text = out.get("text", "") + out.get("data", {}).get("text/plain", "")
             found = WARNING_TEXT.search(text)
             assert found is None, f"{path.name}, cell {i} shows warning text: {text[:600]}"
+    # the only widgets are the explorers: no tqdm widget bars, which read "Error displaying
+    # widget: model not found" once the notebook is saved and reopened
+    widgets = [i for i, cell in enumerate(nb.cells) for out in cell.get("outputs", [])
+               if "application/vnd.jupyter.widget-view+json" in out.get("data", {})]
+    explorers = [i for i, c in enumerate(nb.cells)
+                 if c.cell_type == "code" and EXPLORER_CALL.search(c.source)]
+    assert widgets == explorers, f"{path.name}: widget outputs in cells {widgets}"
     _check_export(nb, path)
 
 
