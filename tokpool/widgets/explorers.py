@@ -9,10 +9,15 @@ controls and outputs as attributes, so code and tests can drive it::
     ex.view.save("schedule.png")       # export: .png (figure), .csv (table), .html (all)
 
 Controls that recompute use ``continuous_update=False``: work happens when a slider is released.
-While it recomputes the output is greyed out; settings the renderer rejects clear the output and
-show why. Outside a live kernel (nbconvert HTML, ``tokpool report``, a viewer without the widget
-manager) an explorer shows a static snapshot of its current state: its settings, the figure and
-the table.
+A slider's value is typed into the box beside it; a value it cannot take is refused, not
+clamped. Each explorer bounds its input before any work (too many steps, tokens, characters),
+and whatever the render raises clears the output and shows the message: no stale figure.
+
+Displayed, an explorer emits two outputs: the live widget, and a static snapshot of its current
+state (settings, text, figure, table) as plain HTML, updated as the controls move. The live
+widget hides the snapshot with CSS; where the widget cannot render (``jupyter nbconvert --to
+html`` opened offline, ``tokpool report``, a viewer without the widget manager, a notebook
+reopened without its kernel) the snapshot shows what the explorer showed.
 """
 
 from __future__ import annotations
