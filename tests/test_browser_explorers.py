@@ -180,7 +180,11 @@ def browser_page(lab: Lab) -> Iterator[Callable[[str], Driver]]:  # noqa: F811
                                        timeout=150_000)
                 page.wait_for_function(KERNEL_IDLE_JS, timeout=150_000)
                 assert "Error displaying widget" not in page.locator(".jp-Notebook").inner_text()
-                return Driver(page)
+                driver = Driver(page)
+                # no editable slider readout (they clamped or blanked what was typed there)
+                readouts = driver.root.locator(".widget-readout").filter(visible=True)
+                assert readouts.count() == 0
+                return driver
 
             yield open_explorer
         finally:

@@ -11,6 +11,7 @@ import itertools
 import time
 from dataclasses import dataclass
 
+import ipywidgets as widgets_module
 import matplotlib as mpl
 import numpy as np
 import pytest
@@ -128,6 +129,14 @@ def test_memory_explorer_opens_within_the_context_and_widens_a_collapsed_range()
     assert ex.prompt_len.value == (1 << 19, 1 << 20)
     ex.your_model.value = "{not json"
     assert _cleared(ex) and "not valid JSON" in ex.error
+    # the selection sliders' editable readouts (text typed there blanked them) are replaced by
+    # read-only labels that follow the handles
+    assert ex.budget.readout is False and ex.prompt_len.readout is False
+    shown = {box.children[0].description: box.children[1].value
+             for box in ex.children[1].children
+             if isinstance(box, widgets_module.HBox) and len(box.children) == 2
+             and isinstance(box.children[1], widgets_module.Label)}
+    assert shown == {"chunk budget (tokens/step)": "16K", "prompt length": "512K – 1M"}
 
 
 @dataclass

@@ -155,6 +155,9 @@ class Explorer(W.VBox):
                 box = self._typed_box(control)
                 self.typed[control.description or type(control).__name__] = box
                 row.append(W.HBox([control, box], layout=W.Layout(align_items="center")))
+            elif isinstance(control, W.SelectionSlider | W.SelectionRangeSlider):
+                row.append(W.HBox([control, self._shown_label(control)],
+                                  layout=W.Layout(align_items="center")))
             else:
                 row.append(control)
         figure = W.Box([self.image])
@@ -190,6 +193,21 @@ class Explorer(W.VBox):
         slider.observe(from_slider, names="value")
         box.observe(lambda change: self._on_typed(slider, box, change["new"]), names="value")
         return box
+
+    @staticmethod
+    def _shown_label(slider: W.SelectionSlider | W.SelectionRangeSlider) -> W.Label:
+        """A read-only readout: the selection slider's own one is editable, and text typed
+        into it blanked it. Drag the handles (or use the arrow keys) to choose."""
+        slider.readout = False
+
+        def text() -> str:
+            label = slider.label
+            return " – ".join(label) if isinstance(label, tuple) else str(label)
+
+        shown = W.Label(text())
+        shown.add_class("tokpool-readout")
+        slider.observe(lambda _: setattr(shown, "value", text()), names="value")
+        return shown
 
     @staticmethod
     def _format(slider: W.Widget, value: float) -> str:
