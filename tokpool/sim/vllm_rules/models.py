@@ -98,21 +98,24 @@ class ModelPreset:
 MODEL_PRESETS: Mapping[str, ModelPreset] = {
     m.name: m
     for m in (
-        # max_model_len: each model's config.json max_position_embeddings.
+        # max_model_len: each model's config.json max_position_embeddings, which vLLM derives
+        # its default from (Qwen3-Embedding-8B: 40,960; its model card advertises 32K).
         ModelPreset("SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M", 576, 30, 9, 64,
                     134_515_008, 49_152, max_model_len=8192, num_key_value_heads=3),
         ModelPreset("Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-0.6B", 1024, 28, 16, 128,
                     595_776_512, 151_669, max_model_len=32_768, num_key_value_heads=8),
         ModelPreset("Qwen3-Embedding-8B", "Qwen/Qwen3-Embedding-8B", 4096, 36, 32, 128,
-                    7_567_295_488, 151_665, max_model_len=32_768, num_key_value_heads=8),
+                    7_567_295_488, 151_665, max_model_len=40_960, num_key_value_heads=8),
         ModelPreset("Qwen2.5-Math-PRM-7B", "Qwen/Qwen2.5-Math-PRM-7B", 3584, 28, 28, 128,
                     7_070_000_000, 152_064, num_labels=2, default_task="token_classify",
                     step_tag_id=151_651, max_model_len=4096, tok_pooling_type="STEP",
                     num_key_value_heads=4),
-        # Math-Shepherd scores steps with the LM head's full-vocabulary logits, then keeps the
-        # "+"/"-" token pair: pooling sees vocab-wide rows (num_labels = vocab).
+        # Math-Shepherd keeps the "+"/"-" token pair of its LM head's logits; but served as a
+        # pooling model by vLLM 0.33.0 it has NO LM head (models/adapters.py,
+        # _create_pooling_model_cls): STEP selects those two columns of the backbone's
+        # 4096-wide hidden rows (num_labels = hidden size).
         ModelPreset("math-shepherd-mistral-7b-prm", "peiyi9979/math-shepherd-mistral-7b-prm",
-                    4096, 32, 32, 128, 7_241_732_096, 32_000, num_labels=32_000,
+                    4096, 32, 32, 128, 7_241_732_096, 32_000, num_labels=4096,
                     default_task="token_classify", step_tag_id=12_902,
                     returned_token_ids=(648, 387), max_model_len=32_768,
                     tok_pooling_type="STEP", num_key_value_heads=8),
