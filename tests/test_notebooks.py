@@ -31,8 +31,10 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9]*.ipynb"))
 EXPLORER_CALL = re.compile(r"tp\.\w+_explorer\(")
 PLOT_CALL = re.compile(r"tp\.(viz\.)?plot_")
 #: Warning text in an output: a warning class name (``DeprecationWarning``, ``UserWarning``,
-#: nbformat's ``MissingIDFieldWarning``...) or Python's ``warnings`` line format.
-WARNING_TEXT = re.compile(r"\b[A-Z]\w*Warning\b|warnings\.warn|^\S+:\d+: ", re.MULTILINE)
+#: nbformat's ``MissingIDFieldWarning``...), Python's ``warnings`` line format, or a logging
+#: library's WARNING level (vLLM's log lines).
+WARNING_TEXT = re.compile(r"\b[A-Z]\w*Warning\b|warnings\.warn|^\S+:\d+: |\bWARNING\b",
+                          re.MULTILINE)
 SCRIPT = re.compile(r"<script\b.*?</script>", re.DOTALL | re.IGNORECASE)
 #: Per-notebook execution limit (seconds); quick mode stays far below it.
 CELL_TIMEOUT = int(os.environ.get("TOKPOOL_NOTEBOOK_TIMEOUT", "600"))

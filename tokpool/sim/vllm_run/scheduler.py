@@ -79,6 +79,9 @@ def _vllm() -> dict[str, Any]:
         return _MODULES
     if "VLLM_TARGET_DEVICE" not in os.environ and not torch.cuda.is_available():
         os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    # vLLM configures its loggers at import; only errors belong in a simulation's output
+    # (a notebook cell, a test log). An explicit VLLM_LOGGING_LEVEL wins.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         import vllm
         from vllm.engine.arg_utils import EngineArgs
