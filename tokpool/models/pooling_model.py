@@ -26,6 +26,7 @@ from .budget import ensure_encode_fits
 from .engine import StepTimes, run_encode
 from .forward import ENCODER_CHUNK_REASON, resolve_layer
 from .prompts import Prompt, to_token_ids
+from .source import ModelSource
 
 SequencePooling = Literal["LAST", "MEAN", "CLS"]
 
@@ -165,7 +166,7 @@ class PoolingModel:
         """What the pooling runner serves for this model under a gate policy.
 
         Raises:
-            tp.UnsupportedTaskError: the gate refuses (e.g. ``policy="legacy"`` with
+            tp.UnsupportedTaskError: the gate refuses (e.g. ``policy="pre_50931"`` with
                 ``requested="token_embed"`` on a decoder), with vLLM's message.
         """
         return gate(
@@ -241,7 +242,7 @@ class PoolingModel:
         layer: int = -1,
         use_activation: bool = True,
         dimensions: int | None = None,
-        gate_policy: Literal["current", "legacy"] = "current",
+        gate_policy: Literal["current", "pre_50931"] = "current",
         times: StepTimes | None = None,
     ) -> list[Tensor]:
         """Pool prompts with the model, as the pooling runner would.
@@ -257,7 +258,7 @@ class PoolingModel:
                 ``0`` the embeddings, ``k`` the output of layer ``k``.
             use_activation: L2-normalise embeddings / softmax classifier logits.
             dimensions: Matryoshka truncation of embeddings, in ``[1, hidden_size]``.
-            gate_policy: ``"current"`` (after vLLM PR #50931) or ``"legacy"`` (before it).
+            gate_policy: ``"current"`` (after vLLM PR #50931) or ``"pre_50931"`` (before it).
             times: a ``StepTimes`` that accumulates seconds in the transformer vs in pooling
                 (metadata + pooling method + head), step by step.
 
@@ -297,8 +298,6 @@ class PoolingModel:
             return []
         ensure_encode_fits(self, [t.numel() for t in token_ids], task=task,
                            chunk_size=chunk_size, layer=layer, dimensions=dimensions)
-        from .source import ModelSource  # the engine loop reads the model through a source
-
         source = ModelSource(self, token_ids, layer=layer)
         pooler = self.make_pooler(async_scheduling=async_scheduling, policy=policy)
         return run_encode(source, pooler=pooler, task=task, chunk_size=chunk_size,

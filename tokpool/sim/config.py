@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from ..heads import DTypeLike, dtype_size, resolve_dtype
 from ..keep_rule import SIM_POLICIES
 from ..pooling import RetentionPolicy, check_policy
-from .hardware import Hardware, ModelPreset, resolve_hardware, resolve_model
-from .source import SYNTHETIC_STEP_TAG_ID
+from .vllm_rules import step_memory as step_memory_rule
+from .vllm_rules.args import parse_vllm_args
+from .vllm_rules.devices import Hardware, resolve_hardware
+from .vllm_rules.hf_config import simconfig_fields_from_hf
+from .vllm_rules.models import MODEL_PRESETS, ModelPreset, resolve_model
+from .vllm_rules.resolve import resolve_engine
+
+#: Token id that ``SyntheticSource`` writes at step-tag positions (STEP pooling keeps those rows).
+SYNTHETIC_STEP_TAG_ID = 1
 
 SimTask = Literal["token_embed", "token_classify", "embed", "classify"]
 SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classify")
 SimPooling = Literal["ALL", "STEP", "LAST"]
 OutputMemory = Literal["vllm", "one_buffer"]
+RowsFrom = Literal["backbone", "score_head"]
 Usage = Literal["llm", "server"]
 AsyncOverwrite = Literal["forward_start", "forward_end"]
 OUTPUT_MEMORIES: tuple[str, ...] = ("vllm", "one_buffer")
@@ -48,9 +56,11 @@ class SimConfig:
             the ``model`` preset's, else 1024. Given WITH a model preset it must equal the
             preset's (a 1024-wide simulation is not an 8B model's).
         dtype: dtype of the hidden states (``"bfloat16"``, ``torch.float16``, ...).
-        head_dtype: the pooling head's dtype: ``"float32"`` by default, as vLLM's pooling
-            heads (``_get_head_dtype``); ``None`` keeps ``dtype`` (no cast).
-        use_activation: the head's L2 normalise (embed) / softmax or sigmoid (classify). On
+        head_dtype: the pooling head's dtype; ``"auto"`` (default): vLLM's
+            (``vllm_rules.default_head_dtype``: float32 for pooling models); ``None`` keeps
+            ``dtype`` (no cast).
+        use_activation: the head's L2 normalise (embed) / softmax or sigmoid (classify);
+            ``None`` (default): vLLM's (``vllm_rules.default_use_activation``). On
             by default, as vLLM's ``PoolingParams``.
         task: ``"token_embed"``/``"token_classify"`` (per-token outputs, ALL/STEP pooling) or
             ``"embed"``/``"classify"`` (one row per request, LAST pooling) for comparison.
@@ -110,7 +120,9 @@ class SimConfig:
             models, decoders with CLS/MEAN sequence pooling or STEP token pooling (PRMs), on
             otherwise; an explicit value overrides it. Without it a prompt longer
             than the budget is rejected.
-        async_scheduling: step N+1 is launched before step N's outputs are copied to the host.
+        async_scheduling: step N+1 is launched before step N's outputs are copied to the host;
+            ``None`` (default): vLLM's (``vllm_rules.default_async_scheduling``: off for
+            pooling models).
         policy: what pooling keeps between steps: one of ``tp.RETENTION_POLICIES``, or
             ``"vllm"``: tensor mode drives the INSTALLED vLLM's own AllPool/StepPool
             (``tokpool.vllm_bridge``; ``make vllm`` installs 0.33.0) to ask "does my vLLM
@@ -125,6 +137,12 @@ class SimConfig:
             the teaching model, every step rewrites rows ``[0, n)`` of one buffer of
             ``max_num_batched_tokens`` rows.
         enforce_eager: no CUDA graphs: every step is eager (vLLM's ``--enforce-eager``).
+        rows_from: where the rows pooling sees come from: ``"backbone"`` (the model's hidden
+            states, in the step's output memory) or ``"score_head"`` (a score head run after
+            the compiled backbone, as vLLM 0.33.0's ``Qwen2ForProcessRewardModel.forward``:
+            fresh ``[n, num_labels]`` logits every step, never graph memory — pass
+            ``dtype="float32"``, the head dtype they are computed in). ``None`` (default):
+            ``"score_head"`` for the classify tasks, ``"backbone"`` otherwise.
         max_cudagraph_capture_size: largest captured step, tokens. Default as vLLM 0.33.0:
             512 (1024 on data-centre Blackwell), capped at 2 × ``max_num_seqs`` and at the
             budget (``tokpool.sim.vllm_rules.resolve_cudagraph_sizes``).
@@ -141,8 +159,8 @@ class SimConfig:
 
     hidden_size: int | None = None
     dtype: DTypeLike = torch.bfloat16
-    head_dtype: DTypeLike | None = "float32"
-    use_activation: bool = True
+    head_dtype: DTypeLike | Literal["auto"] | None = "auto"
+    use_activation: bool | None = None
     task: SimTask = "token_embed"
     num_labels: int = 2
     pooling: SimPooling | None = None
@@ -154,7 +172,7 @@ class SimConfig:
     max_num_seqs: int | None = None
     long_prefill_token_threshold: int | None = None
     enable_chunked_prefill: bool | None = None
-    async_scheduling: bool = False
+    async_scheduling: bool | None = None
     policy: RetentionPolicy | Literal["vllm"] = "clone"
     model: str | ModelPreset | None = None
     hardware: str | Hardware = "H100 SXM"
@@ -163,6 +181,7 @@ class SimConfig:
     max_cudagraph_capture_size: int | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     usage: Usage = "llm"
+    rows_from: RowsFrom | None = None
     max_model_len: int | None = None
     async_overwrite: AsyncOverwrite = "forward_start"
     kv_cache_blocks: int | None = None
@@ -175,14 +194,18 @@ class SimConfig:
     data_parallel_size: int = 1
     # Fields left None and filled from defaults: ``replace`` resolves them again.
     _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    # What the resolution step derived (``vllm_rules.resolve.resolve_engine``).
+    _resolved: Any = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
         set_(self, "_defaulted", tuple(
             name for name in ("hidden_size", "max_num_batched_tokens", "max_num_seqs",
-                              "enable_chunked_prefill", "max_model_len", "kv_cache_blocks")
+                              "enable_chunked_prefill", "max_model_len", "kv_cache_blocks",
+                              "use_activation", "async_scheduling", "rows_from")
             if getattr(self, name) is None
-        ))
+        ) + (("head_dtype",) if isinstance(self.head_dtype, str)
+             and self.head_dtype == "auto" else ()))
         set_(self, "model", resolve_model(self.model))
         _check_int("hidden_size", self.hidden_size, minimum=1, optional=True)
         if self.hidden_size is None:
@@ -222,13 +245,16 @@ class SimConfig:
                     f"cudagraph_capture_sizes must be positive ints, got {sizes!r}"
                 )
             set_(self, "cudagraph_capture_sizes", tuple(sorted(set(sizes))))
-        for name in ("use_activation", "async_scheduling", "enforce_eager"):
-            _check_bool(name, getattr(self, name))
+        for name in ("use_activation", "async_scheduling"):
+            if getattr(self, name) is not None:
+                _check_bool(name, getattr(self, name))
+        _check_bool("enforce_eager", self.enforce_eager)
         if self.task not in SIM_TASKS:
             raise ValueError(f"unknown task {self.task!r}; the simulator runs {list(SIM_TASKS)}")
         check_policy(self.policy, allowed=SIM_POLICIES)
         set_(self, "dtype", resolve_dtype(self.dtype, what="dtype"))
-        set_(self, "head_dtype", resolve_dtype(self.head_dtype, what="head_dtype"))
+        if not (isinstance(self.head_dtype, str) and self.head_dtype == "auto"):
+            set_(self, "head_dtype", resolve_dtype(self.head_dtype, what="head_dtype"))
         set_(self, "hardware", resolve_hardware(self.hardware))
         if self.returned_token_ids is not None:
             ids = tuple(self.returned_token_ids)
@@ -237,103 +263,30 @@ class SimConfig:
                     f"returned_token_ids must be a non-empty tuple of ints, got {ids!r}"
                 )
             set_(self, "returned_token_ids", ids)
-        self._check_pooling()
-        self._resolve_engine(set_)
-
-    def _resolve_engine(self, set_) -> None:
-        """vLLM's engine defaults for what was left ``None``: max_model_len, chunked prefill,
-        token budget and max_num_seqs (``tokpool.sim.vllm_rules``)."""
-        from .vllm_rules import batch_defaults, chunked_prefill_supported, engine_batch_limits
-
         if self.async_overwrite not in ("forward_start", "forward_end"):
             raise ValueError(f"unknown async_overwrite {self.async_overwrite!r}; use "
                              "'forward_start' or 'forward_end'")
         if self.async_overwrite == "forward_end" and self.model is None:
             raise ValueError("async_overwrite='forward_end' compares copy time with the next "
                              "step's forward time, which needs a model preset (model=...)")
+        if self.rows_from is None:
+            set_(self, "rows_from", "score_head" if self.task in _CLASSIFY_TASKS else "backbone")
+        elif self.rows_from not in ("backbone", "score_head"):
+            raise ValueError(f"unknown rows_from {self.rows_from!r}; use 'backbone' or "
+                             "'score_head'")
         if self.usage not in ("llm", "server"):
             raise ValueError(f"unknown usage {self.usage!r}; use 'llm' (the LLM class) or "
                              "'server' (the API server)")
-        if self.max_model_len is None and self.model is not None:
-            set_(self, "max_model_len", self.model.max_model_len)
-        if self.enable_chunked_prefill is None:
-            model = self.model
-            set_(self, "enable_chunked_prefill", chunked_prefill_supported(
-                model.attn_type if model else "decoder",
-                seq_pooling_type=model.seq_pooling_type if model else "LAST",
-                tok_pooling_type="STEP" if self.pooling_method == "STEP" else "ALL",
-            ))
-        _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
-        device = self.vllm_device
-        if self.max_model_len is not None:
-            tokens, seqs = engine_batch_limits(
-                device, self.usage, max_model_len=self.max_model_len,
-                enable_chunked_prefill=self.enable_chunked_prefill,
-                max_num_batched_tokens=self.max_num_batched_tokens,
-                max_num_seqs=self.max_num_seqs,
-            )
-        else:
-            tokens, seqs = batch_defaults(device, self.usage)
-            tokens = self.max_num_batched_tokens or tokens
-            seqs = self.max_num_seqs or min(seqs, tokens)
-            if tokens < seqs:  # vLLM's SchedulerConfig refuses it (engine_batch_limits too)
-                raise ValueError(
-                    f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
-                    "raise the budget or lower max_num_seqs"
-                )
-        set_(self, "max_num_batched_tokens", tokens)
-        set_(self, "max_num_seqs", seqs)
-        if self.gpu_memory_utilization is not None and self.kv_cache_blocks is None:
-            set_(self, "kv_cache_blocks", self._kv_blocks_from_memory())
-
-    def _kv_blocks_from_memory(self) -> int:
-        from .cluster import kv_cache_capacity_tokens
-
-        if self.model is None:
-            raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
-                             "and KV bytes per token: give a model preset (model=...)")
-        return kv_cache_capacity_tokens(
-            self.model, gpu_memory_bytes=self.hardware.hbm_bytes,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
-            activation_peak_bytes=self.estimated_activation_peak_bytes,
-            block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
-            dtype_bytes=self.dtype_size,
-        ) // self.block_size
-
-    @property
-    def estimated_activation_peak_bytes(self) -> int:
-        """The forward's activation peak per rank: ``activation_peak_bytes``, else an ESTIMATE
-        of 8 hidden-state rows per budget token (residual, norm, QKV, attention output, MLP)."""
-        if self.activation_peak_bytes is not None:
-            return self.activation_peak_bytes
-        return (
-            self.max_num_batched_tokens  # tokens in vLLM's profiling run
-            * self.hidden_size           # columns
-            * 8                          # live rows of that width per token (ESTIMATE)
-            * self.dtype_size            # bytes per element
-        )
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token on the most loaded rank (0 without a model preset)."""
-        if self.model is None:
-            return 0
-        from .cluster import kv_bytes_per_token_per_rank
-
-        return kv_bytes_per_token_per_rank(
-            self.model, tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
-            kv_cache_dtype=self.kv_cache_dtype, dtype_bytes=self.dtype_size)
-
-    @property
-    def vllm_device(self):
-        """The hardware as vLLM's rules see it (``vllm_rules.DeviceFacts``)."""
-        from .vllm_rules import DeviceFacts, resolve_device
-
-        try:
-            return resolve_device(self.hardware.name)
-        except ValueError:  # a custom Hardware: vLLM's rules for a non-Blackwell GPU
-            return DeviceFacts(self.hardware.name, self.hardware.hbm_bytes, (9, 0))
+        if self.enable_chunked_prefill is not None:
+            _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
+        self._check_pooling()
+        # The one resolution step: vLLM's rules fill what was left None.
+        resolved = resolve_engine(self)
+        for name in ("max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
+                     "max_num_seqs", "kv_cache_blocks", "head_dtype", "use_activation",
+                     "async_scheduling"):
+            set_(self, name, getattr(resolved, name))
+        set_(self, "_resolved", resolved)
 
     def check_prompt_lens(self, prompt_lens) -> None:
         """Raise like vLLM for a prompt longer than ``max_model_len`` (both numbers named)."""
@@ -359,10 +312,11 @@ class SimConfig:
         if (pooling == "LAST") == token_task:  # LAST for sequence tasks only
             raise ValueError(
                 f"pooling {pooling!r} does not serve task {self.task!r}: token tasks use 'ALL' "
-                "(or 'STEP' for token_classify), sequence tasks use 'LAST'"
+                "(or 'STEP'), sequence tasks use 'LAST'"
             )
-        if pooling == "STEP" and self.task != "token_classify":
-            raise ValueError(f"STEP pooling serves token_classify only, not {self.task!r}")
+        # STEP serves both token tasks: vLLM's pooler_for_token_embed and
+        # pooler_for_token_classify both take the configured token pooling method
+        # (vllm/model_executor/layers/pooler/tokwise/poolers.py, get_tok_pooling_method)
         step_only = {
             "num_returned_columns": self.num_returned_columns,
             "returned_token_ids": self.returned_token_ids,
@@ -434,30 +388,35 @@ class SimConfig:
     @property
     def capture_sizes(self) -> tuple[int, ...]:
         """Step sizes (tokens) that replay a CUDA graph; empty when eager or ``one_buffer``."""
-        if self.output_memory != "vllm" or self.enforce_eager:
-            return ()
-        from .vllm_rules import resolve_cudagraph_sizes
+        return self._resolved.capture_sizes
 
-        _, sizes = resolve_cudagraph_sizes(
-            self.vllm_device, max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_cudagraph_capture_size=self.max_cudagraph_capture_size,
-            cudagraph_capture_sizes_override=self.cudagraph_capture_sizes,
-        )
-        return sizes
+    @property
+    def estimated_activation_peak_bytes(self) -> int:
+        """The forward's activation peak per rank: ``activation_peak_bytes``, else the
+        resolution step's ESTIMATE (``vllm_rules.resolve.activation_peak_estimate``)."""
+        return self._resolved.activation_peak_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes per token on the most loaded rank (0 without a model preset)."""
+        return self._resolved.kv_bytes_per_token
+
+    @property
+    def vllm_device(self) -> Hardware:
+        """The hardware record vLLM's rules read (the one device table)."""
+        return self.hardware
 
     @property
     def graph_buffer_rows(self) -> int:
-        """Rows of the persistent graph output buffer: the largest capture size (0: eager)."""
-        sizes = self.capture_sizes
-        return sizes[-1] if sizes else 0
+        """Rows of the persistent output memory (the old name of ``buffer_rows``)."""
+        return self.buffer_rows
 
     @property
     def buffer_rows(self) -> int:
-        """Rows of the persistent output memory every replay (or step) rewrites."""
-        if self.output_memory == "one_buffer":
-            return self.max_num_batched_tokens
-        return self.graph_buffer_rows
+        """Rows of the persistent output memory later steps rewrite (graph output memory under
+        ``"vllm"``, the teaching buffer under ``"one_buffer"``): the step-memory rule's
+        ``persistent_rows``."""
+        return step_memory_rule.persistent_rows(self)
 
     @property
     def buffer_bytes(self) -> int:
@@ -473,7 +432,7 @@ class SimConfig:
         defaults (the hidden size from ``model``; vLLM's budget, ``max_num_seqs``, chunking,
         ``max_model_len``) are filled again for the new values unless given."""
         for name in self._defaulted:
-            changes.setdefault(name, None)
+            changes.setdefault(name, "auto" if name == "head_dtype" else None)
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -486,8 +445,6 @@ class SimConfig:
         Example:
             >>> SimConfig.from_hf_config("path/to/Qwen3-Embedding-8B")  # doctest: +SKIP
         """
-        from .model_config import simconfig_fields_from_hf
-
         return cls(**simconfig_fields_from_hf(source, **overrides))
 
     @classmethod
@@ -504,9 +461,6 @@ class SimConfig:
 
         The KV cache is sized as vLLM sizes it (``gpu_memory_utilization``, default 0.92).
         """
-        from .hardware import MODEL_PRESETS
-        from .vllm_args import parse_vllm_args
-
         fields = parse_vllm_args(argv)
         named = fields.pop("model", None)
         source = model if model is not None else named
@@ -514,6 +468,10 @@ class SimConfig:
         if extra:
             raise ValueError(f"{extra} parsed from the vLLM flags have no SimConfig field")
         fields.setdefault("gpu_memory_utilization", 0.92)
+        # `vllm serve` runs the OpenAI API server: its usage context picks the defaults
+        # (vllm/entrypoints/openai/api_server.py builds the engine with
+        # UsageContext.OPENAI_API_SERVER: an H100/H200 budget of 8192, not the LLM class's 16384)
+        fields.setdefault("usage", "server")
         fields.update(overrides)
         if source is None:
             raise ValueError("from_vllm_args needs a model: in the line (vllm serve MODEL) or "
@@ -553,6 +511,14 @@ class SimConfig:
                 "num_returned_columns" not in overrides
             ):
                 fields["num_returned_columns"] = len(model.returned_token_ids)
+        if task in _CLASSIFY_TASKS:
+            if model.returned_token_ids is not None:
+                # a token-pair PRM has no score head: STEP selects columns of the backbone's
+                # rows (vLLM 0.33.0 loads no LM head for a pooling model)
+                fields["rows_from"] = "backbone"
+            else:
+                # its score head computes float32 logits after the backbone (head dtype)
+                fields.update(rows_from="score_head", dtype="float32")
         fields.update(overrides)
         return cls(**fields)
 

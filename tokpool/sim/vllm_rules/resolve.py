@@ -1,0 +1,167 @@
+"""The one resolution step: vLLM's defaults for what a ``SimConfig`` left ``None``.
+
+``SimConfig`` holds what the user gave; ``resolve_engine`` applies vLLM 0.33.0's rules — the
+same functions the parity tests check against vLLM's own code — once, in this order:
+
+0. the pooling defaults: head dtype (``engine.default_head_dtype``: float32), activation
+   (``engine.default_use_activation``), async scheduling (``engine.default_async_scheduling``:
+   off for pooling models);
+1. ``max_model_len``: the model's context (``models.ModelPreset.max_model_len``);
+2. chunked prefill: ``engine.chunked_prefill_supported`` (encoders, CLS/MEAN decoders and STEP
+   PRMs never chunk);
+3. token budget and ``max_num_seqs``: ``engine.engine_batch_limits`` / ``engine.batch_defaults``
+   by device and usage context (raised to ``max_model_len`` when prompts are not chunked);
+4. CUDA-graph mode and capture sizes: ``engine.pooling_cudagraph_mode`` (PIECEWISE, or NONE
+   when eager: no capture sizes) and ``engine.resolve_cudagraph_sizes``;
+5. KV cache: bytes per token per rank and, with ``gpu_memory_utilization``, the blocks vLLM
+   would allocate (``kv_cache.kv_cache_capacity_tokens``, from the DRIVER-reported memory);
+6. what vLLM reserves outside the KV cache: the profiled activation peak
+   (``activation_peak_bytes`` or ``activation_peak_estimate``), non-torch memory and CUDA-graph
+   memory (``profile``: ESTIMATES).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .engine import (
+    batch_defaults,
+    chunked_prefill_supported,
+    default_async_scheduling,
+    default_head_dtype,
+    default_use_activation,
+    engine_batch_limits,
+    pooling_cudagraph_mode,
+    resolve_cudagraph_sizes,
+)
+from .kv_cache import kv_bytes_per_token_per_rank, kv_cache_capacity_tokens
+from .profile import (
+    NON_TORCH_BYTES_ESTIMATE,
+    cudagraph_bytes,
+    forward_peak_bytes,
+    pooler_peak_bytes,
+)
+
+
+@dataclass(frozen=True)
+class ResolvedEngine:
+    """What the resolution step derived (all fields filled)."""
+
+    max_model_len: int | None
+    enable_chunked_prefill: bool
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    capture_sizes: tuple[int, ...]
+    kv_bytes_per_token: int
+    kv_cache_blocks: int | None
+    activation_peak_bytes: int
+    activation_peak_is_estimate: bool
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    head_dtype: Any
+    use_activation: bool
+    async_scheduling: bool
+
+
+def activation_peak_estimate(config, max_num_batched_tokens: int, head_dtype) -> int:
+    """ESTIMATE of the activation peak per rank that vLLM's profiling run measures: the larger
+    of the forward's widest layer moment and the dummy pooler pass over a full budget
+    (``profile``). Without a model preset the forward is taken as 8 hidden-state rows per
+    token (residual, norm, QKV, attention output, MLP)."""
+    tokens, s = max_num_batched_tokens, config.dtype_size
+    if config.model is not None:
+        forward = forward_peak_bytes(config.model, tokens=tokens,
+                                     tp=config.tensor_parallel_size, dtype_bytes=s)
+    else:
+        forward = tokens * config.hidden_size * 8 * s
+    head_bytes = torch.empty((), dtype=head_dtype).element_size() if head_dtype else s
+    pooler = pooler_peak_bytes(tokens=tokens, hidden_size=config.hidden_size,
+                               width=config.width, dtype_bytes=s, head_dtype_bytes=head_bytes)
+    return max(forward, pooler)
+
+
+def resolve_engine(config) -> ResolvedEngine:
+    """vLLM's defaults for ``config``'s ``None`` fields (see the module docstring).
+
+    Args:
+        config: a ``SimConfig`` whose own fields are validated (model and hardware resolved).
+
+    Raises:
+        ValueError: a combination vLLM refuses (budget below ``max_num_seqs``, a KV cache
+            sized from memory without a model), naming the numbers.
+    """
+    model, device = config.model, config.hardware
+    head_dtype = config.head_dtype
+    if isinstance(head_dtype, str) and head_dtype == "auto":
+        dtype_name = str(config.dtype).removeprefix("torch.")
+        head_dtype = getattr(torch, default_head_dtype(dtype_name, runner="pooling"))
+    use_activation = default_use_activation(config.use_activation)
+    async_scheduling = default_async_scheduling("pooling", config.async_scheduling)
+    max_model_len = config.max_model_len
+    if max_model_len is None and model is not None:
+        max_model_len = model.max_model_len
+    chunked = config.enable_chunked_prefill
+    if chunked is None:
+        chunked = chunked_prefill_supported(
+            model.attn_type if model else "decoder",
+            seq_pooling_type=model.seq_pooling_type if model else "LAST",
+            tok_pooling_type="STEP" if config.pooling_method == "STEP" else "ALL",
+        )
+    if not isinstance(chunked, bool):
+        raise TypeError(f"enable_chunked_prefill must be True or False, got {chunked!r}")
+    if max_model_len is not None:
+        tokens, seqs = engine_batch_limits(
+            device, config.usage, max_model_len=max_model_len,
+            enable_chunked_prefill=chunked,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+        )
+    else:
+        tokens, seqs = batch_defaults(device, config.usage)
+        tokens = config.max_num_batched_tokens or tokens
+        seqs = config.max_num_seqs or min(seqs, tokens)
+        if tokens < seqs:  # vLLM's SchedulerConfig refuses it (engine_batch_limits too)
+            raise ValueError(
+                f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
+                "raise the budget or lower max_num_seqs"
+            )
+    graph_mode = pooling_cudagraph_mode(enforce_eager=config.enforce_eager)
+    if config.output_memory != "vllm" or graph_mode == "NONE":
+        sizes: tuple[int, ...] = ()
+    else:
+        _, sizes = resolve_cudagraph_sizes(
+            device, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+            max_cudagraph_capture_size=config.max_cudagraph_capture_size,
+            cudagraph_capture_sizes_override=config.cudagraph_capture_sizes,
+        )
+    if config.activation_peak_bytes is not None:
+        activation, estimate = config.activation_peak_bytes, False
+    else:
+        activation = activation_peak_estimate(config, tokens, head_dtype)
+        estimate = True
+    graphs = 0 if model is None else cudagraph_bytes(
+        model, max_capture_size=max(sizes, default=0), tp=config.tensor_parallel_size,
+        dtype_bytes=config.dtype_size)
+    kv_per_token = 0 if model is None else kv_bytes_per_token_per_rank(
+        model, tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
+        kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size)
+    blocks = config.kv_cache_blocks
+    if config.gpu_memory_utilization is not None and blocks is None:
+        if model is None:
+            raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
+                             "and KV bytes per token: give a model preset (model=...)")
+        blocks = kv_cache_capacity_tokens(
+            model, gpu_memory_bytes=device.total_memory_bytes,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
+            # everything vLLM keeps outside the KV cache (module docstring of ``profile``)
+            activation_peak_bytes=activation + NON_TORCH_BYTES_ESTIMATE + graphs,
+            block_size=config.block_size,
+            kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size,
+        ) // config.block_size
+    return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
+                          blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
+                          head_dtype, use_activation, async_scheduling)
