@@ -29,12 +29,16 @@ from tokpool.prm.dataset import default_data_dir
 def rescored_point(folder: Path, *, threads: int) -> dict[str, Any]:
     """The LoRA point of an adapter whose training recorded no dev intervals: its dev rewards
     through the serving path (``tp.load_prm``, batches of 8), the F1-maximising dev threshold,
-    bootstrap intervals as ``train_prm.py`` computes them."""
+    bootstrap intervals as ``train_prm.py`` computes them; kept in ``rescored_dev.json`` beside
+    the adapter (delete it to rescore)."""
     import torch
 
     import tokpool as tp
     from tokpool.prm.evaluation import choose_threshold, evaluate
 
+    cached = folder / "rescored_dev.json"  # scoring 200 problems is minutes on a busy CPU
+    if cached.is_file():
+        return json.loads(cached.read_text())
     torch.set_num_threads(threads)
     training = json.loads((folder / "training.json").read_text())
     prm = tp.load_prm(folder / "adapter.safetensors")
@@ -45,7 +49,9 @@ def rescored_point(folder: Path, *, threads: int) -> dict[str, Any]:
     settings = {**training["settings"], "best_step": None}
     point = curve_point({"settings": settings, "dev": metrics,
                          "seconds": training.get("seconds", {})}, "lora")
-    return {**point, "rescored": True, "adapter_threshold": prm.threshold}
+    point = {**point, "rescored": True, "adapter_threshold": prm.threshold}
+    cached.write_text(json.dumps(point, indent=1) + "\n")
+    return point
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

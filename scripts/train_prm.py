@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     run_key = hashlib.sha256(json.dumps(
         [vars(args) | {"threads": None, "out": None, "cache_dir": None,
                        "checkpoint_every": None, "cache_limit_gb": None,
-                       "max_steps": None},
+                       "max_steps": None, "patience": None},
          [r["id"] for r in records["train"]]]).encode()).hexdigest()[:16]
     ckpt_file = cache / f"ckpt-{run_key}.pt"
 
@@ -400,8 +400,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 p.copy_(saved)
         optimizer.load_state_dict(ckpt["optimizer"])
         schedule.load_state_dict(ckpt["schedule"])
-        log, evals, best, bad, stopped = (ckpt[k] for k in ("log", "evals", "best", "bad",
-                                                            "stopped"))
+        log, evals, best, bad = (ckpt[k] for k in ("log", "evals", "best", "bad"))
+        stopped = bad >= args.patience  # a rerun with more patience goes on
         start_step, train_seconds = ckpt["step"], ckpt["train_seconds"]
         seconds["head_init"] = ckpt["head_init_seconds"]
         print(f"resuming {ckpt_file.name} at step {start_step} of {total}")
