@@ -16,25 +16,13 @@ from typing import Literal
 
 import pandas as pd
 
-PoolingTask = Literal[
-    "embed", "classify", "token_embed", "token_classify", "embed&token_classify", "plugin"
-]
+from .sim.vllm_rules.engine import check_request_task as check_selected
+from .sim.vllm_rules.engine import select_pooling_task
+from .task_names import POOLING_TASKS, SUPPORTED_TASKS, TOKEN_TASKS
+
 GatePolicy = Literal["current", "pre_50931"]
 AttnType = Literal["decoder", "encoder_only", "encoder_decoder"]
 
-POOLING_TASKS: tuple[str, ...] = (
-    "embed",
-    "classify",
-    "token_embed",
-    "token_classify",
-    "embed&token_classify",
-    "plugin",
-)
-#: The runner's own task set: every pooling task but ``plugin`` (served by another runner).
-SUPPORTED_TASKS: frozenset[str] = frozenset(POOLING_TASKS) - {"plugin"}
-#: Tasks whose output grows with the prompt; the gate before PR #50931 kept them for encoders
-#: only.
-TOKEN_TASKS: frozenset[str] = frozenset({"token_embed", "token_classify", "embed&token_classify"})
 GATE_POLICIES: tuple[str, ...] = ("current", "pre_50931")
 #: The gate policy's old name: "legacy" also names a retention policy (``tp.AllPool``).
 _OLD_GATE_POLICY = "legacy"
@@ -48,17 +36,10 @@ def gate_policy(policy: str) -> str:
         return "pre_50931"
     _check_choice(policy, GATE_POLICIES, "gate policy")
     return policy
+
+
 ATTN_TYPES: tuple[str, ...] = ("decoder", "encoder_only", "encoder_decoder")
 
-# vLLM's default-task priority when the user does not request one.
-_TASK_PRIORITY: tuple[str, ...] = (
-    "embed&token_classify",
-    "embed",
-    "classify",
-    "token_embed",
-    "token_classify",
-    "plugin",
-)
 
 RUNNER_NAME = "The pooling runner (vLLM Model Runner V2)"
 _FALLBACK = "another runner (VLLM_USE_V2_MODEL_RUNNER=0)"
@@ -142,11 +123,7 @@ def select_task(
                 f"{sorted(tasks)}; request one of those or leave the task unset"
             )
         return requested
-    if "token_classify" in tasks and any(
-        a.endswith("ForTokenClassification") for a in architectures
-    ):
-        return "token_classify"
-    return next((t for t in _TASK_PRIORITY if t in tasks), None)
+    return select_pooling_task(tasks, architectures=architectures)
 
 
 def runner_tasks(*, attn_type: str = "decoder", policy: str = "current") -> frozenset[str]:
@@ -224,7 +201,6 @@ def check_request_task(
     if task not in served:
         raise UnsupportedTaskError(f"Unsupported task: {task!r}. Supported tasks: {served}")
     if selected is not None:
-        from .sim.vllm_rules import check_request_task as check_selected
 
         try:
             check_selected(task, selected_task=selected, supported_tasks=served,
