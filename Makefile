@@ -49,8 +49,12 @@ $(VLLM_STAMP): $(STAMP) $(VLLM_REQUIREMENTS)
 
 vllm: $(VLLM_STAMP)
 
+# jupyter/lab/settings/overrides.json: JupyterLab defaults for this project (no news pop-up, no
+# update check); your own settings still win.
+LAB_SETTINGS := --LabApp.app_settings_dir=$(CURDIR)/jupyter/lab/settings
+
 lab: install
-	$(BIN)/jupyter lab $(LAB_ROOT_FLAG) $(LAB_ARGS) notebooks/
+	$(BIN)/jupyter lab $(LAB_ROOT_FLAG) $(LAB_SETTINGS) $(LAB_ARGS) notebooks/
 
 # Chromium for the JupyterLab browser test (Debian's package; Playwright drives it).
 browser-deps:

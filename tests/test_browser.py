@@ -218,8 +218,10 @@ def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
 
             # 2. Drag the "tokens per step" slider to the left: fewer tokens per step, more steps.
             slider = explorer.locator(".widget-slider", has_text="tokens per step").first
-            readout = slider.locator(".widget-readout")
-            old_budget = int(readout.inner_text())
+            # the value shows in the typed box beside the slider (it refuses, never clamps)
+            readout = explorer.locator(".widget-hbox:has(.widget-slider:has-text('tokens per "
+                                       "step'))").last.locator(".tokpool-typed input")
+            old_budget = int(readout.input_value())
             handle = slider.locator(".noUi-handle").first.bounding_box()
             track = slider.locator(".noUi-target").first.bounding_box()
             assert handle and track
@@ -230,7 +232,7 @@ def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
             page.mouse.move(track["x"] + track["width"] * 0.05, y, steps=12)
             page.mouse.up()
             _wait_changed(page, image, "src", before)
-            assert int(readout.inner_text()) < old_budget
+            assert int(readout.input_value()) < old_budget
 
             # 3. Flip the async toggle: the kernel redraws the schedule.
             before = image.get_attribute("src")

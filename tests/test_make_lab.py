@@ -50,6 +50,7 @@ def _checkout(base: Path) -> Path:
         shutil.copy2(ROOT / name, repo / name)
     shutil.copytree(ROOT / "notebooks", repo / "notebooks",
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(ROOT / "jupyter", repo / "jupyter")  # the settings `make lab` ships
     return repo
 
 
@@ -69,8 +70,7 @@ def _serve_and_check(base: Path, *, user: str | None) -> str:
     home.mkdir()
     port, token = _free_port(), secrets.token_hex(16)
     lab_args = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
-                f"--ServerApp.port_retries=0 --IdentityProvider.token={token} "
-                "--LabApp.news_url=None")
+                f"--ServerApp.port_retries=0 --IdentityProvider.token={token}")
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
         "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
@@ -111,6 +111,12 @@ def _serve_and_check(base: Path, *, user: str | None) -> str:
         served = sorted(item["name"] for item in json.loads(body)["content"]
                         if item["name"].endswith(".ipynb"))
         assert served == NOTEBOOKS, served
+        # the shipped override: no news pop-up over the notebooks, no update check
+        _, body = _get(f"{url}/lab/api/settings/@jupyterlab/apputils-extension:notification"
+                       f"?token={token}")
+        schema = json.loads(body)["schema"]["properties"]
+        assert schema["fetchNews"]["default"] == "false", schema["fetchNews"]
+        assert schema["checkForUpdates"]["default"] is False
     finally:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):

@@ -366,7 +366,8 @@ def test_similarity_labels_every_token_or_every_kth() -> None:
     tokens = [f"t{i}" for i in range(120)]
     ax = plots.plot_similarity(np.random.default_rng(0).normal(size=(120, 8)), tokens=tokens)
     labels = [t.get_text() for t in ax.get_xticklabels()]
-    assert labels[:3] == ["0 t0", "2 t2", "4 t4"] and len(labels) == 60
+    every = int(labels[1].split()[0])  # thinned to what fits at 7 pt, position shown
+    assert every >= 2 and labels == [f"{i} t{i}" for i in range(0, 120, every)]
     ax = plots.plot_similarity(np.eye(30), tokens=tokens[:30])
     assert [t.get_text() for t in ax.get_xticklabels()] == tokens[:30]
 
@@ -374,10 +375,11 @@ def test_similarity_labels_every_token_or_every_kth() -> None:
 def test_pooling_share_of_kv_plot() -> None:
     df = _sweep()
     ax = plots.plot_pooling_share_of_kv(df, kv_cache_bytes=10 * 2**20, async_scheduling=False)
-    lines = {line.get_label(): line.get_ydata() for line in ax.lines}
+    lines = {line.get_label().split(" (")[0]: line.get_ydata() for line in ax.lines}
     peak = df[(df["policy"] == "clone") & ~df["async_scheduling"]].sort_values("prompt_len")
     share = 100.0 * peak["peak_pooling_bytes"] / (10 * 2**20)
-    np.testing.assert_allclose(lines["clone"], share.clip(lower=1e-6))  # 0 drawn at the floor
+    # a 0 cannot sit on a log axis: it is left out (NaN), never drawn at a made-up floor
+    np.testing.assert_allclose(lines["clone"], share.where(share > 0))
     assert "the whole KV cache of a rank" in lines
     with pytest.raises(ValueError, match="kv_cache_bytes must be > 0"):
         plots.plot_pooling_share_of_kv(df, kv_cache_bytes=0)

@@ -196,7 +196,7 @@ def test_a_tag_that_splits_is_refused_with_its_pieces_and_alternatives(tiny_toke
 
 
 def test_tag_already_in_the_text_and_bad_steps_are_refused(tiny_tokenizer):
-    with pytest.raises(ValueError, match="already occurs in the step 1"):
+    with pytest.raises(ValueError, match="already occurs in step 1;"):
         tp.format_steps("what ?", ["1 .", "2 <extra_0> ."], tokenizer=tiny_tokenizer)
     with pytest.raises(ValueError, match="at least one step"):
         tp.format_steps("what ?", [], tokenizer=tiny_tokenizer)

@@ -220,18 +220,41 @@ def test_bad_settings_clear_the_stale_output() -> None:
     assert ex.view.data["result"].prompt_lens == [20]
 
 
-def test_static_fallback_shows_settings_figure_and_table() -> None:
+def test_static_fallback_shows_settings_figure_and_table(monkeypatch) -> None:
+    import IPython.display
+
+    shown: list[tuple[dict, dict]] = []
+
+    class Handle:
+        def update(self, obj, **kwargs):
+            shown.append((obj, {"update": True, **kwargs}))
+
+    def fake_display(obj, **kwargs):
+        shown.append((obj, kwargs))
+        return Handle() if kwargs.get("display_id") else None
+
+    monkeypatch.setattr(IPython.display, "display", fake_display)
     ex = tp.ownership_explorer([5, 12, 3], budget=8, policy="legacy", hidden_size=8)
-    bundle = ex._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle  # the live widget ...
-    page = bundle["text/html"]  # ... and a snapshot for nbconvert / reports
+    ex._ipython_display_()
+    (widget, _), (fallback, kwargs) = shown
+    assert "application/vnd.jupyter.widget-view+json" in widget  # the live widget ...
+    assert "text/html" not in widget  # (one snapshot only, below)
+    assert widget["text/plain"].startswith("OwnershipExplorer(") and "HBox" not in widget[
+        "text/plain"]
+    page = fallback["text/html"]  # ... and a snapshot as its own output, kept by nbconvert
+    assert kwargs == {"raw": True, "display_id": True}
+    assert f'class="tokpool-fallback-{ex._uid}"' in page
     assert 'data-explorer="OwnershipExplorer"' in page
     assert "policy: <b>legacy</b>" in page and "tokens per step: <b>8</b>" in page
     assert page.count("data:image/png;base64,") == 1 and "<table" in page
-    assert bundle["text/plain"].startswith("OwnershipExplorer(") and "HBox" not in bundle[
-        "text/plain"]
+    # the live widget's CSS hides exactly this snapshot; without the widget it stays visible
+    assert f".tokpool-fallback-{ex._uid}{{display:none}}" in ex.children[0].value
     ex.policy.value = "clone"  # the snapshot follows the controls
-    assert "policy: <b>clone</b>" in ex._repr_mimebundle_()["text/html"]
+    update, kwargs = shown[-1]
+    assert kwargs.get("update") and "policy: <b>clone</b>" in update["text/html"]
+    ex.typed["tokens per step"].value = "100000"  # refused: the snapshot says so, no figure
+    update, _ = shown[-1]
+    assert "out of range" in update["text/html"] and "base64" not in update["text/html"]
 
 
 def test_view_png_is_retina_and_shown_at_half_size() -> None:

@@ -30,8 +30,9 @@ def execute_notebook(path: str | Path, *, quick: bool = False, timeout: int = 18
     previous = os.environ.get(QUICK_ENV)
     os.environ[QUICK_ENV] = "1" if quick else "0"
     try:  # the kernel inherits this process's environment
-        # no stored widget state: nbconvert then shows each explorer's static snapshot (its
-        # text/html), which needs no widget JavaScript from a CDN
+        # each explorer shows its static snapshot as its own HTML output (see
+        # widgets.explorers); the widget state is not stored, so the page carries no copy of
+        # every figure in widget JSON that only a CDN-loaded widget library could show
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 resources={"metadata": {"path": str(cwd or path.parent)}},
                                 store_widget_state=False)

@@ -224,7 +224,7 @@ def convert_gguf(
 
 def _dequantize_into(gguf_path: Path, work: Path, *, name: str) -> None:
     """Write the dequantized model (safetensors, config) and its tokenizer into ``work``."""
-    from tqdm.auto import tqdm
+    from tqdm.std import tqdm  # text bars: readable after a notebook is saved and reopened
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with tqdm(total=3, desc=f"tokpool: converting {name}", unit="stage") as bar:

@@ -12,6 +12,7 @@ How a checkpoint becomes a pooling model (vLLM's defaults):
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -20,6 +21,7 @@ import socket
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -101,7 +103,8 @@ def _load_pretrained(path: str | Path, *, name: str, dtype: torch.dtype, task: s
         auto = AutoModelForCausalLM
     else:
         auto = AutoModel
-    hf_model = auto.from_pretrained(path, dtype=dtype, local_files_only=local_files_only)
+    with no_transformers_bars():
+        hf_model = auto.from_pretrained(path, dtype=dtype, local_files_only=local_files_only)
     tokenizer = None  # token-id prompts still work without one
     local_dir = Path(path).is_dir()
     # why the file check: transformers 5 builds a 5-token stub tokenizer from a bare config
@@ -295,3 +298,21 @@ def _load_hub(name: str, dtype: torch.dtype, task: str | None) -> PoolingModel:
         name, f"{why} (transformers: {str(local_error).splitlines()[0]}). Download it where "
         "the hub is reachable and pass the local directory"
     ) from local_error
+
+
+@contextlib.contextmanager
+def no_transformers_bars() -> Iterator[None]:
+    """Hide transformers' "Loading weights" bar for the block, then restore the setting.
+
+    The bar is a notebook widget (``tqdm.auto``) that reads "Error displaying widget" once the
+    notebook is saved and reopened; loading a local model takes about a second anyway.
+    """
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()

@@ -25,10 +25,12 @@ from .schedule import (
     schedule_frame,
 )
 from .token_text import (
+    CONTINUATION,
     ColourScale,
     HTMLText,
     colour_scale,
     plot_token_values,
+    split_characters,
     token_html,
     token_strings,
     visible_whitespace,
@@ -36,6 +38,7 @@ from .token_text import (
 
 __all__ = [
     "CHUNK_KINDS",
+    "CONTINUATION",
     "ColourScale",
     "HTMLText",
     "colour_scale",
@@ -60,6 +63,7 @@ __all__ = [
     "plot_token_pca",
     "plot_token_values",
     "schedule_frame",
+    "split_characters",
     "token_html",
     "token_strings",
     "visible_whitespace",

@@ -67,6 +67,19 @@ def _tick_labels(tokens: Sequence[str], max_chars: int = 10) -> list[str]:
     return out
 
 
+def _labels_that_fit(ax: Axes, *, fontsize: float) -> int:
+    """How many tick labels of ``fontsize`` points fit along the shorter side of ``ax``.
+
+    Reads the axes' box in the figure before layout (constrained layout shrinks it a little
+    more for the labels and colorbar, hence the 0.9); an ``imshow`` keeps its square aspect,
+    so the shorter side is the one that counts. One label needs about 1.25 × its font size.
+    """
+    fig_w, fig_h = ax.figure.get_size_inches()
+    box = ax.get_position()
+    side_pt = min(box.width * fig_w, box.height * fig_h) * 72.0 * 0.9
+    return max(2, int(side_pt / (1.25 * fontsize)))
+
+
 @styled
 def plot_similarity(
     embeddings: Any,
@@ -76,7 +89,7 @@ def plot_similarity(
     vmin: float = -1.0,
     vmax: float = 1.0,
     cmap: str = "RdBu_r",
-    max_labels: int = 90,
+    max_labels: int | None = None,
     title: str | None = "Token × token cosine similarity",
     colorbar: bool = True,
 ) -> Axes:
@@ -91,8 +104,9 @@ def plot_similarity(
         vmin: value of the first colour.
         vmax: value of the last colour.
         cmap: colormap.
-        max_labels: above this many tokens, every k-th token is labelled (``"12 ·Col"``:
-            position and text), so a stripe can still be traced to its token.
+        max_labels: label at most this many tokens per axis (default: as many as fit the
+            axes at 7 pt without overlapping); above it every k-th token is labelled
+            (``"12 ·Col"``: position and text), so a stripe can still be traced to its token.
         title: axes title.
         colorbar: draw a colorbar.
 
@@ -108,7 +122,9 @@ def plot_similarity(
     image = ax.imshow(sim, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
     ax.grid(False)
     if tokens is not None:
-        every = max(1, -(-n // max_labels))
+        fit = _labels_that_fit(ax, fontsize=7.0)
+        limit = fit if max_labels is None else max(1, min(max_labels, fit))
+        every = max(1, -(-n // limit))
         shown = range(0, n, every)
         text = _tick_labels(tokens)
         labels = [f"{i} {text[i]}" if every > 1 else text[i] for i in shown]

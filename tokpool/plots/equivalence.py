@@ -63,6 +63,9 @@ def plot_chunked_error(
     log = logy if logy is not None else not is_cos
     values = df[metric].to_numpy(dtype=float)
     positive = values[values > 0]
+    all_zero = not is_cos and bool(values.size) and not (values != 0).any()
+    if all_zero:
+        log = False  # nothing to put on a log axis: draw the zeros as they are, and say so
     # Exact zeros (e.g. the first chunk, computed identically) would vanish on a log axis: draw
     # them on a floor a decade below the smallest non-zero error and say so.
     floor = 10 ** (np.floor(np.log10(positive.min())) - 1) if positive.size else 1e-12
@@ -84,6 +87,11 @@ def plot_chunked_error(
         ax.plot([], [], color="0.6", lw=0.6, ls=":", label=f"chunk boundary (every {chunk_size})")
     if log:
         ax.set_yscale("log")
+    if all_zero:
+        ax.set_ylim(-1.0, 1.0)
+        ax.text(0.5, 0.62, "every token identical, bit for bit: the difference is exactly 0\n"
+                "(chunked prefill computes the same numbers as the full forward here)",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="0.25")
     ax.set_xlabel("token position")
     ax.set_ylabel(_METRIC_LABELS.get(metric, metric))
     ax.legend(title=hue, loc="best")

@@ -419,10 +419,23 @@ def plot_pooling_share_of_kv(
     df, mode = _select_async(df, async_scheduling)
     df = df.assign(kv_share=100.0 * df["peak_pooling_bytes"] / kv_cache_bytes)
     ax = new_axes(ax, (9.2, 4.6))
+    drawn: list[tuple[str, np.ndarray]] = []
     for policy, g in df.groupby("policy", sort=False):
         g = g.sort_values("prompt_len")
-        ax.plot(g["prompt_len"], g["kv_share"].clip(lower=1e-6), label=str(policy),
-                color=POLICY_COLOURS.get(policy), lw=2)
+        share = g["kv_share"].to_numpy(dtype=float)
+        colour = POLICY_COLOURS.get(policy)
+        if not (share > 0).any():
+            # nothing held on the device (offload): a log axis cannot draw 0, so say it
+            ax.plot([], [], color=colour, lw=2, label=f"{policy}: 0 % (holds nothing on the "
+                                                          "device)")
+            continue
+        same = [name for name, seen in drawn if np.array_equal(seen, share)]
+        # an identical curve is drawn dashed and thinner on top, so both stay visible
+        ax.plot(g["prompt_len"], np.where(share > 0, share, np.nan),
+                label=str(policy) + (f" (= {', '.join(same)})" if same else ""),
+                color=colour, lw=2 if not same else 1.6, ls="--" if same else "-",
+                zorder=2 + len(drawn))
+        drawn.append((str(policy), share))
     ax.axhline(100, color="0.2", lw=1.2, ls="--", label="the whole KV cache of a rank")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -35,19 +35,98 @@ def visible_whitespace(text: str) -> str:
     return "".join(WHITESPACE_GLYPHS.get(ch, ch) for ch in text)
 
 
+#: Shown for a token that holds only the trailing bytes of a character begun by an earlier
+#: token (byte-level BPE splits "東" = e6 9d b1 across tokens): the character is shown on the
+#: token where it starts, and this mark on the ones that finish it.
+CONTINUATION = "◌"
+
+
+def _byte_decoder(tokenizer: Any) -> dict[str, int] | None:
+    """The unicode → byte table of a byte-level BPE tokenizer (GPT-2 style), else ``None``."""
+    table = getattr(tokenizer, "byte_decoder", None)  # slow GPT-2 tokenizers keep it
+    if isinstance(table, dict) and table:
+        return table
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    decoder = getattr(backend, "decoder", None)
+    if decoder is None or "ByteLevel" not in f"{type(decoder).__name__} {decoder!r}":
+        return None
+    # GPT-2's reversible map: printable bytes stand for themselves, the rest shift to 256+.
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {chr(b): b for b in keep}, 0
+    for b in range(256):
+        if b not in keep:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
+
+
+def _utf8_length(lead: int) -> int:
+    if lead < 0x80:
+        return 1
+    for length, (lo, hi) in ((2, (0xC2, 0xDF)), (3, (0xE0, 0xEF)), (4, (0xF0, 0xF4))):
+        if lo <= lead <= hi:
+            return length
+    return 1  # a continuation or invalid byte on its own: decoded as "\ufffd"
+
+
+def split_characters(pieces: Sequence[bytes]) -> list[str]:
+    r"""The text each token's bytes start: a character goes to the token holding its first byte.
+
+    Args:
+        pieces: the raw bytes of each token, in order.
+
+    Returns:
+        One string per token; a token that holds only the rest of a character begun earlier
+        gets ``CONTINUATION``. Bytes that are not valid UTF-8 become ``"\ufffd"``.
+
+    Example:
+        >>> split_characters([b"\xc3", b"\x9c", b"ber"])  # "Über" split inside "Ü"
+        ['Ü', '◌', 'ber']
+    """
+    data = b"".join(pieces)
+    owner = [i for i, piece in enumerate(pieces) for _ in piece]  # byte position -> token
+    out = [""] * len(pieces)
+    pos = 0
+    while pos < len(data):
+        length = _utf8_length(data[pos])
+        char = data[pos:pos + length].decode("utf-8", errors="replace")
+        if len(char) != 1:  # truncated or malformed: one replacement for the lead byte
+            char, length = "\ufffd", 1
+        out[owner[pos]] += char
+        pos += length
+    return [text or (CONTINUATION if piece else "") for text, piece in zip(out, pieces,
+                                                                          strict=True)]
+
+
 def token_strings(tokenizer: Any, token_ids: Sequence[int] | Any) -> list[str]:
-    """Decode each token id on its own, so leading spaces and newlines stay in the text.
+    r"""One display string per token, so leading spaces and newlines stay in the text.
+
+    With a byte-level BPE tokenizer (GPT-2, SmolLM2, Qwen, Llama 3) one character can span
+    tokens ("Ü" is two bytes, "東京" six, split over several tokens); decoding each token on
+    its own would show "\ufffd". Here each character is shown on the token that holds its
+    first byte, and the tokens that finish it show ``CONTINUATION``. Other tokenizers decode
+    each id on its own.
 
     Args:
         tokenizer: a Hugging Face tokenizer (anything with ``decode``).
         token_ids: ``[n_tokens]`` ids (list or 1-D tensor).
 
     Returns:
-        One string per token, e.g. ``["The", " cat", "\\n"]``.
+        One string per token, e.g. ``["The", " cat", "\n"]`` or ``[" Ü", "◌", "n"]``.
     """
     if hasattr(token_ids, "tolist"):
         token_ids = token_ids.tolist()
-    return [tokenizer.decode([int(t)]) for t in token_ids]
+    ids = [int(t) for t in token_ids]
+    table = _byte_decoder(tokenizer)
+    if table is not None and hasattr(tokenizer, "convert_ids_to_tokens"):
+        raw = tokenizer.convert_ids_to_tokens(ids)
+        special = set(getattr(tokenizer, "all_special_tokens", []) or [])
+        if all(isinstance(t, str) for t in raw):
+            pieces = [t.encode("utf-8") if t in special or any(c not in table for c in t)
+                      else bytes(table[c] for c in t) for t in raw]
+            return split_characters(pieces)
+    return [tokenizer.decode([t]) for t in ids]
 
 
 @dataclass(frozen=True)

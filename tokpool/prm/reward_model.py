@@ -240,7 +240,7 @@ class ProcessRewardModel:
         results: list[StepScores | None] = [None] * len(records)
         bar = None
         if progress:
-            from tqdm.auto import tqdm
+            from tqdm.std import tqdm  # text bars: readable after a notebook is saved and reopened
 
             what = "probe" if self.head is not None else getattr(self.model, "name", "PRM")
             bar = tqdm(total=len(records), desc=f"scoring ({what})", unit="example")

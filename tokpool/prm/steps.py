@@ -180,12 +180,12 @@ def format_steps(
     if bad:
         raise ValueError(f"steps {bad} are empty or not strings; every step needs text")
     tag, tag_id = resolve_step_tag(tokenizer, tag)
-    holders = (["problem"] if tag in problem else []) + [
+    holders = (["the problem"] if tag in problem else []) + [
         f"step {i}" for i, s in enumerate(steps) if tag in s
     ]
     if holders:
         raise ValueError(
-            f"the step tag {tag!r} already occurs in the {', '.join(holders)}; it would add rows "
+            f"the step tag {tag!r} already occurs in {' and '.join(holders)}; it would add rows "
             "that are not step ends. Remove it from the text or choose another tag="
         )
     body = separator.join(step + tag for step in steps)

@@ -138,6 +138,6 @@ def _sweep_loop(lens: np.ndarray, config: SimConfig, combos, show: bool,
 def _bar(total: int, show: bool):
     if not show:
         return None
-    from tqdm.auto import tqdm  # imported on use: import tokpool stays light
+    from tqdm.std import tqdm  # on use (import tokpool stays light); text bars survive save+reopen
 
     return tqdm(total=total, desc="tokpool sweep", unit="pt")

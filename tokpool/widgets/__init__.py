@@ -11,15 +11,23 @@ from .explorers import (
     OwnershipExplorer,
     StepRewardExplorer,
     TokenExplorer,
+    context_range,
     memory_explorer,
     ownership_explorer,
     step_reward_explorer,
     token_explorer,
 )
 from .memory import prompt_grid, render_memory
-from .ownership import corruption_table, parse_prompt_lens, render_ownership
-from .rewards import render_step_rewards
-from .tokens import TOKEN_METRICS, hidden_states, render_tokens, token_metric
+from .ownership import check_workload, corruption_table, parse_prompt_lens, render_ownership
+from .rewards import render_step_rewards, steps_html
+from .tokens import (
+    TOKEN_METRICS,
+    all_hidden_states,
+    hidden_states,
+    render_token_heatmap,
+    render_tokens,
+    token_metric,
+)
 from .view import View, png_size, table_html
 
 __all__ = [
@@ -31,6 +39,9 @@ __all__ = [
     "StepRewardExplorer",
     "TokenExplorer",
     "View",
+    "all_hidden_states",
+    "check_workload",
+    "context_range",
     "corruption_table",
     "hidden_states",
     "memory_explorer",
@@ -41,8 +52,10 @@ __all__ = [
     "render_memory",
     "render_ownership",
     "render_step_rewards",
+    "render_token_heatmap",
     "render_tokens",
     "step_reward_explorer",
+    "steps_html",
     "table_html",
     "token_explorer",
     "token_metric",

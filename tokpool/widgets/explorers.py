@@ -9,16 +9,23 @@ controls and outputs as attributes, so code and tests can drive it::
     ex.view.save("schedule.png")       # export: .png (figure), .csv (table), .html (all)
 
 Controls that recompute use ``continuous_update=False``: work happens when a slider is released.
-While it recomputes the output is greyed out; settings the renderer rejects clear the output and
-show why. Outside a live kernel (nbconvert HTML, ``tokpool report``, a viewer without the widget
-manager) an explorer shows a static snapshot of its current state: its settings, the figure and
-the table.
+A slider's value is typed into the box beside it; a value it cannot take is refused, not
+clamped. Each explorer bounds its input before any work (too many steps, tokens, characters),
+and whatever the render raises clears the output and shows the message: no stale figure.
+
+Displayed, an explorer emits two outputs: the live widget, and a static snapshot of its current
+state (settings, text, figure, table) as plain HTML, updated as the controls move. The live
+widget hides the snapshot with CSS; where the widget cannot render (``jupyter nbconvert --to
+html`` opened offline, ``tokpool report``, a viewer without the widget manager, a notebook
+reopened without its kernel) the snapshot shows what the explorer showed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html as _html
 import json
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +36,13 @@ from ..plots import format_tokens, token_strings
 from .memory import render_memory
 from .ownership import parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards
-from .tokens import TOKEN_METRICS, TokenMetric, hidden_states, render_tokens
+from .tokens import (
+    TOKEN_METRICS,
+    TokenMetric,
+    all_hidden_states,
+    render_token_heatmap,
+    render_tokens,
+)
 from .view import View
 
 if TYPE_CHECKING:
@@ -113,10 +126,16 @@ def _settings(widgets: Sequence[W.Widget]) -> list[tuple[str, str]]:
 class Explorer(W.VBox):
     """Base: a row of controls, an error line, then the rendered text and figure.
 
+    Every ``IntSlider``/``FloatSlider`` among the controls gets a typed box beside it instead of
+    the slider's own editable readout (which clamps what you type without a word): a number in
+    range moves the slider, anything else is refused with a message saying the allowed range.
+
     Attributes:
         view: the last rendered ``View`` (``None`` while the settings are invalid).
         error: the message of the last rejected settings, ``None`` when the view is current.
         html, image: the widgets showing ``view.html`` and ``view.png``.
+        typed: the typed box of each slider, by the slider's description
+            (``ex.typed["tokens per step"].value = "100000"`` types into it).
     """
 
     def __init__(self, controls: list[W.Widget], **kwargs: Any) -> None:
@@ -126,15 +145,108 @@ class Explorer(W.VBox):
         self.error: str | None = None
         self._controls = controls
         self._errors = W.HTML()
+        self._uid = uuid.uuid4().hex[:12]
+        self._fallback: Any = None  # the display handle of the static snapshot, once shown
+        self._syncing = False
+        self.typed: dict[str, W.Text] = {}
+        row: list[W.Widget] = []
+        for control in controls:
+            if isinstance(control, W.IntSlider | W.FloatSlider):
+                box = self._typed_box(control)
+                self.typed[control.description or type(control).__name__] = box
+                row.append(W.HBox([control, box], layout=W.Layout(align_items="center")))
+            elif isinstance(control, W.SelectionSlider | W.SelectionRangeSlider):
+                row.append(W.HBox([control, self._shown_label(control)],
+                                  layout=W.Layout(align_items="center")))
+            else:
+                row.append(control)
         figure = W.Box([self.image])
         figure.add_class("tokpool-figure")
         self._output = W.VBox([self.html, figure])
+        # The live widget hides the static snapshot displayed under it (see _ipython_display_);
+        # where the widget cannot render (nbconvert HTML offline), the snapshot stays visible.
+        hide = (f".tokpool-fallback-{self._uid}{{display:none}}"
+                f".jp-OutputArea-child:has(.tokpool-fallback-{self._uid}){{display:none}}")
         super().__init__(
-            [W.HTML(_STYLE),
-             W.HBox(controls, layout=W.Layout(flex_flow="row wrap", align_items="center")),
+            [W.HTML(_STYLE.replace("</style>", hide + "</style>")),
+             W.HBox(row, layout=W.Layout(flex_flow="row wrap", align_items="center")),
              self._errors, self._output],
             **kwargs,
         )
+
+    # --- typed values ---------------------------------------------------------------------
+
+    def _typed_box(self, slider: W.IntSlider | W.FloatSlider) -> W.Text:
+        slider.readout = False
+        box = W.Text(value=self._format(slider, slider.value), continuous_update=False,
+                     layout=W.Layout(width="72px"),
+                     tooltip=f"type a value from {slider.min} to {slider.max}")
+        box.add_class("tokpool-typed")
+
+        def from_slider(change: dict[str, Any]) -> None:
+            self._syncing = True
+            try:
+                box.value = self._format(slider, change["new"])
+            finally:
+                self._syncing = False
+
+        slider.observe(from_slider, names="value")
+        box.observe(lambda change: self._on_typed(slider, box, change["new"]), names="value")
+        return box
+
+    @staticmethod
+    def _shown_label(slider: W.SelectionSlider | W.SelectionRangeSlider) -> W.Label:
+        """A read-only readout: the selection slider's own one is editable, and text typed
+        into it blanked it. Drag the handles (or use the arrow keys) to choose."""
+        slider.readout = False
+
+        def text() -> str:
+            label = slider.label
+            return " – ".join(label) if isinstance(label, tuple) else str(label)
+
+        shown = W.Label(text())
+        shown.add_class("tokpool-readout")
+        slider.observe(lambda _: setattr(shown, "value", text()), names="value")
+        return shown
+
+    @staticmethod
+    def _format(slider: W.Widget, value: float) -> str:
+        return f"{value:.2f}" if isinstance(slider, W.FloatSlider) else str(int(value))
+
+    def _on_typed(self, slider: W.IntSlider | W.FloatSlider, box: W.Text, text: str) -> None:
+        if self._syncing:
+            return
+        label = slider.description or "value"
+        integer = isinstance(slider, W.IntSlider)
+        kind = "a whole number" if integer else "a number"
+        allowed = (f"{slider.min} to {slider.max}" if integer
+                   else f"{slider.min:g} to {slider.max:g}")
+        try:
+            value: float = int(text.strip()) if integer else float(text.strip())
+        except ValueError:
+            self.fail(f"{label}: {text.strip()[:40]!r} is not {kind}; type {kind} from "
+                      f"{allowed}, or drag the slider")
+            return
+        if not slider.min <= value <= slider.max:
+            self.fail(f"{label} must be from {allowed}; {text.strip()[:40]} is out of range. "
+                      f"Type a value from {allowed}, or drag the slider")
+            return
+        if value == slider.value:
+            self.update()  # clears a message left by an earlier bad value
+        else:
+            slider.value = value
+
+    def _sync_boxes(self) -> None:
+        self._syncing = True
+        try:
+            for control in self._controls:
+                if isinstance(control, W.IntSlider | W.FloatSlider):
+                    box = self.typed[control.description or type(control).__name__]
+                    box.value = self._format(control, control.value)
+        finally:
+            self._syncing = False
+
+    # --- rendering ------------------------------------------------------------------------
 
     def _watch(self, *widgets: W.Widget) -> None:
         for widget in widgets:
@@ -146,30 +258,40 @@ class Explorer(W.VBox):
     def render(self) -> View:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def fail(self, message: str) -> None:
+        """Clear the output and show ``message`` instead (no stale figure stays up)."""
+        self.view, self.error = None, message
+        self._errors.value = (
+            '<div class="tokpool-error" style="color:#b00020;font-family:sans-serif;'
+            f'padding:4px 0">⚠ {_html.escape(message)} (nothing is shown until the settings '
+            "are valid)</div>"
+        )
+        self.html.value = ""
+        self._output.layout.display = "none"
+        self._output.remove_class("tokpool-busy")
+        self._refresh_fallback()
+
     def update(self) -> View | None:
         """Re-render from the current control values and show the result.
 
-        A ``ValueError`` from the render (an impossible combination of settings) clears the
-        output and shows the message instead of raising inside the widget callback, so no
-        stale figure is left standing under it.
+        Any exception from the render — a ``ValueError`` for an impossible combination of
+        settings, but also a ``MemoryError`` or a bug — clears the output and shows the message
+        instead of raising inside the widget callback, so no stale figure is left standing.
         """
         self._output.add_class("tokpool-busy")
         try:
             view = self.render()
-        except ValueError as err:
-            self.view, self.error = None, str(err)
-            self._errors.value = (
-                '<div style="color:#b00020;font-family:sans-serif;padding:4px 0">'
-                f"⚠ {_html.escape(str(err))} (nothing is shown until the settings are valid)"
-                "</div>"
-            )
-            self.html.value = ""
-            self._output.layout.display = "none"
+        except Exception as err:
+            message = str(err) or type(err).__name__
+            if not isinstance(err, ValueError | TypeError):
+                message = f"{type(err).__name__}: {message}"
+            self.fail(message)
             return None
         finally:
             self._output.remove_class("tokpool-busy")
         self.view, self.error = view, None
         self._errors.value = ""
+        self._sync_boxes()
         self._output.layout.display = None
         self.html.value = view.html
         if view.png is not None:
@@ -177,6 +299,7 @@ class Explorer(W.VBox):
             self.image.layout.width = f"{view.display_width}px"
             self.image.layout.min_width = f"{min(view.display_width, MIN_FIGURE_PX)}px"
         self.image.layout.display = None if view.png is not None else "none"
+        self._refresh_fallback()
         return view
 
     # --- outside a live kernel ------------------------------------------------------------
@@ -201,16 +324,46 @@ class Explorer(W.VBox):
             body = self.view.to_html()
         return head + body
 
+    def _fallback_bundle(self) -> dict[str, str]:
+        return {"text/html": f'<div class="tokpool-fallback-{self._uid}">{self.static_html()}'
+                             "</div>"}
+
+    def _refresh_fallback(self) -> None:
+        if self._fallback is not None:  # the snapshot follows the controls
+            self._fallback.update(self._fallback_bundle(), raw=True)
+
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = dict(super()._repr_mimebundle_(**kwargs) or {})
-        bundle["text/html"] = self.static_html()
         state = ", ".join(f"{k}={v}" for k, v in self.settings())
         bundle["text/plain"] = f"{type(self).__name__}({state})"
         return bundle
 
+    def _ipython_display_(self) -> None:
+        """Display the live widget, then its static snapshot as a second output.
+
+        The snapshot is plain HTML (settings, text, figure, table), kept up to date as the
+        controls move. The live widget hides it with CSS; where the widget cannot render —
+        ``jupyter nbconvert --to html`` opened offline, a viewer without the widget manager, a
+        notebook reopened without its kernel — the snapshot shows what the explorer showed.
+        """
+        from IPython.display import display
+
+        display(self._repr_mimebundle_(), raw=True)
+        self._fallback = display(self._fallback_bundle(), raw=True, display_id=True)
+
+
+#: The token explorer refuses texts longer than this (characters, checked before tokenizing).
+MAX_TEXT_CHARS = 20_000
+#: ... and longer than this (tokens): one forward pass keeps every layer of every token.
+MAX_TEXT_TOKENS = 1_024
+
 
 class TokenExplorer(Explorer):
     """Per-token values and token × token similarity of ``model``'s hidden states of a text.
+
+    One forward pass per text keeps every layer's hidden states (``all_hidden_states``), and
+    each layer's heatmap is drawn once: moving the layer slider back, or changing the metric,
+    only recolours the tokens.
 
     Attributes:
         text_input: ``Textarea`` with the text (edit it and leave the box to re-encode).
@@ -235,7 +388,8 @@ class TokenExplorer(Explorer):
                                  description="layer", style=_WIDE, layout=_slider_layout())
         self.metric = W.Dropdown(options=list(TOKEN_METRICS), value=metric,
                                  description="metric")
-        self._cache: dict[tuple[str, int], Any] = {}
+        self._states: dict[str, Any] = {}  # text -> [num_layers + 1, n, hidden], last few texts
+        self._heatmaps: dict[tuple[str, int], bytes] = {}
         self._tokens: dict[str, list[str]] = {}
         super().__init__([self.text_input, self.layer, self.metric])
         self._watch(self.text_input, self.layer, self.metric)
@@ -249,21 +403,50 @@ class TokenExplorer(Explorer):
     @property
     def tokens(self) -> list[str]:
         """The token strings of ``text``."""
-        if self.text not in self._tokens:
-            (ids,) = self.model.token_ids([self.text])
-            self._tokens[self.text] = token_strings(self.model.tokenizer, ids)
+        self._encode(self.text)
         return self._tokens[self.text]
+
+    def _encode(self, text: str) -> Any:
+        """``[num_layers + 1, n, hidden]`` of ``text``, after checking it is small enough."""
+        if text in self._states:
+            return self._states[text]
+        if len(text) > MAX_TEXT_CHARS:
+            raise ValueError(f"the text has {len(text):,} characters; the explorer takes at "
+                             f"most {MAX_TEXT_CHARS:,}. Shorten it, or call model.encode(...) "
+                             "in a cell for long texts")
+        (ids,) = self.model.token_ids([text])
+        n = int(ids.numel())
+        if n > MAX_TEXT_TOKENS:
+            raise ValueError(f"the text has {n:,} tokens; the explorer takes at most "
+                             f"{MAX_TEXT_TOKENS:,} (its heatmap shows the first 96). Shorten "
+                             "it, or call model.encode(...) in a cell for long texts")
+        from ..guard import ensure_fits
+
+        layers = self.model.num_layers + 1
+        ensure_fits(layers * n * self.model.hidden_size * 4 * 2,  # kept + transformers' copy
+                    what=f"every layer of {n:,} tokens", cheaper="a shorter text")
+        states = all_hidden_states(self.model, ids)  # [layers, n, hidden]
+        if len(self._states) >= 4:  # keep the last few texts only
+            old = next(iter(self._states))
+            self._states.pop(old)
+            self._heatmaps = {k: v for k, v in self._heatmaps.items() if k[0] != old}
+        self._states[text] = states
+        self._tokens[text] = token_strings(self.model.tokenizer, ids)
+        return states
 
     def render(self) -> View:
         text, layer = self.text, self.layer.value
         if not text.strip():
             raise ValueError("write some text to encode")
-        if (text, layer) not in self._cache:
-            self._cache[text, layer] = hidden_states(self.model, text, layer=layer)
+        hidden = self._encode(text)[layer]  # [n, hidden]
         n = self.model.num_layers
         label = f"layer {layer} of {n}" + (" (final, after norm)" if layer == n else "")
-        return render_tokens(self.tokens, self._cache[text, layer], metric=self.metric.value,
-                             layer_label=label)
+        tokens = self._tokens[text]
+        if (text, layer) not in self._heatmaps:
+            self._heatmaps[text, layer] = render_token_heatmap(tokens, hidden,
+                                                               layer_label=label)
+        return render_tokens(tokens, hidden, metric=self.metric.value, layer_label=label,
+                             heatmap=self._heatmaps[text, layer])
 
     def settings(self) -> list[tuple[str, str]]:
         text = self.text if len(self.text) <= 60 else self.text[:57] + "…"
@@ -290,6 +473,12 @@ def token_explorer(model: PoolingModel, text: str, *, layer: int = -1,
         ValueError: an unknown metric or an empty text.
     """
     return TokenExplorer(model, text, layer=layer, metric=metric)
+
+
+#: The step-reward explorer scores at most this many steps ...
+MAX_STEPS = 40
+#: ... and this many characters of problem and steps together (one PRM forward pass).
+MAX_SOLUTION_CHARS = 12_000
 
 
 class StepRewardExplorer(Explorer):
@@ -322,8 +511,19 @@ class StepRewardExplorer(Explorer):
 
     def render(self) -> View:
         steps = tuple(s for s in self.steps.value.splitlines() if s.strip())
+        if not self.problem.value.strip():
+            raise ValueError("write the problem the steps solve (the PRM scores each step "
+                             "against it)")
         if not steps:
             raise ValueError("write at least one step (one per line)")
+        if len(steps) > MAX_STEPS:
+            raise ValueError(f"{len(steps)} steps; the explorer scores at most {MAX_STEPS}. "
+                             "Remove steps, or call prm.score(problem, steps) in a cell")
+        chars = len(self.problem.value) + sum(len(s) for s in steps)
+        if chars > MAX_SOLUTION_CHARS:
+            raise ValueError(f"the problem and steps have {chars:,} characters; the explorer "
+                             f"scores at most {MAX_SOLUTION_CHARS:,}. Shorten them, or call "
+                             "prm.score(problem, steps) in a cell")
         key = (self.problem.value, steps)
         if key not in self._cache:
             self._cache[key] = self.prm.score(self.problem.value, list(steps))
@@ -446,6 +646,15 @@ MEMORY_LENGTHS: tuple[int, ...] = tuple(1 << k for k in range(8, 21))
 MEMORY_BUDGETS: tuple[int, ...] = tuple(1 << k for k in range(8, 15))
 
 
+def context_range(max_model_len: int | None) -> tuple[int, int]:
+    """The memory explorer's opening range: 1K up to the longest offered length that fits the
+    model's context (``max_model_len``; 1M when unknown), at least 1K–2K."""
+    context = max_model_len or MEMORY_LENGTHS[-1]
+    fits = [n for n in MEMORY_LENGTHS if n <= context]
+    high = max(fits[-1] if fits else 2048, 2048)
+    return (1024, high)
+
+
 def _dtype_name(dtype: Any) -> str:
     return "no cast" if dtype is None else str(dtype).removeprefix("torch.")
 
@@ -473,11 +682,17 @@ class MemoryExplorer(Explorer):
     """
 
     def __init__(self, *, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
-                 prompt_len: tuple[int, int] = (1024, 1 << 20), budget: int | None = None,
+                 prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                  policies: Sequence[str] | None = None, async_scheduling: bool = True) -> None:
         from ..pooling import RETENTION_POLICIES
         from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig
 
+        if model not in MODEL_PRESETS:
+            raise ValueError(f"unknown model preset {model!r}; choose one of "
+                             f"{list(MODEL_PRESETS)}")
+        if prompt_len is None:
+            prompt_len = context_range(MODEL_PRESETS[model].max_model_len)
+        self._note = ""
         for name, value, allowed in (("prompt_len", prompt_len[0], MEMORY_LENGTHS),
                                      ("prompt_len", prompt_len[1], MEMORY_LENGTHS)):
             if value not in allowed:
@@ -518,6 +733,7 @@ class MemoryExplorer(Explorer):
                           self.budget, self.prompt_len, self.policies, self.async_scheduling,
                           self.your_model, self.tensor_parallel_size])
         self.model.observe(self._relabel, names="value")
+        self.prompt_len.observe(self._widen, names="value")
         self._watch(self.model, self.hardware, self.task, self.dtype, self.head_dtype,
                     self.budget, self.prompt_len, self.policies, self.async_scheduling,
                     self.your_model, self.tensor_parallel_size)
@@ -552,14 +768,47 @@ class MemoryExplorer(Explorer):
             finally:
                 self._watch(self.task, self.head_dtype)
 
+    def _widen(self, change: dict[str, Any]) -> None:
+        """A range collapsed to one length (both handles on 8K) is widened by one step, so
+        there is a curve to draw and the two handles can be told apart again."""
+        low, high = change["new"]
+        if low != high:
+            return
+        i = MEMORY_LENGTHS.index(low)
+        widened = ((low, MEMORY_LENGTHS[i + 1]) if i + 1 < len(MEMORY_LENGTHS)
+                   else (MEMORY_LENGTHS[i - 1], high))
+        self._note = (f"a range needs two lengths: {format_tokens(low)}–{format_tokens(high)} "
+                      f"was widened to {format_tokens(widened[0])}–{format_tokens(widened[1])}")
+        self.prompt_len.value = widened
+
+    def _on_change(self, change: dict[str, Any] | None = None) -> None:
+        if change is not None and change.get("owner") is self.prompt_len:
+            low, high = change["new"]
+            if low == high:
+                return  # _widen moves the handles apart; that change redraws
+        self.update()
+
     def render(self) -> View:
+        view = self._render()
+        if self._note:
+            note, self._note = self._note, ""
+            view = dataclasses.replace(view, html=(
+                '<div class="tokpool-note" style="font-family:sans-serif;color:#0057a0;'
+                f'padding:2px 0">ⓘ {_html.escape(note)}</div>' + view.html))
+        return view
+
+    def _render(self) -> View:
         task = None if self.task.value == "default" else self.task.value
         head: str | None = {"default": "default", "same": self.dtype.value}.get(
             self.head_dtype.value, self.head_dtype.value)
         own = self.your_model.value.strip()
         model: Any = self.model.value
         if own:
-            model = json.loads(own) if own.startswith("{") else own
+            try:
+                model = json.loads(own) if own.startswith("{") else own
+            except json.JSONDecodeError as err:
+                raise ValueError(f"your model: the text is not valid JSON ({err}); paste a "
+                                 "config.json's contents, or give a path") from None
         return render_memory(
             model=model, hardware=self.hardware.value, task=task,
             tensor_parallel_size=self.tensor_parallel_size.value,
@@ -570,7 +819,7 @@ class MemoryExplorer(Explorer):
 
 
 def memory_explorer(*, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
-                    prompt_len: tuple[int, int] = (1024, 1 << 20), budget: int | None = None,
+                    prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                     policies: Sequence[str] | None = None,
                     async_scheduling: bool = True) -> MemoryExplorer:
     """Explore peak pooling memory against prompt length for model and hardware presets.
@@ -578,7 +827,8 @@ def memory_explorer(*, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 
     Args:
         model: initial model preset (``tp.MODEL_PRESETS``).
         hardware: initial hardware preset (``tp.HARDWARE_PRESETS``).
-        prompt_len: initial ``(shortest, longest)`` prompt; powers of two from 256 to 1M.
+        prompt_len: initial ``(shortest, longest)`` prompt; powers of two from 256 to 1M
+            (default: 1K up to the model's context, ``context_range``).
         budget: initial chunk budget (a power of two, 256 … 16K; default: the simulator's).
         policies: the retention policies shown at first (default: all four).
         async_scheduling: start with async scheduling on.

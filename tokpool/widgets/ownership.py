@@ -18,11 +18,41 @@ from .view import View
 if TYPE_CHECKING:
     from ..sim import SimResult
 
-__all__ = ["corruption_table", "parse_prompt_lens", "render_ownership"]
+__all__ = ["check_workload", "corruption_table", "parse_prompt_lens", "render_ownership"]
 
 
 #: Widest ownership figure (inches); longer runs get narrower steps, then lose box labels.
 MAX_FIGURE_WIDTH = 16.0
+#: ``render_ownership`` refuses workloads that need more engine steps than this (its figure
+#: has a box per request and step; about a second to draw at this size) ...
+MAX_STEPS = 128
+#: ... or more requests than this.
+MAX_REQUESTS = 16
+
+
+def check_workload(prompt_lens: Sequence[int], max_num_batched_tokens: int, *,
+                   max_steps: int = MAX_STEPS, max_requests: int = MAX_REQUESTS) -> int:
+    """Refuse, before simulating, a workload too big to draw; return its estimated steps.
+
+    Every step computes at most ``max_num_batched_tokens`` tokens, so the run needs at least
+    ``ceil(sum(prompt_lens) / max_num_batched_tokens)`` steps: a count, no simulation.
+
+    Raises:
+        ValueError: too many requests or steps, with the numbers and what to change.
+    """
+    n = len(prompt_lens)
+    if n > max_requests:
+        raise ValueError(f"{n} requests; the ownership view draws at most {max_requests}. "
+                         "Remove some, or run tp.simulate(...) in a cell for big workloads")
+    total = sum(int(p) for p in prompt_lens)
+    steps = -(-total // max(1, int(max_num_batched_tokens)))
+    if steps > max_steps:
+        raise ValueError(
+            f"this workload needs at least {steps:,} engine steps ({total:,} tokens at "
+            f"{max_num_batched_tokens} per step); the ownership view draws at most {max_steps}. "
+            "Use fewer or shorter prompts or more tokens per step, or run tp.simulate(...) in "
+            "a cell for big workloads")
+    return steps
 
 
 def parse_prompt_lens(text: str) -> list[int]:
@@ -32,9 +62,14 @@ def parse_prompt_lens(text: str) -> list[int]:
         ValueError: a part that is not a positive integer (named in the message).
     """
     parts = [p for p in text.replace(",", " ").split() if p]
+    if len(parts) > 10 * MAX_REQUESTS:
+        raise ValueError(f"{len(parts)} prompt lengths; give at most {MAX_REQUESTS}")
     lens = []
     for p in parts:
-        if not p.isdigit() or int(p) < 1:
+        if p.isascii() and p.isdigit() and len(p) > 12:
+            raise ValueError(f"prompt length {p[:16]}… has {len(p)} digits; no engine serves "
+                             "that. Give lengths the view can draw, e.g. 6, 9")
+        if not p.isascii() or not p.isdigit() or int(p) < 1:
             raise ValueError(f"prompt lengths must be positive integers; got {p!r} in {text!r}")
         lens.append(int(p))
     return lens
@@ -78,10 +113,13 @@ def render_ownership(
 
     Raises:
         ValueError: a workload the simulator rejects (e.g. a prompt longer than the budget
-            without chunked prefill), with the simulator's message.
+            without chunked prefill), with the simulator's message; a workload too big to
+            draw (``check_workload``: more than ``MAX_STEPS`` steps or ``MAX_REQUESTS``
+            requests), refused before any work.
     """
     from ..sim import SimConfig, simulate
 
+    check_workload(prompt_lens, max_num_batched_tokens)
     head = {} if vllm_head else {"head_dtype": None, "use_activation": False}
     config = SimConfig(
         hidden_size=hidden_size, dtype=dtype, max_num_batched_tokens=max_num_batched_tokens,

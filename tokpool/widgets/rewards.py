@@ -6,9 +6,10 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from ..plots import figure_png, plot_step_rewards, token_html
+from ..plots import figure_png, plot_step_rewards
 from ..plots._style import as_numpy
 from ..plots.rewards import first_below
+from ..plots.token_text import _legend_html, _text_colour, colour_scale
 from .view import View
 
 
@@ -45,14 +46,13 @@ def render_step_rewards(
     ax = plot_step_rewards(r, threshold=threshold, true_first_error=true_first_error,
                            step_labels=step_labels, title="Step rewards (probability correct)")
     png = figure_png(ax.figure)
-    shown = [f"[{i}] {s.strip()}\n" for i, s in enumerate(steps)]
     parts = []
     if problem:
         parts.append(
             '<div style="font-family:sans-serif;margin-bottom:6px"><b>Problem.</b> '
             f"{html.escape(problem)}</div>"
         )
-    parts.append(token_html(shown, r, vmin=0.0, vmax=1.0, label="reward", legend=True))
+    parts.append(steps_html(steps, r))
     verdict = (f"predicted first error: step {predicted}" if predicted >= 0
                else "predicted: every step passes (−1)")
     if true_first_error is not None:
@@ -66,3 +66,33 @@ def render_step_rewards(
     )
     return View(html="".join(parts), png=png,
                 data={"rewards": r, "predicted_first_error": predicted})
+
+
+def steps_html(steps: Sequence[str], rewards: Any) -> str:
+    """The steps as numbered lines of plain text, each on a background coloured by its reward.
+
+    Unlike ``token_html`` (which marks every space and newline so that a token of whitespace
+    shows), a step is prose: its whitespace stays as it is, long steps wrap.
+
+    Args:
+        steps: ``n`` step texts.
+        rewards: ``[n]`` rewards in ``[0, 1]`` (``viridis``, fixed from 0 to 1).
+
+    Returns:
+        Self-contained HTML (inline CSS, every step escaped) with a colour legend.
+    """
+    r = as_numpy(rewards, name="rewards", ndim=1)
+    scale = colour_scale(r, vmin=0.0, vmax=1.0)
+    rows = []
+    for i, (step, value, colour) in enumerate(zip(steps, r, scale.rgba(r), strict=True)):
+        hexc = "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in colour[:3]))
+        rows.append(
+            '<div style="display:flex;gap:8px;align-items:baseline;margin:2px 0">'
+            f'<span style="font-family:sans-serif;color:#555;min-width:5.5em">step {i} · '
+            f"{value:.2f}</span>"
+            f'<span style="background:{hexc};color:{_text_colour(colour)};padding:1px 6px;'
+            'border-radius:3px;white-space:pre-wrap;overflow-wrap:anywhere;font-family:'
+            f'sans-serif">{html.escape(" ".join(step.split()))}</span></div>'
+        )
+    return ('<div class="tokpool-steps" style="max-width:100%">' + "".join(rows)
+            + _legend_html(scale, "reward") + "</div>")

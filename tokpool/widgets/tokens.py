@@ -57,6 +57,33 @@ def token_metric(hidden: Any, metric: TokenMetric) -> np.ndarray:
     raise ValueError(f"unknown metric {metric!r}; choose one of {list(TOKEN_METRICS)}")
 
 
+def render_token_heatmap(tokens: Sequence[str], hidden: Any, *, layer_label: str = "",
+                         max_heatmap_tokens: int = 96) -> bytes:
+    """PNG of the token × token cosine similarity of the first ``max_heatmap_tokens`` tokens.
+
+    Args:
+        tokens: ``n`` token strings (tick labels; thinned to what fits, see ``plot_similarity``).
+        hidden: ``[n, hidden]`` hidden states of those tokens.
+        layer_label: shown in the title, e.g. ``"layer 12 of 30"``.
+        max_heatmap_tokens: the heatmap shows at most this many leading tokens.
+
+    Returns:
+        PNG bytes at ``PNG_DPI``.
+    """
+    import matplotlib.pyplot as plt
+
+    suffix = f" · {layer_label}" if layer_label else ""
+    n = min(len(tokens), max_heatmap_tokens)
+    # the final size first: tick labels are thinned to what this size holds. Fixed margins
+    # (room for 10-character labels), not constrained layout: half the drawing time, and the
+    # explorer redraws this on every new layer.
+    fig = plt.figure(figsize=(6.2, 5.2))
+    ax = fig.add_axes((0.16, 0.17, 0.72, 0.75))
+    plot_similarity(hidden[:n], tokens=list(tokens[:n]), ax=ax,
+                    title=f"Token × token cosine similarity{suffix}")
+    return figure_png(ax.figure)
+
+
 def render_tokens(
     tokens: Sequence[str],
     hidden: Any,
@@ -64,6 +91,7 @@ def render_tokens(
     metric: TokenMetric = "relative norm",
     layer_label: str = "",
     max_heatmap_tokens: int = 96,
+    heatmap: bytes | None = None,
 ) -> View:
     """Coloured tokens for one metric plus the token × token similarity heatmap.
 
@@ -73,6 +101,8 @@ def render_tokens(
         metric: see ``token_metric``; its colour range is fixed (``TOKEN_METRICS``).
         layer_label: shown in the titles, e.g. ``"layer 12 of 30"``.
         max_heatmap_tokens: the heatmap shows at most this many leading tokens.
+        heatmap: the PNG ``render_token_heatmap`` made for these hidden states, if the caller
+            kept it (the metric does not change the heatmap; the explorer reuses it).
 
     Returns:
         ``View`` with ``html`` (coloured tokens), ``png`` (heatmap) and ``data['values']``.
@@ -82,12 +112,10 @@ def render_tokens(
     suffix = f" · {layer_label}" if layer_label else ""
     html = token_html(tokens, values, vmin=vmin, vmax=vmax, label=metric,
                       title=f"{metric}{suffix}")
-    n = min(len(tokens), max_heatmap_tokens)
-    h = hidden[:n]
-    ax = plot_similarity(h, tokens=list(tokens[:n]),
-                         title=f"Token × token cosine similarity{suffix}")
-    ax.figure.set_size_inches(6.2, 5.2)
-    return View(html=html, png=figure_png(ax.figure), data={"values": values})
+    if heatmap is None:
+        heatmap = render_token_heatmap(tokens, hidden, layer_label=layer_label,
+                                       max_heatmap_tokens=max_heatmap_tokens)
+    return View(html=html, png=heatmap, data={"values": values})
 
 
 def hidden_states(model: PoolingModel, text: str, *, layer: int) -> torch.Tensor:
@@ -97,3 +125,26 @@ def hidden_states(model: PoolingModel, text: str, *, layer: int) -> torch.Tensor
     """
     (out,) = model.encode([text], task="token_embed", layer=layer, use_activation=False)
     return out.detach().float()
+
+
+def all_hidden_states(model: PoolingModel, token_ids: torch.Tensor) -> torch.Tensor:
+    """Every layer's hidden states of one prompt from a single forward pass.
+
+    Args:
+        model: the ``PoolingModel``.
+        token_ids: ``[n_tokens]`` ids (``model.token_ids([text])[0]``).
+
+    Returns:
+        ``[num_layers + 1, n_tokens, hidden]`` float32: index 0 is the embeddings, ``k`` the
+        output of layer ``k``, the last the final hidden states after the final norm (what
+        ``hidden_states(model, text, layer=k)`` returns, one forward pass for all of them).
+    """
+    base = model.base_model
+    ids = token_ids.to(model.device).unsqueeze(0)  # [1, n]
+    with torch.inference_mode():
+        out = base(input_ids=ids, attention_mask=torch.ones_like(ids),
+                   position_ids=torch.arange(ids.shape[1], device=ids.device).unsqueeze(0),
+                   output_hidden_states=True, use_cache=False)
+    layers = [h[0] for h in out.hidden_states[: model.num_layers]]  # [n, hidden] each
+    layers.append(out.last_hidden_state[0])  # after the final norm
+    return torch.stack(layers).float()  # [num_layers + 1, n, hidden]

@@ -1,0 +1,317 @@
+"""Every explorer in JupyterLab, driven as a new user would: hostile values typed into its
+controls, then each control's response time.
+
+For each explorer a one-cell notebook is written into the test server's folder (the ``lab``
+fixture of ``test_browser.py``: Debian's chromium, JupyterLab on a loopback port, kernels with
+``TOKPOOL_QUICK=1``). The test types what broke the explorers before — 100000000 other requests,
+0 and 100000 into slider boxes, text into number boxes, a threshold of 5, an empty problem, a
+30,000-character text — and asserts that within ``ANSWER_TIMEOUT_S`` a message naming the
+problem appears and no figure is left standing. Then it changes each control a few times and
+records the median time from the change to the kernel's finished redraw, written to
+``benchmarks/results/explorer_response_times.json`` (the README's table comes from there).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_browser import CHROMIUM_ARGS, PAGE_TIMEOUT_MS, Lab, _chromium, lab  # noqa: F401
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "explorer_response_times.json"
+#: A refusal must be on screen within this many seconds of the value being committed.
+ANSWER_TIMEOUT_S = 30
+#: How often each control is changed for its median.
+REPEATS = 3
+
+#: Notebook 03's text in full mode (about 90 tokens): the token explorer is timed on it.
+NOTEBOOK_03_TEXT = (
+    "Token-level pooling keeps one vector per token. A long prompt is split into chunks, "
+    "and every chunk must survive until the last one arrives. Process reward models score each "
+    "step of a solution at a special tag token, while retrieval models such as ColBERT compare "
+    "every query token with every document token. Both need the whole prompt's hidden states, "
+    "not just the last one.")
+
+EXPLORERS = {
+    "ownership": "import tokpool as tp\nex = tp.ownership_explorer([20, 6, 9], budget=16)\nex",
+    "memory": "import tokpool as tp\nex = tp.memory_explorer()\nex",
+    "token": ("import tokpool as tp\nmodel = tp.load_model('smollm2-135m')\n"
+              f"ex = tp.token_explorer(model, {NOTEBOOK_03_TEXT!r}, layer=15)\nex"),
+    "step_reward": ("import tokpool as tp\nprm = tp.load_prm()\n"
+                    "ex = tp.step_reward_explorer(prm, 'What is 2 + 3 * 4?', "
+                    "['3 * 4 = 12.', '2 + 12 = 15.', 'The answer is 15.'])\nex"),
+}
+
+#: A config.json pasted into the memory explorer's "your model" box (a Qwen3-8B-like decoder).
+YOUR_MODEL = json.dumps({
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+    "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151665,
+    "max_position_embeddings": 32768, "torch_dtype": "bfloat16"})
+
+#: What the kernel redraws: the figure and the text below the controls (children 2 and 3: the
+#: message line and the output), not the controls, whose readouts the browser updates itself.
+SIGNATURE_JS = """el => [...el.querySelectorAll('img')].map(i => i.src.slice(-64)).join('|')
+  + '#' + [...el.children].slice(2).map(c => c.innerText).join('#')"""
+KERNEL_IDLE_JS = ("() => window.jupyterapp.shell.currentWidget.sessionContext"
+                  ".kernelDisplayStatus === 'idle'")
+
+
+def _write_notebook(folder: Path, name: str, source: str) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}  # else JupyterLab asks for a kernel
+    path = folder / f"explorer_{name}.ipynb"
+    nbformat.write(nb, path)
+    return path.name
+
+
+class Driver:
+    """One explorer on one page: commit values, wait for the kernel's answer."""
+
+    def __init__(self, page) -> None:
+        self.page = page
+        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+        self.root = panel.locator(".jp-OutputArea-output .jupyter-widgets.widget-vbox").first
+
+    def _signature(self) -> str:
+        return self.root.evaluate(SIGNATURE_JS)
+
+    def _commit(self, act: Callable[[], None]) -> float:
+        """Run ``act``; seconds until the explorer changed and the kernel is idle again."""
+        before = self._signature()
+        start = time.monotonic()
+        act()
+        self.page.wait_for_function(
+            f"([el, old]) => ({SIGNATURE_JS})(el) !== old",
+            arg=[self.root.element_handle(), before], timeout=ANSWER_TIMEOUT_S * 1000)
+        self.page.wait_for_function(KERNEL_IDLE_JS, timeout=ANSWER_TIMEOUT_S * 1000)
+        return time.monotonic() - start
+
+    def type_into(self, locator, value: str, *, blur: bool = False) -> float:
+        def act() -> None:
+            locator.fill(value)
+            if blur:
+                locator.evaluate("el => el.blur()")
+            else:
+                locator.press("Enter")
+        return self._commit(act)
+
+    def box(self, label: str):
+        """The typed box beside the slider described ``label``."""
+        row = self.root.locator(".widget-hbox", has=self.page.locator(
+            f".widget-slider:has(label:text-is('{label}'))")).last
+        return row.locator("input.widget-input, .tokpool-typed input").last
+
+    def text(self, label: str):
+        return self.root.locator(f".widget-text:has(label:text-is('{label}')) input").first
+
+    def area(self, label: str):
+        return self.root.locator(f".widget-textarea:has(label:text-is('{label}')) textarea"
+                                 ).first
+
+    def select(self, label: str, value: str) -> float:
+        menu = self.root.locator(f".widget-dropdown:has(label:text-is('{label}')) select").first
+        return self._commit(lambda: menu.select_option(label=value))
+
+    def click(self, text: str) -> float:
+        button = self.root.locator(f"button:text-is('{text}')").first
+        return self._commit(button.click)
+
+    def check(self, text: str) -> float:
+        box = self.root.locator(".widget-checkbox", has_text=text).locator("input").first
+        return self._commit(box.click)
+
+    def key(self, label: str, key: str, *, handle: str = ".noUi-handle") -> float:
+        """Press ``key`` on the slider described ``label`` (its handle has the focus)."""
+        slider = self.root.locator(".widget-slider", has=self.page.locator(
+            "label", has_text=label)).last
+        target = slider.locator(handle).first
+        return self._commit(lambda: (target.focus(), target.press(key)))
+
+    def refused(self, act: Callable[[], float], *needles: str) -> None:
+        """``act`` commits a hostile value: a message saying why, and no figure, in time."""
+        act()
+        error = self.root.locator(".tokpool-error")
+        error.wait_for(state="visible", timeout=ANSWER_TIMEOUT_S * 1000)
+        message = error.inner_text()
+        for needle in needles:
+            assert needle in message, f"{needle!r} not in the message {message!r}"
+        assert self.root.locator("img").filter(visible=True).count() == 0, (
+            f"a figure is still shown under the message {message!r}")
+
+    def shows_figure(self) -> None:
+        assert self.root.locator(".tokpool-error").count() == 0
+        assert self.root.locator("img").filter(visible=True).count() >= 1
+
+
+@pytest.fixture(scope="module")
+def browser_page(lab: Lab) -> Iterator[Callable[[str], Driver]]:  # noqa: F811
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        pages: list = []
+        try:
+            def open_explorer(name: str) -> Driver:
+                notebook = _write_notebook(lab.root, name, EXPLORERS[name])
+                page = browser.new_page(viewport={"width": 1400, "height": 1400})
+                page.set_default_timeout(PAGE_TIMEOUT_MS)
+                pages.append(page)
+                # a workspace of its own: only this notebook open (no tab of an earlier test)
+                page.goto(f"{lab.url}/lab/workspaces/{name}/tree/{notebook}?token={lab.token}"
+                          "&reset")
+                page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
+                page.wait_for_function(
+                    "() => { const s = window.jupyterapp?.shell?.currentWidget?.sessionContext;"
+                    " return s && s.session && s.session.kernel &&"
+                    " s.kernelDisplayStatus === 'idle'; }")
+                page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+                page.wait_for_selector(".jp-OutputArea-output .jupyter-widgets img",
+                                       timeout=150_000)
+                page.wait_for_function(KERNEL_IDLE_JS, timeout=150_000)
+                assert "Error displaying widget" not in page.locator(".jp-Notebook").inner_text()
+                driver = Driver(page)
+                # no editable slider readout (they clamped or blanked what was typed there)
+                readouts = driver.root.locator(".widget-readout").filter(visible=True)
+                assert readouts.count() == 0
+                return driver
+
+            yield open_explorer
+        finally:
+            for page in pages:
+                page.close()
+            browser.close()
+
+
+def _record(explorer: str, times: dict[str, list[float]]) -> None:
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data[explorer] = {control: {"median_s": round(statistics.median(t), 3),
+                                "runs_s": [round(x, 3) for x in t]}
+                      for control, t in times.items()}
+    data["_how"] = ("tests/test_browser_explorers.py: seconds from committing a control's new "
+                    "value in headless chromium to the redrawn explorer with the kernel idle "
+                    f"again, median of {REPEATS}; JupyterLab on this machine")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _alternate(act: Callable[[str], float], values: tuple[str, str]) -> list[float]:
+    return [act(values[i % 2]) for i in range(REPEATS)]
+
+
+def test_ownership_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
+    d = browser_page("ownership")
+    d.refused(lambda: d.type_into(d.text("other requests"), "100000000"),
+              "engine steps", "at most")
+    d.refused(lambda: d.type_into(d.text("other requests"), "5000"), "engine steps")
+    d.refused(lambda: d.type_into(d.text("other requests"), "six"), "positive integers")
+    d.type_into(d.text("other requests"), "6, 9")
+    d.shows_figure()
+    d.refused(lambda: d.type_into(d.box("request 0 tokens"), "0"), "from 1 to 96")
+    d.refused(lambda: d.type_into(d.box("tokens per step"), "100000"), "from 2 to 64")
+    d.refused(lambda: d.type_into(d.box("tokens per step"), "lots"), "not a whole number")
+    d.type_into(d.box("tokens per step"), "16")
+    d.shows_figure()
+    times = {
+        "request 0 tokens": _alternate(lambda v: d.type_into(d.box("request 0 tokens"), v),
+                                       ("24", "20")),
+        "other requests": _alternate(lambda v: d.type_into(d.text("other requests"), v),
+                                     ("6, 10", "6, 9")),
+        "tokens per step": _alternate(lambda v: d.type_into(d.box("tokens per step"), v),
+                                      ("12", "16")),
+        "async scheduling": [d.click("async scheduling") for _ in range(REPEATS)],
+        "chunked prefill": [d.check("chunked prefill") for _ in range(REPEATS - 1)],
+        "policy": _alternate(d.click, ("legacy", "clone")),
+        "vLLM's head": [d.check("vLLM's head") for _ in range(REPEATS - 1)],
+    }
+    d.shows_figure()
+    _record("ownership", times)
+
+
+def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
+    d = browser_page("memory")
+    assert "32K tokens" in d.root.inner_text()  # opens within Qwen3-Embedding-8B's context
+    d.refused(lambda: d.type_into(d.box("tensor-parallel GPUs"), "100000"), "from 1 to 8")
+    d.refused(lambda: d.type_into(d.box("tensor-parallel GPUs"), "four"), "not a whole number")
+    d.type_into(d.box("tensor-parallel GPUs"), "1")
+    d.refused(lambda: d.type_into(d.text("your model"), "{not json"), "not valid JSON")
+    d.refused(lambda: d.type_into(d.text("your model"), "/no/such/model"), "no config.json")
+    d.type_into(d.text("your model"), "")
+    d.shows_figure()
+    times = {
+        "model": _alternate(lambda v: d.select("model", v),
+                            ("Qwen2.5-Math-PRM-7B", "Qwen3-Embedding-8B")),
+        "hardware": _alternate(lambda v: d.select("hardware", v), ("A100 80GB", "H100 SXM")),
+        "async scheduling": [d.click("async scheduling") for _ in range(REPEATS)],
+        "policies": [d.click("offload") for _ in range(REPEATS - 1)],
+        "tensor-parallel GPUs": _alternate(
+            lambda v: d.type_into(d.box("tensor-parallel GPUs"), v), ("2", "1")),
+        "task": _alternate(lambda v: d.select("task", v), ("embed", "token_embed")),
+        "head dtype": _alternate(lambda v: d.select("head dtype", v),
+                                 ("same as dtype (no cast)", "float32")),
+        # after the head dtype: with float32 hidden states "no cast" equals a float32 head
+        "dtype": _alternate(lambda v: d.select("dtype", v), ("float32", "bfloat16")),
+        "chunk budget": _alternate(lambda k: d.key("chunk budget", k),
+                                   ("ArrowLeft", "ArrowRight")),
+        "prompt length": _alternate(
+            lambda k: d.key("prompt length", k, handle=".noUi-handle-upper"),
+            ("ArrowLeft", "ArrowRight")),
+        "your model": _alternate(lambda v: d.type_into(d.text("your model"), v),
+                                 (YOUR_MODEL, "")),
+    }
+    d.shows_figure()
+    _record("memory", times)
+
+
+def test_token_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
+    d = browser_page("token")
+    d.refused(lambda: d.type_into(d.box("layer"), "99"), "from 0 to 30")
+    d.refused(lambda: d.type_into(d.area("text"), "x " * 15_000, blur=True), "characters")
+    d.refused(lambda: d.type_into(d.area("text"), "   ", blur=True), "write some text")
+    d.type_into(d.area("text"), "Ünïcödé text from 東京.", blur=True)
+    d.shows_figure()
+    shown = d.root.inner_text()
+    assert "東" in shown and "Ü" in shown and "\ufffd" not in shown
+    d.type_into(d.area("text"), NOTEBOOK_03_TEXT, blur=True)
+    times = {
+        "layer (new)": [d.type_into(d.box("layer"), v) for v in ("3", "9", "21")],
+        "layer (seen)": [d.type_into(d.box("layer"), v) for v in ("3", "9", "21")],
+        "metric": _alternate(lambda v: d.select("metric", v),
+                             ("cosine to text mean", "relative norm")),
+        "text (new)": [d.type_into(d.area("text"), f"{NOTEBOOK_03_TEXT} ({i})", blur=True)
+                       for i in range(REPEATS)],
+    }
+    d.shows_figure()
+    _record("token", times)
+
+
+def test_step_reward_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
+    d = browser_page("step_reward")
+    d.refused(lambda: d.type_into(d.box("threshold"), "5"), "from 0 to 1")
+    d.refused(lambda: d.type_into(d.box("threshold"), "high"), "not a number")
+    d.type_into(d.box("threshold"), "0.5")
+    d.refused(lambda: d.type_into(d.area("problem"), "", blur=True), "write the problem")
+    d.type_into(d.area("problem"), "What is 2 + 3 * 4?", blur=True)
+    d.refused(lambda: d.type_into(d.area("steps"), "\n \n", blur=True), "at least one step")
+    d.type_into(d.area("steps"), "3 * 4 = 12.\n2 + 12 = 15.\nThe answer is 15.", blur=True)
+    d.shows_figure()
+    assert "step 0 · " in d.root.inner_text()
+    times = {
+        "threshold": _alternate(lambda v: d.type_into(d.box("threshold"), v), ("0.3", "0.5")),
+        "steps (new)": [d.type_into(d.area("steps"), f"3 * 4 = 12.\n2 + 12 = {14 + i}.",
+                                    blur=True) for i in range(REPEATS)],
+        "problem (new)": [d.type_into(d.area("problem"), f"What is 2 + 3 * 4? ({i})",
+                                      blur=True) for i in range(REPEATS)],
+    }
+    d.shows_figure()
+    _record("step_reward", times)
