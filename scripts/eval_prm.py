@@ -10,6 +10,8 @@ For the ``test`` split (the train distribution) and the ``hard`` split (error ty
   resamples, seed 0); the thresholds are the PRMs' own (fine-tuned: chosen on ``dev``; probe:
   on out-of-fold train predictions; step position: on ``dev``);
 - ``smollm2-prm`` minus ``probe`` with a paired bootstrap CI;
+- ``before`` (with ``--before OLD/metrics.json``; kept on reruns): the test/hard results of the
+  PRM this one replaced, for the before/after tables;
 - ``fixed_sample``: the fine-tuned PRM's rewards and metrics on the first 24 test examples,
   scored in batches of 8, which ``tests/test_prm_finetuned.py`` reproduces.
 
@@ -70,6 +72,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="first N of each split")
     parser.add_argument("--out", default=None, help="metrics.json (default: next to adapter)")
+    parser.add_argument("--before", default=None,
+                        help="the metrics.json of the PRM this one replaces: its test/hard "
+                             "results are kept under 'before' (before/after tables)")
     parser.add_argument("--only", choices=("probe",), default=None,
                         help="only cache the probe's rewards (no metrics.json)")
     args = parser.parse_args(argv)
@@ -117,6 +122,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ours, prm.threshold, theirs, probe.threshold, records)
         seconds[f"metrics_{split}"] = time.perf_counter() - t
 
+    if args.before:
+        old = json.loads(Path(args.before).read_text())
+        report["before"] = {"prm": old["prm"], "threshold": old["thresholds"]["smollm2-prm"],
+                            **{split: old[split]["smollm2-prm"] for split in SPLITS}}
+    elif out.is_file() and "before" in json.loads(out.read_text()):
+        report["before"] = json.loads(out.read_text())["before"]  # a rerun keeps it
     test = tp.load_prm_dataset("test")[:FIXED_SAMPLE]
     scored = prm.score_records(test, batch_size=FIXED_BATCH)
     sample_rewards = [s.rewards.tolist() for s in scored]

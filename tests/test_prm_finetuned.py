@@ -197,6 +197,38 @@ def test_merge_refuses_factors_of_the_wrong_shape():
 
 # --- the shipped adapter -----------------------------------------------------------------
 
+# Why these tolerances (a test of shipped numbers must pass on every torch the project accepts;
+# torch 2.14.1's CUDA wheel run on CPU gave rewards 1.04e-5 away from the 2.13.0 CPU wheel's):
+# a reward is r = softmax(l)[1] = sigmoid(d), d = l_correct - l_wrong, so |dr| <= r(1-r)|dd|
+# <= |dd| / 4. d comes out of 17 layers of float32 matmuls (7 per layer, inner sizes 576 to
+# 1,536) whose summation order is the BLAS kernel's choice (blocking, vector width, threads),
+# not ours. One float32 dot product of length K summed in another order moves by up to
+# K * u * sum|x_i y_i| (u = 2**-24 = 6e-8; K = 1,536: 9e-5 of its magnitude), typically
+# sqrt(K) * u (2.4e-6), and those differences compound through the residual stream of 17 layers.
+# The 1.04e-5 seen across builds is that typical case; SCORE_ATOL allows 20 times it and is
+# still 50 times smaller than what a real regression does (another adapter, threshold or layer
+# count moves these rewards by tenths). Decisions are compared exactly only where they cannot
+# flip within that tolerance: the shipped sample's rewards all lie more than DECISION_MARGIN from
+# the threshold (checked), and an AUROC may move only by the share of its wrong/right pairs whose
+# stored rewards are within 2 * SCORE_ATOL of each other (a pair can swap order, nothing else).
+SCORE_ATOL = 2e-4
+DECISION_MARGIN = SCORE_ATOL
+
+
+def _auroc_slack(rewards, records, *, up_to_first_error: bool) -> float:
+    """The most an AUROC over these steps can move when each reward moves by SCORE_ATOL: the
+    share of (wrong, right) step pairs whose rewards are within 2 * SCORE_ATOL."""
+    import numpy as np
+
+    masks = tp.prm.up_to_first_error(records) if up_to_first_error else [
+        np.ones(len(r["labels"]), bool) for r in records]
+    r = np.concatenate([np.asarray(x)[m] for x, m in zip(rewards, masks, strict=True)])
+    y = np.concatenate([np.asarray(rec["labels"], bool)[m]
+                        for rec, m in zip(records, masks, strict=True)])
+    close = np.abs(r[~y][:, None] - r[y][None, :]) <= 2 * SCORE_ATOL
+    return float(close.sum()) / close.size
+
+
 @pytest.mark.real_model
 def test_shipped_prm_reproduces_its_reported_metrics_on_a_fixed_sample():
     report = json.loads((SHIPPED / "metrics.json").read_text())
@@ -209,18 +241,36 @@ def test_shipped_prm_reproduces_its_reported_metrics_on_a_fixed_sample():
     by_id = {r["id"]: r for r in tp.load_prm_dataset("test")}
     records = [by_id[i] for i in sample["ids"]]
     scored = prm.score_records(records, batch_size=sample["batch_size"])
-    # Why this tolerance: the rewards are float32 softmaxes of one forward; another CPU or BLAS
-    # build sums in another order (observed differences are ~1e-7). 1e-5 allows that and
-    # nothing else. The first errors (hence the metrics) are then exact, because no stored
-    # reward lies within 1e-4 of the threshold (checked here).
-    assert sample["closest_reward_to_threshold"] > 1e-4
-    for s, expected in zip(scored, sample["rewards"], strict=True):
+    stored = sample["rewards"]
+    # the shipped sample's decisions cannot flip within the score tolerance (see above)
+    closest = min(abs(x - prm.threshold) for r in stored for x in r)
+    assert closest == pytest.approx(sample["closest_reward_to_threshold"], abs=1e-12)
+    assert closest > DECISION_MARGIN, "choose a fixed sample whose rewards clear the threshold"
+    for s, expected in zip(scored, stored, strict=True):
         torch.testing.assert_close(s.rewards.double(), torch.tensor(expected, dtype=torch.float64),
-                                   rtol=0, atol=1e-5)
-    metrics = tp.prm.evaluate([s.rewards for s in scored], records, prm.threshold,
-                              n_bootstrap=0)
+                                   rtol=0, atol=SCORE_ATOL)
+    got = [s.rewards.numpy() for s in scored]
+    assert tp.prm.first_errors(got, prm.threshold) == tp.prm.first_errors(stored, prm.threshold)
+    metrics = tp.prm.evaluate(got, records, prm.threshold, n_bootstrap=0)
+    slack = {"step_auroc_up_to_first_error": _auroc_slack(stored, records,
+                                                          up_to_first_error=True),
+             "step_auroc_all_steps": _auroc_slack(stored, records, up_to_first_error=False)}
+    assert max(slack.values()) < 0.01  # the AUROC check still means something
     for key, value in sample["metrics"].items():
-        assert metrics[key] == value or (value is None and metrics[key] != metrics[key]), key
+        if key in slack:
+            assert metrics[key] == pytest.approx(value, abs=slack[key] + 1e-12), key
+        else:  # decisions only: exact
+            assert metrics[key] == value or (value is None and metrics[key] != metrics[key]), key
+
+
+def test_auroc_slack_counts_only_close_cross_class_pairs():
+    records = [{"labels": [True, False, False], "first_error": 1},
+               {"labels": [True, True], "first_error": -1}]
+    rewards = [[0.9, 0.9 + SCORE_ATOL, 0.1], [0.5, 0.2]]
+    # up to the first error: wrong steps {0.9+a}, right ones {0.9, 0.5, 0.2}: one close pair
+    assert _auroc_slack(rewards, records, up_to_first_error=True) == pytest.approx(1 / 3)
+    # all steps: wrong {0.9+a, 0.1} x right {0.9, 0.5, 0.2}: still one close pair of six
+    assert _auroc_slack(rewards, records, up_to_first_error=False) == pytest.approx(1 / 6)
 
 
 @pytest.mark.real_model

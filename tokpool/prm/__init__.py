@@ -9,14 +9,17 @@
 - ``finetuned``, ``adapter``: the fine-tuned PRM (SmolLM2 + merged LoRA + score head).
 - ``batched``: several prompts in one padded forward (``score_records``).
 - ``memory``: what each convention's pooled output costs, from the simulator.
+- ``curve``: the fine-tuned PRM's learning curve (dev metrics vs training problems).
 
 Nothing here imports transformers until a model is loaded.
 """
 
+from .curve import curve_frame, plot_learning_curve, read_curve
 from .dataset import (
     ERROR_TYPES,
     HARD_ERROR_TYPES,
     generate_prm_dataset,
+    generate_training_problems,
     load_prm_dataset,
     write_prm_dataset,
 )
@@ -66,18 +69,22 @@ __all__ = [
     "StepScores",
     "baseline_rewards",
     "choose_threshold",
+    "curve_frame",
     "evaluate",
     "first_error_from_rewards",
     "first_errors",
     "format_steps",
     "generate_prm_dataset",
+    "generate_training_problems",
     "load_prm",
     "load_prm_dataset",
     "metrics_frame",
     "paired_difference",
+    "plot_learning_curve",
     "prm_memory_table",
     "processbench_f1",
     "processbench_scores",
+    "read_curve",
     "read_report",
     "resolve_step_tag",
     "step_auroc",

@@ -394,6 +394,46 @@ def generate_prm_dataset(
     return records
 
 
+#: Stream offset of ``generate_training_problems`` (no split of ``_SPLIT_OFFSET`` uses it).
+_EXTRA_OFFSET = 10
+
+
+def generate_training_problems(
+    n: int, *, seed: int = 1, base_seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """More training problems for a learning curve, none of them a shipped split's problem.
+
+    Draws from its own stream (``seed * 1000 + 10``), with the ``train`` distribution (half the
+    examples carry an error of ``ERROR_TYPES``), and skips any problem whose text occurs in
+    ``train``, ``test``, ``dev`` or ``hard`` as generated from ``base_seed`` (the shipped files)
+    or earlier in this list. The first ``k`` records of ``n`` are the records of ``k``, so
+    nested training sets (800, 3,200, 12,800) share their problems.
+
+    Args:
+        n: number of problems (>= 0).
+        seed: this stream's seed (ids are ``"gen{seed}-00000"``…).
+        base_seed: the seed of the splits to exclude.
+
+    Returns:
+        Records in the shape of ``generate_prm_dataset``.
+
+    Raises:
+        ValueError: ``n < 0``.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    seen = {r["prompt"] for split in SPLITS for r in generate_prm_dataset(split, seed=base_seed)}
+    rng = random.Random(seed * 1000 + _EXTRA_OFFSET)
+    records: list[dict[str, Any]] = []
+    while len(records) < n:
+        record = generate_example(rng, error=len(records) % 2 == 1, kinds=ERROR_TYPES)
+        if record["prompt"] not in seen:
+            seen.add(record["prompt"])
+            record["id"] = f"gen{seed}-{len(records):05d}"
+            records.append(record)
+    return records
+
+
 def default_data_dir() -> Path:
     """``$TOKPOOL_DATA_DIR`` or the repository's ``data/`` folder."""
     env = os.environ.get("TOKPOOL_DATA_DIR")
