@@ -160,3 +160,36 @@ def test_the_documented_layouts_match_the_tree():
         sim_block = block[block.index("sim/"):]
         for room in ("vllm_rules/", "schedule/", "memory/", "backends/", "results/"):
             assert room in sim_block and (sim / room).is_dir()
+
+
+#: Libraries imported inside functions on purpose: `import tokpool` stays light (no model
+#: library, no plotting, no notebook machinery, no vLLM until asked for).
+LAZY_LIBRARIES = ("transformers", "matplotlib", "ipywidgets", "IPython", "nbformat", "nbclient",
+                  "nbconvert", "safetensors", "psutil", "tqdm", "vllm", "sentence_transformers",
+                  "playwright", "gguf", "accelerate", "peft", "sklearn", "scipy")
+
+
+def test_function_level_imports_keep_import_light_or_say_why():
+    """A function-level import either loads a heavy library listed above, or carries its
+    reason in a comment on its line or the line before."""
+    silent = []
+    for name, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                module = (node.names[0].name if isinstance(node, ast.Import)
+                          else node.module or "")
+                if not getattr(node, "level", 0) and module.split(".")[0] in LAZY_LIBRARIES:
+                    continue
+                here = lines[node.lineno - 1]
+                before = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                end = lines[(node.end_lineno or node.lineno) - 1]
+                if "#" in here or "#" in end or before.startswith("#"):
+                    continue
+                silent.append(f"{name}:{node.lineno}: {here.strip()}")
+    assert not silent, "function-level imports without a reason:\n" + "\n".join(silent)

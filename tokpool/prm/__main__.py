@@ -13,6 +13,8 @@ import runpy
 import sys
 from pathlib import Path
 
+from .dataset import DEFAULT_SEED, write_prm_dataset
+
 SCRIPTS = {"train-probe": "train_probe.py", "train-prm": "train_prm.py",
            "eval-prm": "eval_prm.py"}
 
@@ -44,7 +46,6 @@ def main(argv: list[str] | None = None) -> None:
         sub.add_parser(command, help=f"run scripts/{file} (see its --help)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "make-data":
-        from .dataset import DEFAULT_SEED, write_prm_dataset
 
         seed = DEFAULT_SEED if args.seed is None else args.seed
         for split, path in write_prm_dataset(args.out, seed=seed).items():

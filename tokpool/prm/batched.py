@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..models.forward import resolve_layer
+
 
 def _pad(token_ids: Sequence[Sequence[int]]) -> Tensor:
     tensors = [torch.as_tensor(list(ids), dtype=torch.long) for ids in token_ids]
@@ -39,7 +41,6 @@ def padded_hidden(model, token_ids: Sequence[Sequence[int]], *, layer: int = -1)
     Raises:
         ValueError: an encoder model (its padding would need an attention mask).
     """
-    from ..models.forward import resolve_layer
 
     if model.attn_type != "decoder":
         raise ValueError(f"padded batches need a causal decoder; {model.name} is "

@@ -14,6 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
+from .dataset import default_data_dir
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -72,7 +76,6 @@ def read_curve(path: str | Path | None = None) -> dict[str, Any]:
     Raises:
         FileNotFoundError: no such file (the message says how to write it).
     """
-    from .dataset import default_data_dir
 
     file = Path(path) if path else default_data_dir() / "prm" / "smollm2-prm" / "curve.json"
     if not file.is_file():
@@ -84,7 +87,6 @@ def read_curve(path: str | Path | None = None) -> dict[str, Any]:
 def curve_frame(curve: dict[str, Any]) -> pd.DataFrame:
     """The curve's points as a table: one row per (variant, training problems), each metric as
     ``value [low, high]``."""
-    import pandas as pd
 
     rows = []
     for p in sorted(curve["points"], key=lambda p: (p["variant"], p["train_examples"])):

@@ -19,12 +19,16 @@ measured by the same code:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import pandas as pd
 
+from .dataset import default_data_dir
 from .metrics import processbench_scores, step_auroc
 from .steps import first_error_from_rewards
 
@@ -239,10 +243,7 @@ def read_report(path: str | None = None) -> dict[str, Any]:
     Raises:
         FileNotFoundError: no such file (the message says how to write it).
     """
-    import json
-    from pathlib import Path
 
-    from .dataset import default_data_dir
 
     file = Path(path) if path else default_data_dir() / "prm" / "smollm2-prm" / "metrics.json"
     if not file.is_file():
@@ -264,7 +265,6 @@ def metrics_frame(report: dict[str, Any], split: str, *,
     Raises:
         ValueError: a split or PRM the report does not hold.
     """
-    import pandas as pd
 
     if split not in report:
         raise ValueError(f"the report has no split {split!r}; it has "

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models import load_model
+from ..models.pooling_model import PoolingModel
 from .adapter import merge_lora_, read_adapter
 from .reward_model import ProcessRewardModel
 
@@ -96,8 +98,6 @@ def load_finetuned(file: str | Path, *, tag: str | None = None,
         FileNotFoundError: no such file, or the base model's package is missing.
         ValueError: the file is not a tokpool PRM adapter, or does not fit its base model.
     """
-    from ..models import load_model
-    from ..models.pooling_model import PoolingModel
 
     file = Path(file)
     tensors, settings = read_adapter(file)

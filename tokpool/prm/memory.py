@@ -29,6 +29,8 @@ import pandas as pd
 
 from ..heads import DTypeLike
 from ..pooling import RetentionPolicy
+from ..sim import SimConfig, simulate
+from ..sim.vllm_rules.models import resolve_model
 from .steps import CONVENTIONS
 
 #: One row per (convention, prompt length); see ``prm_memory_table``.
@@ -98,8 +100,6 @@ def prm_memory_table(
         >>> t = tp.prm_memory_table([4_096])
         >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: KB, others bytes
     """
-    from ..sim import SimConfig, simulate
-    from ..sim.vllm_rules.models import resolve_model
 
     lens = [prompt_lens] if isinstance(prompt_lens, int) else list(prompt_lens)
     unknown = [c for c in conventions if c not in CONVENTIONS]

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ..models import load_model
 from ._files import META_KEY, read_tagged_safetensors
+from .adapter import ADAPTER_FORMAT, read_format
 from .dataset import default_data_dir
 from .finetuned import load_finetuned
 from .reward_model import ProcessRewardModel, StepScores  # noqa: F401 - StepScores re-exported
@@ -197,7 +199,6 @@ def load_prm(
 
 def _load_file(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
     """A probe or an adapter file, told apart by the format in its header."""
-    from .adapter import ADAPTER_FORMAT, read_format
 
     found = read_format(file)
     if found not in (ADAPTER_FORMAT, PROBE_FORMAT):
@@ -212,7 +213,6 @@ def _load_file(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
 
 
 def _load_probe(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
-    from ..models import load_model
 
     head, settings = read_probe(file)
     base = settings["base_model"]
@@ -262,7 +262,6 @@ def _load_checkpoint(path: Path, *, convention, returned_token_ids, tag, thresho
     cut = 0.5 if threshold is None else threshold
     info = {"path": str(path), "architectures": archs}
     if any(a.endswith("ForTokenClassification") for a in archs):
-        from ..models import load_model
 
         model = load_model(path)
         num_labels = int(model.hf_model.config.num_labels)
@@ -274,7 +273,6 @@ def _load_checkpoint(path: Path, *, convention, returned_token_ids, tag, thresho
             )
         return ProcessRewardModel(model, convention=chosen, tag=tag, threshold=cut, info=info)
     if any(a.endswith("ForCausalLM") for a in archs) and not trust_remote_code:
-        from ..models import load_model
 
         if convention not in (None, "token_pair"):
             raise ValueError(f"{path} is a causal LM: its PRM convention is 'token_pair' "

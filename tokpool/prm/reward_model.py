@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from .batched import padded_hidden
 from .steps import (
     CONVENTIONS,
     Convention,
@@ -49,7 +51,6 @@ class StepScores:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per step: ``step``, ``text``, ``reward``, ``passed``."""
-        import pandas as pd
 
         rewards = self.rewards.tolist()
         return pd.DataFrame({
@@ -190,7 +191,6 @@ class ProcessRewardModel:
         Returns:
             One ``[n_tokens, width]`` float32 tensor per prompt, as ``per_token``.
         """
-        from .batched import padded_hidden
 
         model = self.model
         classifier = getattr(model, "classifier", None)

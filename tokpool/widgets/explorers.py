@@ -32,7 +32,10 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as W
 import traitlets
 
+from ..guard import ensure_fits
 from ..plots import format_tokens, token_strings
+from ..pooling import RETENTION_POLICIES
+from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig
 from .memory import render_memory
 from .ownership import parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards
@@ -420,7 +423,6 @@ class TokenExplorer(Explorer):
             raise ValueError(f"the text has {n:,} tokens; the explorer takes at most "
                              f"{MAX_TEXT_TOKENS:,} (its heatmap shows the first 96). Shorten "
                              "it, or call model.encode(...) in a cell for long texts")
-        from ..guard import ensure_fits
 
         layers = self.model.num_layers + 1
         ensure_fits(layers * n * self.model.hidden_size * 4 * 2,  # kept + transformers' copy
@@ -575,7 +577,6 @@ class OwnershipExplorer(Explorer):
     def __init__(self, prompt_lens: list[int] | None = None, *, budget: int = 16,
                  async_scheduling: bool = False, policy: str = "clone",
                  enable_chunked_prefill: bool = True, hidden_size: int = 576) -> None:
-        from ..pooling import RETENTION_POLICIES
 
         lens = [20, 6, 9] if prompt_lens is None else list(prompt_lens)
         if not lens:
@@ -684,8 +685,6 @@ class MemoryExplorer(Explorer):
     def __init__(self, *, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
                  prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                  policies: Sequence[str] | None = None, async_scheduling: bool = True) -> None:
-        from ..pooling import RETENTION_POLICIES
-        from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig
 
         if model not in MODEL_PRESETS:
             raise ValueError(f"unknown model preset {model!r}; choose one of "
@@ -741,7 +740,6 @@ class MemoryExplorer(Explorer):
 
     @staticmethod
     def _task_options(model: str) -> list[tuple[str, str]]:
-        from ..sim import MODEL_PRESETS
 
         default = MODEL_PRESETS[model].default_task
         return [(f"default ({default})", "default"), *((t, t) for t in
@@ -749,7 +747,6 @@ class MemoryExplorer(Explorer):
 
     @staticmethod
     def _head_options(model: str) -> list[tuple[str, str]]:
-        from ..sim import SimConfig
 
         default = _dtype_name(SimConfig.for_model(model).head_dtype)
         return [(f"default ({default})", "default"), ("same as dtype (no cast)", "same"),

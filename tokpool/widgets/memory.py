@@ -10,7 +10,10 @@ import pandas as pd
 
 from ..plots import figure_png, format_bytes, format_tokens
 from ..plots.memory import plot_memory_vs_prompt_length
+from ..sim import MODEL_PRESETS, SimConfig, sweep
 from ..sim.results.analysis import prompt_grid
+from ..sim.vllm_rules.devices import resolve_hardware
+from ..sim.vllm_rules.kv_cache import kv_cache_memory_bytes
 from .view import View
 
 __all__ = ["prompt_grid", "render_memory"]
@@ -59,15 +62,12 @@ def render_memory(
     Raises:
         ValueError: an unknown preset, task or dtype, or an empty policy list.
     """
-    from ..sim import SimConfig, sweep
-    from ..sim.vllm_rules.devices import resolve_hardware
 
     if not policies:
         raise ValueError("choose at least one policy")
     overrides: dict = {"dtype": dtype, "hardware": hardware}
     if head_dtype != "default":
         overrides["head_dtype"] = head_dtype
-    from ..sim import MODEL_PRESETS
 
     overrides["tensor_parallel_size"] = tensor_parallel_size
     if isinstance(model, str) and model in MODEL_PRESETS:
@@ -125,7 +125,6 @@ def render_memory(
 
 def _kv_memory_bytes(config) -> int:
     """One GPU's KV-cache memory as vLLM sizes it (0: an encoder, or no room)."""
-    from ..sim.vllm_rules.kv_cache import kv_cache_memory_bytes
 
     if config.model is None or config.kv_bytes_per_token == 0:
         return 0

@@ -12,6 +12,7 @@ from ..plots import figure_png, format_bytes
 from ..plots._style import styled
 from ..plots.memory import plot_memory_timeline
 from ..plots.schedule import plot_ownership_schedule
+from ..sim import SimConfig, simulate
 from ..sim.results.analysis import corruption_table
 from .view import View
 
@@ -117,7 +118,6 @@ def render_ownership(
             draw (``check_workload``: more than ``MAX_STEPS`` steps or ``MAX_REQUESTS``
             requests), refused before any work.
     """
-    from ..sim import SimConfig, simulate
 
     check_workload(prompt_lens, max_num_batched_tokens)
     head = {} if vllm_head else {"head_dtype": None, "use_activation": False}

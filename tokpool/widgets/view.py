@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 #: PNG resolution of every rendered figure (dots per inch): crisp on HiDPI ("retina") screens.
 #: Shown at ``DISPLAY_DPI`` CSS pixels per inch, i.e. at half its pixel width.
 PNG_DPI = 200
@@ -34,7 +36,6 @@ def png_size(png: bytes) -> tuple[int, int]:
 
 def table_html(table: Any, *, max_rows: int = 40) -> str:
     """A DataFrame as compact HTML: integer columns as integers, missing values as ``—``."""
-    import pandas as pd
 
     if not isinstance(table, pd.DataFrame):
         return ""
