@@ -117,9 +117,25 @@ def test_mixtral_is_sized_with_its_experts_and_does_not_fit_one_h100():
     mixtral = next(e for e in PUBLISHED if e["config"]["model_type"] == "mixtral")["config"]
     preset = preset_from_hf_config(mixtral)
     assert preset.num_parameters == 46_702_792_704
-    with pytest.raises(ValueError, match=r"no available memory for the KV cache.*93,405,585,408 B weights per rank.*tensor_parallel_size"):
+    with pytest.raises(ValueError, match=r"no available memory for the KV cache.*"
+                                         r"93,405,585,408 B weights per rank.*tensor_parallel"):
         tp.SimConfig.from_hf_config(mixtral, gpu_memory_utilization=0.92)
     # eight GPUs hold it: about 11.7 GB of weights per rank
     cfg = tp.SimConfig.from_hf_config(mixtral, gpu_memory_utilization=0.92,
                                       tensor_parallel_size=8)
     assert cfg.kv_cache_blocks > 0
+
+
+def test_count_equals_the_shipped_minilm_weight_file():
+    from safetensors import safe_open
+
+    from tokpool.models.registry import builtin_files
+
+    try:
+        directory = Path(builtin_files("minilm-l6"))
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    with safe_open(directory / "model.safetensors", "pt") as f:
+        stored = sum(torch.Size(f.get_slice(k).get_shape()).numel()
+                     for k in f.keys() if not k.endswith("position_ids"))  # a buffer
+    assert preset_from_hf_config(directory).num_parameters == stored == 22_713_216
