@@ -254,6 +254,12 @@ class SimConfig:
         if self.usage not in ("llm", "server"):
             raise ValueError(f"unknown usage {self.usage!r}; use 'llm' (the LLM class) or "
                              "'server' (the API server)")
+        if self.model is not None:
+            from .engine_checks import check_tensor_parallel
+
+            check_tensor_parallel(self.model.name, self.model.num_attention_heads,
+                                  self.model.num_key_value_heads
+                                  or self.model.num_attention_heads, self.tensor_parallel_size)
         if self.max_model_len is None and self.model is not None:
             set_(self, "max_model_len", self.model.max_model_len)
         if self.enable_chunked_prefill is None:
@@ -286,20 +292,30 @@ class SimConfig:
         if self.gpu_memory_utilization is not None and self.kv_cache_blocks is None:
             set_(self, "kv_cache_blocks", self._kv_blocks_from_memory())
 
-    def _kv_blocks_from_memory(self) -> int:
-        from .cluster import kv_cache_capacity_tokens
+    def _kv_blocks_from_memory(self) -> int | None:
+        """KV blocks as vLLM sizes them; ``None`` (no KV cache) for an encoder-only model,
+        whose weights must still fit. vLLM's start-up refusals apply (``engine_checks``)."""
+        from .cluster import kv_cache_capacity_tokens, kv_cache_memory_bytes
+        from .engine_checks import check_kv_cache_holds_one_sequence
 
         if self.model is None:
             raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
                              "and KV bytes per token: give a model preset (model=...)")
-        return kv_cache_capacity_tokens(
-            self.model, gpu_memory_bytes=self.hardware.hbm_bytes,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
-            activation_peak_bytes=self.estimated_activation_peak_bytes,
-            block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
-            dtype_bytes=self.dtype_size,
-        ) // self.block_size
+        memory = {"gpu_memory_bytes": self.hardware.hbm_bytes,
+                  "gpu_memory_utilization": self.gpu_memory_utilization,
+                  "tp": self.tensor_parallel_size, "pp": self.pipeline_parallel_size,
+                  "activation_peak_bytes": self.estimated_activation_peak_bytes,
+                  "dtype_bytes": self.dtype_size}
+        if self.kv_bytes_per_token == 0:  # encoder-only: vLLM keeps no KV cache, sizes none
+            kv_cache_memory_bytes(self.model, **memory)  # the weights must fit all the same
+            return None
+        blocks = kv_cache_capacity_tokens(
+            self.model, block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
+            **memory) // self.block_size
+        check_kv_cache_holds_one_sequence(
+            name=self.model.name, kv_cache_blocks=blocks, block_size=self.block_size,
+            kv_bytes_per_token=self.kv_bytes_per_token, max_model_len=self.max_model_len)
+        return blocks
 
     @property
     def estimated_activation_peak_bytes(self) -> int:
