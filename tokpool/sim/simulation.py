@@ -12,6 +12,7 @@ from .config import SimConfig
 from .counting import run_counting
 from .hardware import estimate_step_times
 from .ledger import requests_frame, steps_frame
+from .limits import check_byte_range, check_work
 from .loop import CHUNK_COLUMNS, paused_gc
 from .result import SimResult
 from .scheduler import check_prompt_lens, schedule
@@ -78,6 +79,8 @@ def simulate(
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
     lens = check_prompt_lens(prompt_lens)
     config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
+    check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
+    check_work(lens, config, mode=mode)  # a run that ends, refused before it starts
     if mode == "closed_form":
         return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
     with paused_gc():  # a long schedule is many small objects: see paused_gc
