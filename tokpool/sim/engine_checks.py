@@ -49,7 +49,7 @@ def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int
 
 def check_kv_cache_holds_one_sequence(
     *, name: str, kv_cache_blocks: int, block_size: int, kv_bytes_per_token: int,
-    max_model_len: int | None,
+    max_model_len: int | None, available_bytes: int | None = None,
 ) -> None:
     """Raise ``ValueError`` as vLLM does when one ``max_model_len`` request does not fit the KV
     cache sized from ``gpu_memory_utilization``.
@@ -60,6 +60,7 @@ def check_kv_cache_holds_one_sequence(
         block_size: tokens per block.
         kv_bytes_per_token: KV bytes per token on that rank.
         max_model_len: the engine's ``max_model_len`` (``None``: nothing to check).
+        available_bytes: the KV memory left on that rank (default: the whole blocks').
     """
     if max_model_len is None or kv_bytes_per_token == 0:
         return
@@ -67,7 +68,8 @@ def check_kv_cache_holds_one_sequence(
     if blocks_needed <= kv_cache_blocks:
         return
     per_block = block_size * kv_bytes_per_token
-    needed, available = blocks_needed * per_block, kv_cache_blocks * per_block
+    needed = blocks_needed * per_block
+    available = kv_cache_blocks * per_block if available_bytes is None else available_bytes
     longest = kv_cache_blocks * block_size
     estimate = (f"Based on the available memory, the estimated maximum model length is "
                 f"{longest}. " if longest > 0 else "")

@@ -12,18 +12,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 __all__ = ["DEFAULT_MAX_RECORDS", "INT64_MAX", "MAX_STEPS_ENV", "check_byte_range",
-           "check_work", "max_engine_records"]
+           "check_work", "engine_record_limit", "max_engine_records"]
 
 INT64_MAX = 2**63 - 1
 #: Environment variable that bounds the engine steps + requests one run may take.
 MAX_STEPS_ENV = "TOKPOOL_MAX_STEPS"
 #: Default bound: the counting engine runs ~50k steps/s, so about 20 s.
 DEFAULT_MAX_RECORDS = 1_000_000
+_OVERRIDE: contextvars.ContextVar[int | None] = contextvars.ContextVar("tokpool_max_records",
+                                                                      default=None)
+
+
+@contextlib.contextmanager
+def engine_record_limit(limit: int) -> Iterator[None]:
+    """Within the block, ``max_engine_records()`` is ``limit`` (the CLI's ``--max-steps``)."""
+    token = _OVERRIDE.set(limit)
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
 
 
 def max_engine_records() -> int | None:
@@ -32,6 +46,8 @@ def max_engine_records() -> int | None:
     Raises:
         ValueError: a ``TOKPOOL_MAX_STEPS`` that is not a positive integer or ``off``.
     """
+    if _OVERRIDE.get() is not None:
+        return _OVERRIDE.get()
     text = os.environ.get(MAX_STEPS_ENV, "").strip().replace("_", "")
     if not text:
         return DEFAULT_MAX_RECORDS
@@ -105,6 +121,6 @@ def check_work(prompt_lens: Sequence[int], config, *, mode: str, runs: int = 1,
         f"{mode} simulation of {n:,} prompt{'s' if n > 1 else ''} ({sum(prompt_lens):,} "
         f"tokens{f', {runs} runs each' if runs > 1 else ''}) at a budget of {budget:,} tokens "
         f"per step is at least {records:,} engine steps + requests, above the bound {limit:,} "
-        f"({MAX_STEPS_ENV}); use {cheaper}, raise max_num_batched_tokens, or set "
+        f"({MAX_STEPS_ENV}, or --max-steps on the command line); use {cheaper}, raise max_num_batched_tokens, or set "
         f"{MAX_STEPS_ENV} higher (or 'off')"
     )

@@ -77,6 +77,7 @@ def simulate(
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
     if mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
+    _check_device(device)
     lens = check_prompt_lens(prompt_lens)
     config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
@@ -133,6 +134,25 @@ def simulate(
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
     )
+
+
+def _check_device(device) -> None:
+    """A device this torch can use, or ``ValueError`` saying why not (before any work)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device={device!r} is not a torch device ({err}); use 'cpu' or "
+                         "'cuda'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} but this torch ({torch.__version__}) sees no CUDA GPU "
+            f"(CUDA build: {torch.version.cuda or 'no'}); use device='cpu' (the same numbers "
+            "without the side-stream copy race) or run on a GPU machine"
+        )
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r}: the simulator runs on 'cpu' or 'cuda'")
 
 
 def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device) -> None:
