@@ -37,7 +37,7 @@ def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int
             f"attention heads ({num_attention_heads}) must be divisible by tensor parallel size "
             f"({tp}).\" (ModelConfig.verify_with_parallel_config). Use -tp in {fits}"
         )
-    if tp >= num_kv_heads and tp % num_kv_heads or tp < num_kv_heads and num_kv_heads % tp:
+    if (tp >= num_kv_heads and tp % num_kv_heads) or (tp < num_kv_heads and num_kv_heads % tp):
         heads, over = (tp, num_kv_heads) if tp >= num_kv_heads else (num_kv_heads, tp)
         raise ValueError(
             f"vLLM fails to load {name} with --tensor-parallel-size {tp}: its {num_kv_heads} KV "

@@ -121,6 +121,6 @@ def check_work(prompt_lens: Sequence[int], config, *, mode: str, runs: int = 1,
         f"{mode} simulation of {n:,} prompt{'s' if n > 1 else ''} ({sum(prompt_lens):,} "
         f"tokens{f', {runs} runs each' if runs > 1 else ''}) at a budget of {budget:,} tokens "
         f"per step is at least {records:,} engine steps + requests, above the bound {limit:,} "
-        f"({MAX_STEPS_ENV}, or --max-steps on the command line); use {cheaper}, raise max_num_batched_tokens, or set "
-        f"{MAX_STEPS_ENV} higher (or 'off')"
+        f"({MAX_STEPS_ENV}, or --max-steps on the command line); use {cheaper}, raise "
+        f"max_num_batched_tokens, or set {MAX_STEPS_ENV} higher (or 'off')"
     )
