@@ -406,7 +406,8 @@ def _bounded_token_ids(model, text: str, source: str) -> list[int]:
     if limit is not None:
         n = max(4096, 8 * limit)  # characters
         while n < len(text):
-            count = len(model.tokenizer(text[:n], add_special_tokens=True)["input_ids"])
+            count = len(model.tokenizer(text[:n], add_special_tokens=True,
+                                        verbose=False)["input_ids"])
             if count > limit:
                 raise CLIError(
                     f"{source}: its first {n:,} characters (of {len(text):,}) are already "
