@@ -73,7 +73,7 @@ def format_records(tokenizer, records: list[dict]) -> list[dict[str, Any]]:
     masks = up_to_first_error(records)
     out = []
     for record, mask in zip(records, masks, strict=True):
-        f = tp.format_steps(record["prompt"], record["completions"], tokenizer=tokenizer,
+        f = tp.prm.format_steps(record["prompt"], record["completions"], tokenizer=tokenizer,
                             **LAYOUT)
         out.append({"ids": torch.tensor(f.token_ids), "tags": torch.tensor(f.tag_positions),
                     "labels": torch.tensor(record["labels"], dtype=torch.long),
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--limit", type=int, default=None, help="first N train/dev examples")
     parser.add_argument("--out", default=None, help="default data/prm/smollm2-prm")
     parser.add_argument("--cache-dir", default=None,
-                        help="frozen-layer outputs (default <tp.model_cache_dir()>/prm)")
+                        help="frozen-layer outputs (default <tp.models.model_cache_dir()>/prm)")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else default_data_dir() / "prm" / "smollm2-prm"
     out.mkdir(parents=True, exist_ok=True)
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model.hf_model.requires_grad_(False)
     records = {s: tp.load_prm_dataset(s)[: args.limit] for s in ("train", "dev")}
     examples = {s: format_records(model.tokenizer, r) for s, r in records.items()}
-    cache = Path(args.cache_dir) if args.cache_dir else tp.model_cache_dir() / "prm"
+    cache = Path(args.cache_dir) if args.cache_dir else tp.models.model_cache_dir() / "prm"
     states = {s: cached_bottom_states(model, ex, args.first_layer, cache)
               for s, ex in examples.items()}
     seconds["frozen_layers"] = time.perf_counter() - t0
