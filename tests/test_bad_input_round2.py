@@ -252,6 +252,14 @@ def test_simconfig_values_are_typed_and_ranged(kwargs, error, match):
         tp.SimConfig(model="Qwen3-Embedding-8B", **kwargs)
 
 
+def test_a_huge_block_size_is_refused_before_its_kv_bytes_wrap():
+    cfg = tp.SimConfig(model="SmolLM2-135M", kv_cache_blocks=4, block_size=2**50)
+    with pytest.raises(ValueError, match=r"KV-cache bytes can reach .*block_size="
+                                         r"1,125,899,906,842,624 tokens.*beyond int64.*"
+                                         r"--block-size 16"):
+        tp.simulate([100], cfg, mode="analytic")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a CPU-only torch")
 def test_cuda_device_on_a_cpu_torch_says_so():
     with pytest.raises(ValueError, match=r"device='cuda' but this torch .* sees no CUDA GPU.*"

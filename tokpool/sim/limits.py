@@ -86,6 +86,19 @@ def check_byte_range(prompt_lens: Sequence[int], config, *, what: str = "this ru
             f"counts up to {bound:.3g} B, beyond int64 ({INT64_MAX:.3g}): tokpool refuses "
             "rather than report a wrapped number. Use shorter prompts or a smaller width"
         )
+    # KV bytes in use: whole blocks, at most every request's tokens rounded up to blocks
+    block = config.block_size
+    blocks = sum(prompt_lens) // block + len(prompt_lens) + 1
+    if config.kv_cache_blocks is not None:
+        blocks = min(blocks, config.kv_cache_blocks)
+    kv = blocks * block * config.kv_bytes_per_token
+    if kv > INT64_MAX:
+        raise ValueError(
+            f"{what}: KV-cache bytes can reach {kv:.3g} B ({blocks:,} blocks of block_size="
+            f"{block:,} tokens x {config.kv_bytes_per_token:,} B per token), beyond int64 "
+            f"({INT64_MAX:.3g}): tokpool refuses rather than report a wrapped number. Use "
+            "vLLM's block sizes (--block-size 16, the default, up to a few hundred)"
+        )
 
 
 def check_work(prompt_lens: Sequence[int], config, *, mode: str, runs: int = 1,
