@@ -92,6 +92,8 @@ def test_count_equals_transformers_model_on_the_meta_device(name):
         warnings.simplefilter("ignore")
         model = cls.from_config(config)
     assert estimate_num_parameters(cfg) == sum(p.numel() for p in model.parameters())
+    # the same from the PretrainedConfig (transformers 5 renames some keys in to_dict)
+    assert preset_from_hf_config(config).num_parameters == estimate_num_parameters(cfg)
 
 
 @pytest.mark.parametrize(("cfg", "match"), [

@@ -37,7 +37,8 @@ class Family:
         tied_default: ``tie_word_embeddings`` when the config omits it (transformers' default
             for the family's config class).
         moe: ``"mixtral"`` (``num_local_experts`` experts of ``intermediate_size``, a router) or
-            ``"qwen"`` (``num_experts`` of ``moe_intermediate_size``, a router, optional shared
+            ``"qwen"`` (``num_experts`` — transformers 5's ``PretrainedConfig.to_dict`` says
+            ``num_local_experts`` — of ``moe_intermediate_size``, a router, optional shared
             expert of ``shared_expert_intermediate_size`` with its gate; ``decoder_sparse_step``
             and ``mlp_only_layers`` pick the sparse layers).
     """
@@ -117,7 +118,8 @@ def checked_hf_config(cfg: Mapping) -> dict:
         cfg: the config.json as a dict (``text_config`` already merged for wrappers).
 
     Returns:
-        ``cfg`` as a new dict (unchanged values).
+        ``cfg`` as a new dict (values unchanged; Qwen-MoE's ``num_experts`` filled from
+        ``num_local_experts`` when only that is given).
 
     Raises:
         ValueError: a missing, mistyped or inconsistent value, or a family tokpool refuses.
@@ -171,6 +173,8 @@ def checked_hf_config(cfg: Mapping) -> dict:
         _whole(cfg, "num_local_experts")
         _whole(cfg, "intermediate_size")
     elif family.moe == "qwen":
+        if cfg.get("num_experts") is None and cfg.get("num_local_experts") is not None:
+            cfg["num_experts"] = cfg["num_local_experts"]  # transformers 5's name for it
         _whole(cfg, "num_experts")
         _whole(cfg, "moe_intermediate_size")
         _whole(cfg, "decoder_sparse_step", required=False)
