@@ -17,7 +17,7 @@ import time
 import torch
 
 import tokpool as tp
-from tokpool.sim.scheduler import schedule
+from tokpool.sim.schedule.scheduler import schedule
 from tokpool.sim.simulation import default_source
 
 

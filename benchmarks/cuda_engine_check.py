@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import tokpool as tp  # noqa: E402
-from tokpool.sim.scheduler import schedule  # noqa: E402
+from tokpool.sim.backends.tensor import TensorEngine  # noqa: E402
+from tokpool.sim.schedule.scheduler import schedule  # noqa: E402
 from tokpool.sim.simulation import default_source  # noqa: E402
-from tokpool.sim.tensor import TensorEngine  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 import tokpool as tp
 from tokpool.cli import main
 from tokpool.guard import MemoryLimitError
-from tokpool.sim.model_config import preset_from_hf_config
+from tokpool.sim.vllm_rules.hf_config import preset_from_hf_config
 
 QWEN3_8B = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
@@ -83,7 +83,8 @@ def test_moe_is_counted_with_its_experts_or_refused_by_name():
                "intermediate_size": 14336, "num_hidden_layers": 32, "vocab_size": 32000,
                "num_local_experts": 8, "num_experts_per_tok": 2}
     del mixtral["head_dim"]
-    assert preset_from_hf_config(mixtral).num_parameters == 46_702_792_704  # not 7.24 B
+    # 46.7 B with its LM head, which a pooling model drops; never the dense 7.24 B
+    assert preset_from_hf_config(mixtral).num_parameters == 46_702_792_704 - 32_000 * 4096
     deepseek = {**QWEN3_8B, "architectures": ["DeepseekV3ForCausalLM"],
                 "model_type": "deepseek_v3", "n_routed_experts": 256}
     with pytest.raises(ValueError, match=r"model_type 'deepseek_v3' \(DeepseekV3ForCausalLM\) "
@@ -120,12 +121,14 @@ def test_tensor_parallel_that_cannot_split_the_kv_heads_is_refused():
 def test_kv_cache_smaller_than_one_max_model_len_request_is_refused_as_vllm_does():
     with pytest.raises(ValueError, match=r"vLLM refuses to start Qwen3-Embedding-8B: \"To serve "
                                          r"at least one request with the model's max seq len "
-                                         r"\(32768\).*estimated maximum model length is 6576.*"
-                                         r"--gpu-memory-utilization.*at most 6576"):
+                                         r"\(32768\).*estimated maximum model length is "
+                                         r"(\d+)\..*--gpu-memory-utilization.*at most \1") as err:
         tp.SimConfig.for_model("Qwen3-Embedding-8B", gpu_memory_utilization=0.2)
+    longest = int(err.value.args[0].rsplit("at most ", 1)[1])
+    assert 0 < longest < 32768
     ok = tp.SimConfig.for_model("Qwen3-Embedding-8B", gpu_memory_utilization=0.2,
-                                max_model_len=6576)
-    assert ok.kv_cache_blocks * ok.block_size >= 6576
+                                max_model_len=longest)  # the length vLLM's message proposes
+    assert ok.kv_cache_blocks * ok.block_size >= longest
 
 
 def test_an_encoder_from_a_vllm_line_is_sized_with_no_kv_cache():
@@ -218,7 +221,7 @@ def test_vllm_unavailable_is_one_line_not_a_traceback(monkeypatch, capsys):
 @pytest.mark.parametrize(("argv", "needle"), [
     (["--vllm-args", "vllm serve Qwen/Qwen3-Embedding-8B --gpu-memory-utilization -0.5"],
      "--gpu-memory-utilization must be in (0, 1], got -0.5"),
-    (["--hardware", ""], "the hardware name is empty ('')"),
+    (["--hardware", ""], "unknown hardware ''; use one of ['H100 SXM'"),
     (["--vllm-args", "vllm serve Qwen/Qwen3-Embedding-8B --pooler-config "
                      "'{\"returned_token_ids\": 5}'"],
      "--pooler-config returned_token_ids=5: returned_token_ids must be a non-empty list"),
@@ -242,8 +245,8 @@ def test_a_text_file_that_never_ends_is_not_read(capsys, tmp_path):
     ({"gpu_memory_utilization": "0.9"}, TypeError, r"must be a number in \(0, 1\].*got '0.9'"),
     ({"gpu_memory_utilization": True}, TypeError, r"must be a number in \(0, 1\].*got True"),
     ({"gpu_memory_utilization": 1.5}, ValueError, r"must be a number in \(0, 1\].*got 1.5"),
-    ({"hardware": ""}, ValueError, r"the hardware name is empty \(''\); use one of \['H100"),
-    ({"hardware": "  "}, ValueError, r"the hardware name is empty"),
+    ({"hardware": ""}, ValueError, r"unknown hardware ''; use one of \['H100 SXM'"),
+    ({"hardware": "  "}, ValueError, r"unknown hardware '  '; use one of"),
     ({"gpu_memory_utilization": 0.9, "block_size": 2**50}, ValueError,
      r"vLLM refuses to start Qwen3-Embedding-8B.*max seq len \(32768\)"),
 ])

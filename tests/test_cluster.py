@@ -1,10 +1,13 @@
-"""Parallelism and KV cache per rank (``tokpool.sim.cluster``), against hand-computed cases."""
+"""Parallelism and KV cache per rank (``tokpool.sim.vllm_rules.kv_cache``), by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from tokpool.sim.cluster import (
+from tokpool.sim import pooling_share_of_kv
+from tokpool.sim.vllm_rules.devices import GiB
+from tokpool.sim.vllm_rules.hf_config import preset_from_hf_config
+from tokpool.sim.vllm_rules.kv_cache import (
     data_parallel_split,
     kv_bytes_per_token_per_rank,
     kv_cache_capacity_tokens,
@@ -13,11 +16,9 @@ from tokpool.sim.cluster import (
     kv_heads_per_rank,
     pipeline_layers,
     pooler_ranks,
-    pooling_share_of_kv,
     weight_bytes_per_rank,
 )
-from tokpool.sim.hardware import MODEL_PRESETS, GiB
-from tokpool.sim.model_config import preset_from_hf_config
+from tokpool.sim.vllm_rules.models import MODEL_PRESETS
 
 QWEN3_8B = preset_from_hf_config({
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,

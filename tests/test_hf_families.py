@@ -1,4 +1,4 @@
-"""Parameter counts from config.json, family by family (``tokpool.sim.hf_families``).
+"""Parameter counts from config.json, family by family (``tokpool.sim.vllm_rules.hf_families``).
 
 Three witnesses: the published totals (``tests/data/published_hf_configs.json``, also the table
 in ``docs/PARAMETER_COUNTS.md``), transformers' own model built from the same config on the meta
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import tokpool as tp
-from tokpool.sim.hf_families import FAMILIES
-from tokpool.sim.model_config import estimate_num_parameters, preset_from_hf_config
+from tokpool.sim.vllm_rules.hf_config import estimate_num_parameters, preset_from_hf_config
+from tokpool.sim.vllm_rules.hf_families import FAMILIES
 
 PUBLISHED = json.loads(
     (Path(__file__).parent / "data" / "published_hf_configs.json").read_text())["models"]
@@ -93,7 +93,7 @@ def test_count_equals_transformers_model_on_the_meta_device(name):
         model = cls.from_config(config)
     assert estimate_num_parameters(cfg) == sum(p.numel() for p in model.parameters())
     # the same from the PretrainedConfig (transformers 5 renames some keys in to_dict)
-    assert preset_from_hf_config(config).num_parameters == estimate_num_parameters(cfg)
+    assert estimate_num_parameters(config.to_dict()) == estimate_num_parameters(cfg)
 
 
 @pytest.mark.parametrize(("cfg", "match"), [
@@ -118,9 +118,10 @@ def test_a_family_it_cannot_count_is_refused_by_name(cfg, match):
 def test_mixtral_is_sized_with_its_experts_and_does_not_fit_one_h100():
     mixtral = next(e for e in PUBLISHED if e["config"]["model_type"] == "mixtral")["config"]
     preset = preset_from_hf_config(mixtral)
-    assert preset.num_parameters == 46_702_792_704
+    # served as a pooling model: the checkpoint less its LM head (vLLM's pooling adapters)
+    assert preset.num_parameters == 46_702_792_704 - 32_000 * 4096
     with pytest.raises(ValueError, match=r"no available memory for the KV cache.*"
-                                         r"93,405,585,408 B weights per rank.*tensor_parallel"):
+                                         r"93,143,441,408 B weights per rank.*tensor_parallel"):
         tp.SimConfig.from_hf_config(mixtral, gpu_memory_utilization=0.92)
     # eight GPUs hold it: about 11.7 GB of weights per rank
     cfg = tp.SimConfig.from_hf_config(mixtral, gpu_memory_utilization=0.92,

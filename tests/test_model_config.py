@@ -15,12 +15,12 @@ import pytest
 from tokpool.models.gguf_cache import convert_gguf
 from tokpool.models.registry import builtin_files
 from tokpool.sim.config import SimConfig
-from tokpool.sim.hardware import MODEL_PRESETS
-from tokpool.sim.model_config import (
+from tokpool.sim.vllm_rules.hf_config import (
     estimate_num_parameters,
     preset_from_hf_config,
     simconfig_fields_from_hf,
 )
+from tokpool.sim.vllm_rules.models import MODEL_PRESETS
 
 QWEN3_EMBEDDING_8B = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
@@ -92,7 +92,9 @@ def test_smollm2_from_its_cached_config(smollm2_dir):
 def test_minilm_from_its_package_directory(minilm_dir):
     p = preset_from_hf_config(minilm_dir)
     assert (p.hidden_size, p.num_layers, p.num_attention_heads, p.head_dim) == (384, 6, 12, 32)
-    assert p.max_model_len == 512 and p.vocab_size == 30522
+    # vllm/config/model.py, _get_and_verify_max_len: sentence_bert_config.json's max_seq_length
+    # (256) replaces max_position_embeddings (512)
+    assert p.max_model_len == 256 and p.vocab_size == 30522
     # BertModel with its pooler: the published 22,713,216
     emb = (30522 + 512 + 2) * 384 + 2 * 384
     layer = 4 * (384 * 384 + 384) + (384 * 1536 + 1536) + (1536 * 384 + 384) + 4 * 384
@@ -102,7 +104,7 @@ def test_minilm_from_its_package_directory(minilm_dir):
     assert p.kv_bytes_per_token() == 0  # encoder-only attention keeps no KV cache
     cfg = SimConfig(**simconfig_fields_from_hf(minilm_dir))
     assert cfg.task == "embed" and cfg.enable_chunked_prefill is False
-    assert cfg.max_model_len == 512 and str(cfg.dtype) == "torch.float16"
+    assert cfg.max_model_len == 256 and str(cfg.dtype) == "torch.float16"
 
 
 def test_qwen3_embedding_8b():
@@ -112,10 +114,11 @@ def test_qwen3_embedding_8b():
              + 3 * 4096 * 12288 + 2 * 4096)               # gated MLP, 2 norms
     backbone = 151665 * 4096 + 36 * layer + 4096
     assert backbone == MODEL_PRESETS["Qwen3-Embedding-8B"].num_parameters == 7_567_295_488
-    # Qwen3ForCausalLM with untied embeddings: the LM head is counted unless told otherwise
-    assert p.num_parameters == backbone + 151665 * 4096
-    assert preset_from_hf_config(QWEN3_EMBEDDING_8B, include_lm_head=False).num_parameters == (
-        backbone)
+    # Qwen3ForCausalLM served as a pooling model: vLLM's adapters load no LM head
+    # (vllm/model_executor/models/adapters.py, _create_pooling_model_cls)
+    assert p.num_parameters == backbone
+    assert preset_from_hf_config(QWEN3_EMBEDDING_8B, include_lm_head=True).num_parameters == (
+        backbone + 151665 * 4096)
     assert p.kv_bytes_per_token() == 2 * 36 * 8 * 128 * 2 == 147_456
     assert p.kv_bytes_per_token(1) == 73_728  # fp8 KV cache
     assert (p.default_task, p.attn_type, p.max_model_len) == ("token_embed", "decoder", 32768)

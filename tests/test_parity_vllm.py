@@ -371,13 +371,13 @@ def device(monkeypatch):
     # vLLM's checks are classmethods that call cls.get_device_capability: patch the class
     platform = type(arg_utils.current_platform)
 
-    def use(facts: R.DeviceFacts) -> None:
+    def use(facts: R.Hardware) -> None:
         def fixed(value):
             return classmethod(lambda cls, device_id=0: value)
 
         monkeypatch.setattr(platform, "get_device_total_memory",
                             fixed(facts.total_memory_bytes))
-        monkeypatch.setattr(platform, "get_device_name", fixed(facts.name))
+        monkeypatch.setattr(platform, "get_device_name", fixed(facts.driver_name))
         monkeypatch.setattr(platform, "get_device_capability",
                             fixed(DeviceCapability(*facts.capability)))
         monkeypatch.setattr(platform, "is_cpu", lambda self: facts.platform == "cpu")
@@ -395,7 +395,7 @@ def test_capture_sizes_match_vllm(device, parity_count):
         [False, True], [None, 300, 2000], [None, [5, 1, 600, 3000]],
     )
     for gpu, seqs, tokens, eager, top, sizes in combos:
-        device(R.DEVICES[gpu])
+        device(R.resolve_device(gpu))
         kwargs = {"cudagraph_mode": CUDAGraphMode.PIECEWISE}
         if top is not None:
             kwargs["max_cudagraph_capture_size"] = top
@@ -430,7 +430,7 @@ def test_batch_defaults_and_engine_limits_match_vllm(device, parity_count, tmp_p
     contexts = {"llm": UsageContext.LLM_CLASS, "server": UsageContext.OPENAI_API_SERVER,
                 "engine": UsageContext.ENGINE_CONTEXT}
     for gpu in R.DEVICES:
-        device(R.DEVICES[gpu])
+        device(R.resolve_device(gpu))
         tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
         for usage, ctx in contexts.items():
             expected = (tokens.get(ctx, 2048), seqs.get(ctx, 128))

@@ -169,7 +169,7 @@ def test_trace_shows_the_race_window(tmp_path):
 
 
 def test_kv_cache_preempts_the_last_running_request_worked_by_hand():
-    from tokpool.sim.scheduler import schedule
+    from tokpool.sim.schedule.scheduler import schedule
 
     # Two 40-token prompts, 16 tokens each per step, a 4-block KV cache (64 tokens):
     # steps 0-1 fill all 4 blocks; in step 2 request 0 needs a 3rd block, so request 1 (the

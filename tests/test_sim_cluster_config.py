@@ -10,7 +10,7 @@ import pytest
 
 import tokpool as tp
 from tokpool.cli import main
-from tokpool.sim.cluster import pooling_takes_kv_from
+from tokpool.sim import pooling_takes_kv_from
 
 QWEN3_8B = {  # Qwen3-Embedding-8B's config.json (the keys tokpool reads)
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
@@ -38,7 +38,9 @@ def test_flags_and_config_land_in_the_simconfig(cfg):
 
 
 def test_kv_capacity_by_hand(cfg):
-    requested = math.ceil(80 * GiB * 0.92)             # vLLM's request_memory
+    # vLLM's request_memory: total memory AS THE DRIVER REPORTS IT (torch.cuda.mem_get_info;
+    # an 80 GB H100 reports 79 GiB in the device table) x gpu_memory_utilization
+    requested = math.ceil(79 * GiB * 0.92)
     weights = math.ceil(cfg.model.num_parameters * 2 / 4)  # bf16 weights over 4 GPUs
     activation = 8192 * 4096 * 8 * 2                   # the profiling run's ESTIMATED peak
     blocks = (requested - weights - activation) // (16 * 36_864)

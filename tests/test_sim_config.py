@@ -10,7 +10,7 @@ import torch
 
 import tokpool as tp
 from tokpool.sim import HARDWARE_PRESETS, MODEL_PRESETS, Hardware, SimConfig, simulate
-from tokpool.sim.source import HiddenStateSource, SyntheticSource, check_source
+from tokpool.sim.backends.source import HiddenStateSource, SyntheticSource, check_source
 
 
 def test_defaults_and_derived_values():

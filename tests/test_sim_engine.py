@@ -17,7 +17,7 @@ import torch
 
 import tokpool as tp
 from tokpool.sim import STEP_COLUMNS, SWEEP_COLUMNS, SimConfig, schedule, simulate, sweep
-from tokpool.sim.scheduler import engine_steps
+from tokpool.sim.schedule.scheduler import engine_steps
 
 MODES = ("tensor", "analytic")
 ROOT = Path(__file__).resolve().parents[1]

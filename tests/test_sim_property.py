@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokpool.sim import SimConfig, simulate
-from tokpool.sim.closed_form import single_request
+from tokpool.sim.backends.closed_form import single_request
 
 DTYPES = ("bfloat16", "float16", "float32")
 HEAD_DTYPES = (None, "float32", "bfloat16", "float64")

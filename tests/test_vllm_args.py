@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tokpool.sim.config import SimConfig
-from tokpool.sim.vllm_args import human_readable_int, parse_vllm_args
+from tokpool.sim.vllm_rules.args import human_readable_int, parse_vllm_args
 
 LINE = ("vllm serve Qwen/Qwen3-Embedding-8B --max-num-batched-tokens 8192 --async-scheduling "
         "--enforce-eager --max-model-len 32768 --tensor-parallel-size 4")

@@ -109,7 +109,7 @@ def test_batch_defaults(gpu, usage, expected):
 def test_batch_defaults_cpu_scale_with_world_size_and_bad_names():
     assert R.batch_defaults("cpu", "llm", world_size=2) == (8192, 512)
     assert R.batch_defaults("cpu", "server") == (2048, 128)
-    with pytest.raises(ValueError, match="unknown gpu 'h300'"):
+    with pytest.raises(ValueError, match="unknown hardware 'h300'"):
         R.batch_defaults("h300")
     with pytest.raises(ValueError, match="usage"):
         R.batch_defaults("h200", "offline")

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from ._text import format_bytes
+
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 _DEFAULT_RANGE_POINTS = 25
 #: Largest size any option accepts (int32 positions: no engine takes a longer prompt).
@@ -266,14 +268,6 @@ def _sim_config(args: argparse.Namespace, **overrides):
     return tp.SimConfig(**fields)
 
 
-def _format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
-        n /= 1024
-    return str(n)  # unreachable
-
-
 def _cmd_simulate(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -302,11 +296,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     print()
     print(f"policy={config.policy} async_scheduling={config.async_scheduling} "
           f"mode={args.mode} requests={len(prompt_lens)} steps={len(steps)}")
-    print(f"peak pooling bytes: {_format_bytes(result.peak_pooling_bytes)} "
+    print(f"peak pooling bytes: {format_bytes(result.peak_pooling_bytes)} "
           f"({result.peak_pooling_bytes:,})")
-    print(f"peak device bytes (+ hidden buffer): {_format_bytes(result.peak_device_bytes)}")
-    print(f"bytes copied by pooling: {_format_bytes(int(steps['copy_bytes'].sum()))}; "
-          f"host copies: {_format_bytes(int(steps['d2h_bytes'].sum()))}")
+    print(f"peak device bytes (+ hidden buffer): {format_bytes(result.peak_device_bytes)}")
+    print(f"bytes copied by pooling: {format_bytes(int(steps['copy_bytes'].sum()))}; "
+          f"host copies: {format_bytes(int(steps['d2h_bytes'].sum()))}")
     if "est_step_s" in steps.columns:
         total = steps["est_step_s"].sum(min_count=1)
         if pd.notna(total):
@@ -352,7 +346,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                            values="peak_pooling_bytes")
     shown = pivot if len(pivot) <= 12 else pivot.iloc[:: max(1, len(pivot) // 12)]
     print("peak pooling bytes by prompt length, policy and async scheduling:")
-    print(shown.map(_format_bytes).to_string())
+    print(shown.map(format_bytes).to_string())
     if args.plot:
         import matplotlib
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from ._text import format_bytes
+
 #: Environment variable that sets the limit (see the module docstring for the syntax).
 MEMORY_LIMIT_ENV = "TOKPOOL_MEMORY_LIMIT"
 #: Share of the available memory a single operation may use when no limit is set.
@@ -45,15 +47,6 @@ _OFF = ("off", "none", "unlimited", "inf")
 
 class MemoryLimitError(ValueError):
     """An operation would need more memory than the limit; the message says how to proceed."""
-
-
-def format_bytes(n: float) -> str:
-    """``1536`` → ``"1.50 KiB"`` (binary units, two decimals)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
-        n /= 1024
-    return f"{n} TiB"  # unreachable
 
 
 def parse_bytes(text: str) -> int:

@@ -1,9 +1,10 @@
 """The keep rule: what ``AllPool`` keeps of a chunk between steps, and what it returns.
 
-This is DESIGN.md's ownership table as ONE function. ``AllPool`` runs its branches from it, the
-counting engine (``tokpool.sim.counting``) does its bookkeeping from it, the closed forms
-(``tokpool.sim.closed_form``) read their per-policy cases from it, and ``SimResult.chunks`` and
-the trace label chunks with it. A new policy or a new engine rule is an edit here.
+This is DESIGN.md's ownership table as ONE function. ``AllPool`` runs its branches from it,
+the counting engine (``tokpool.sim.backends.counting``) does its bookkeeping from it, the closed
+forms (``tokpool.sim.backends.closed_form``) read their per-policy cases from it, and
+``SimResult.chunks`` and the trace label chunks with it. A new policy or a new engine rule is an
+edit here.
 
 Per chunk, the rule answers two questions:
 

@@ -24,10 +24,10 @@ from torch import Tensor
 
 from ..keep_rule import KeepRule
 from ..metadata import build_metadata
+from ..sim.backends.tensor import TensorEngine
 from ..sim.config import SimConfig
-from ..sim.scheduler import ScheduledStep, schedule
-from ..sim.step_memory import StepOutput
-from ..sim.tensor import TensorEngine
+from ..sim.schedule.scheduler import ScheduledStep, schedule
+from ..sim.vllm_rules.step_memory import StepOutput
 
 
 class CorruptedOutputWarning(UserWarning):

@@ -13,7 +13,6 @@ How a checkpoint becomes a pooling model (vLLM's defaults):
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 import shutil
@@ -21,13 +20,13 @@ import socket
 import sys
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
 
 from ..heads import resolve_dtype
+from ..st_config import SentenceTransformersConfig, read_sentence_transformers_config
 from .gguf_cache import convert_gguf
 from .integrity import (
     DamagedModelError,
@@ -47,68 +46,6 @@ HUB_PROBE_TIMEOUT_S = 3.0
 
 class ModelNotFoundError(ValueError, OSError):
     """``load_model`` found no model under that name (a ``ValueError`` and an ``OSError``)."""
-
-
-@dataclass(frozen=True)
-class SentenceTransformersConfig:
-    """What tokpool reads from a sentence-transformers directory."""
-
-    pooling: str | None = None  # "MEAN" | "CLS" | "LAST"
-    normalize: bool = False
-    max_seq_length: int | None = None
-
-
-def read_sentence_transformers_config(path: Path) -> SentenceTransformersConfig | None:
-    """Pooling mode, normalisation and ``max_seq_length`` of a sentence-transformers directory.
-
-    Returns ``None`` when ``path`` has no ``modules.json``.
-
-    Raises:
-        ValueError: a module tokpool does not reproduce (e.g. ``Dense``), named in the message.
-    """
-    modules_file = path / "modules.json"
-    if not modules_file.is_file():
-        return None
-    pooling, normalize = None, False
-    for module in json.loads(modules_file.read_text()):
-        kind = module.get("type", "").rsplit(".", 1)[-1]
-        if kind == "Transformer":
-            continue
-        if kind == "Normalize":
-            normalize = True
-        elif kind == "Pooling":
-            pooling = _st_pooling_mode(path / module.get("path", ""))
-        else:
-            raise ValueError(
-                f"{path} uses sentence-transformers module {kind!r}, which tokpool does not "
-                "reproduce (it supports Transformer, Pooling and Normalize); load the "
-                "transformer alone by removing modules.json from a copy of the directory"
-            )
-    max_seq_length = None
-    st_config = path / "sentence_bert_config.json"
-    if st_config.is_file():
-        max_seq_length = json.loads(st_config.read_text()).get("max_seq_length")
-    return SentenceTransformersConfig(pooling, normalize, max_seq_length)
-
-
-def _st_pooling_mode(pooling_dir: Path) -> str:
-    config = json.loads((pooling_dir / "config.json").read_text())
-    mode = config.get("pooling_mode")  # newer sentence-transformers write one key
-    if mode is None:
-        flags = {
-            "cls": config.get("pooling_mode_cls_token"),
-            "mean": config.get("pooling_mode_mean_tokens"),
-            "lasttoken": config.get("pooling_mode_lasttoken"),
-        }
-        chosen = [k for k, v in flags.items() if v]
-        mode = chosen[0] if len(chosen) == 1 else None
-    by_mode = {"cls": "CLS", "mean": "MEAN", "lasttoken": "LAST"}
-    if mode not in by_mode:
-        raise ValueError(
-            f"sentence-transformers pooling {config} in {pooling_dir} is not one of CLS, MEAN, "
-            "LAST (the poolers tokpool has)"
-        )
-    return by_mode[mode]
 
 
 def _attn_type(config) -> str:

@@ -26,6 +26,7 @@ from .budget import ensure_encode_fits
 from .engine import StepTimes, run_encode
 from .forward import ENCODER_CHUNK_REASON, resolve_layer
 from .prompts import Prompt, to_token_ids
+from .source import ModelSource
 
 SequencePooling = Literal["LAST", "MEAN", "CLS"]
 
@@ -297,8 +298,6 @@ class PoolingModel:
             return []
         ensure_encode_fits(self, [t.numel() for t in token_ids], task=task,
                            chunk_size=chunk_size, layer=layer, dimensions=dimensions)
-        from .source import ModelSource  # the engine loop reads the model through a source
-
         source = ModelSource(self, token_ids, layer=layer)
         pooler = self.make_pooler(async_scheduling=async_scheduling, policy=policy)
         return run_encode(source, pooler=pooler, task=task, chunk_size=chunk_size,

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
 from .forward import PrefillStream
-from .pooling_model import PoolingModel
 from .prompts import Prompt
+
+if TYPE_CHECKING:
+    from .pooling_model import PoolingModel
 
 
 class ModelSource:

@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from .._text import format_bytes as format_bytes_text
 from .._text import format_range  # noqa: F401  (re-exported: plots use it from here)
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -129,14 +130,8 @@ def as_numpy(x: Any, *, name: str, ndim: int | None = None) -> np.ndarray:
     return arr
 
 
-def format_bytes(n: float) -> str:
-    """Human-readable binary size: ``1536 -> '1.5 KiB'``."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+#: Byte counts on axes and in captions: three significant digits (``tokpool._text``).
+format_bytes = functools.partial(format_bytes_text, significant=3)
 
 
 def format_tokens(n: float) -> str:

@@ -73,7 +73,7 @@ def _hardware_bytes(hardware: Any) -> tuple[str, int] | None:
     if isinstance(hardware, (int, np.integer)):
         return f"device memory ({format_bytes(hardware)})", int(hardware)
     if isinstance(hardware, str):
-        from ..sim.hardware import resolve_hardware  # names resolve in one place
+        from ..sim.vllm_rules.devices import resolve_hardware  # names resolve in one place
 
         hardware = resolve_hardware(hardware)
     return f"{hardware.name} memory ({format_bytes(hardware.hbm_bytes)})", int(hardware.hbm_bytes)
@@ -394,11 +394,11 @@ def plot_pooling_share_of_kv(
 
     The number an operator needs: above 100 % one prompt's pooling outgrows the whole KV cache
     of a rank; any share comes out of what the engine can hold at once if vLLM's activation
-    reserve does not cover it (``tokpool.sim.cluster.pooling_takes_kv_from``).
+    reserve does not cover it (``tokpool.sim.results.kv_share.pooling_takes_kv_from``).
 
     Args:
         df: a ``tp.sweep(...)`` DataFrame (per-rank bytes).
-        kv_cache_bytes: KV-cache memory of one rank (``tokpool.sim.cluster.
+        kv_cache_bytes: KV-cache memory of one rank (``tokpool.sim.vllm_rules.kv_cache.
             kv_cache_memory_bytes``, or ``config.kv_cache_blocks × block_size ×
             config.kv_bytes_per_token``).
         async_scheduling: which rows to draw (default: async when the sweep has both).

@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from ..sim.analysis import overwritten_requests, schedule_frame
+from ..sim.results.analysis import overwritten_requests, schedule_frame
 from ._style import OKABE_ITO, format_range, new_axes, styled
 
 __all__ = [

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .adapter import merge_lora_, read_adapter
-from .probe import ProcessRewardModel
+from .reward_model import ProcessRewardModel
 
 #: The name ``PoolingModel`` gets, and ``tp.load_prm`` accepts, for the shipped adapter.
 FINETUNED_NAME = "smollm2-prm"

@@ -93,7 +93,7 @@ def prm_memory_table(
         >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: GBs, others KB
     """
     from ..sim import SimConfig, simulate
-    from ..sim.hardware import resolve_model
+    from ..sim.vllm_rules.models import resolve_model
 
     lens = [prompt_lens] if isinstance(prompt_lens, int) else list(prompt_lens)
     unknown = [c for c in conventions if c not in CONVENTIONS]

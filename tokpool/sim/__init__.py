@@ -21,25 +21,32 @@ per-request stories from a result), ``vllm_rules`` (vLLM 0.33.0's engine rules),
 """
 
 from ..keep_rule import KeepRule, keep_rule, ownership_table
-from .analysis import corruption_table, explain, overwritten_requests, prompt_grid, schedule_frame
-from .config import SIM_TASKS, SimConfig
-from .hardware import (
-    HARDWARE_PRESETS,
-    MODEL_PRESETS,
-    Hardware,
-    ModelPreset,
-    estimate_step_times,
+from . import _moved_modules
+from .backends.loop import CHUNK_COLUMNS
+from .backends.source import HiddenStateSource, SyntheticSource
+from .backends.timing import estimate_step_times
+from .config import SIM_TASKS, SYNTHETIC_STEP_TAG_ID, SimConfig
+from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
+from .results.analysis import (
+    corruption_table,
+    explain,
+    overwritten_requests,
+    prompt_grid,
+    schedule_frame,
 )
-from .ledger import REQUEST_COLUMNS, STEP_COLUMNS
-from .loop import CHUNK_COLUMNS
-from .result import SimResult
-from .scheduler import ScheduledStep, schedule
+from .results.kv_share import pooling_share_of_kv, pooling_takes_kv_from
+from .results.result import SimResult
+from .schedule.scheduler import ScheduledStep, schedule
 from .simulation import simulate
-from .source import SYNTHETIC_STEP_TAG_ID, HiddenStateSource, SyntheticSource
 from .sweeps import SWEEP_COLUMNS, sweep
+from .vllm_rules.devices import DEVICES, HARDWARE_PRESETS, Hardware
+from .vllm_rules.models import MODEL_PRESETS, ModelPreset
+
+_moved_modules.install()  # old module paths (tokpool.sim.hardware, ...) warn and still work
 
 __all__ = [
     "CHUNK_COLUMNS",
+    "DEVICES",
     "HARDWARE_PRESETS",
     "MODEL_PRESETS",
     "REQUEST_COLUMNS",
@@ -61,6 +68,8 @@ __all__ = [
     "keep_rule",
     "overwritten_requests",
     "ownership_table",
+    "pooling_share_of_kv",
+    "pooling_takes_kv_from",
     "prompt_grid",
     "schedule",
     "schedule_frame",

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from ..heads import DTypeLike, dtype_size, resolve_dtype
 from ..keep_rule import SIM_POLICIES
 from ..pooling import RetentionPolicy, check_policy
-from .hardware import Hardware, ModelPreset, resolve_hardware, resolve_model
-from .source import SYNTHETIC_STEP_TAG_ID
+from .vllm_rules import step_memory as step_memory_rule
+from .vllm_rules.args import parse_vllm_args
+from .vllm_rules.devices import Hardware, resolve_hardware
+from .vllm_rules.hf_config import simconfig_fields_from_hf
+from .vllm_rules.models import MODEL_PRESETS, ModelPreset, resolve_model
+from .vllm_rules.resolve import resolve_engine
+
+#: Token id that ``SyntheticSource`` writes at step-tag positions (STEP pooling keeps those rows).
+SYNTHETIC_STEP_TAG_ID = 1
 
 SimTask = Literal["token_embed", "token_classify", "embed", "classify"]
 SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classify")
@@ -175,6 +182,8 @@ class SimConfig:
     data_parallel_size: int = 1
     # Fields left None and filled from defaults: ``replace`` resolves them again.
     _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    # What the resolution step derived (``vllm_rules.resolve.resolve_engine``).
+    _resolved: Any = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
@@ -245,14 +254,6 @@ class SimConfig:
                     f"returned_token_ids must be a non-empty tuple of ints, got {ids!r}"
                 )
             set_(self, "returned_token_ids", ids)
-        self._check_pooling()
-        self._resolve_engine(set_)
-
-    def _resolve_engine(self, set_) -> None:
-        """vLLM's engine defaults for what was left ``None``: max_model_len, chunked prefill,
-        token budget and max_num_seqs (``tokpool.sim.vllm_rules``)."""
-        from .vllm_rules import batch_defaults, chunked_prefill_supported, engine_batch_limits
-
         if self.async_overwrite not in ("forward_start", "forward_end"):
             raise ValueError(f"unknown async_overwrite {self.async_overwrite!r}; use "
                              "'forward_start' or 'forward_end'")
@@ -262,103 +263,15 @@ class SimConfig:
         if self.usage not in ("llm", "server"):
             raise ValueError(f"unknown usage {self.usage!r}; use 'llm' (the LLM class) or "
                              "'server' (the API server)")
-        if self.model is not None:
-            from .engine_checks import check_tensor_parallel
-
-            check_tensor_parallel(self.model.name, self.model.num_attention_heads,
-                                  self.model.num_key_value_heads
-                                  or self.model.num_attention_heads, self.tensor_parallel_size)
-        if self.max_model_len is None and self.model is not None:
-            set_(self, "max_model_len", self.model.max_model_len)
-        if self.enable_chunked_prefill is None:
-            model = self.model
-            set_(self, "enable_chunked_prefill", chunked_prefill_supported(
-                model.attn_type if model else "decoder",
-                seq_pooling_type=model.seq_pooling_type if model else "LAST",
-                tok_pooling_type="STEP" if self.pooling_method == "STEP" else "ALL",
-            ))
-        _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
-        device = self.vllm_device
-        if self.max_model_len is not None:
-            tokens, seqs = engine_batch_limits(
-                device, self.usage, max_model_len=self.max_model_len,
-                enable_chunked_prefill=self.enable_chunked_prefill,
-                max_num_batched_tokens=self.max_num_batched_tokens,
-                max_num_seqs=self.max_num_seqs,
-            )
-        else:
-            tokens, seqs = batch_defaults(device, self.usage)
-            tokens = self.max_num_batched_tokens or tokens
-            seqs = self.max_num_seqs or min(seqs, tokens)
-            if tokens < seqs:  # vLLM's SchedulerConfig refuses it (engine_batch_limits too)
-                raise ValueError(
-                    f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
-                    "raise the budget or lower max_num_seqs"
-                )
-        set_(self, "max_num_batched_tokens", tokens)
-        set_(self, "max_num_seqs", seqs)
-        if self.gpu_memory_utilization is not None and self.kv_cache_blocks is None:
-            set_(self, "kv_cache_blocks", self._kv_blocks_from_memory())
-
-    def _kv_blocks_from_memory(self) -> int | None:
-        """KV blocks as vLLM sizes them; ``None`` (no KV cache) for an encoder-only model,
-        whose weights must still fit. vLLM's start-up refusals apply (``engine_checks``)."""
-        from .cluster import kv_cache_capacity_tokens, kv_cache_memory_bytes
-        from .engine_checks import check_kv_cache_holds_one_sequence
-
-        if self.model is None:
-            raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
-                             "and KV bytes per token: give a model preset (model=...)")
-        memory = {"gpu_memory_bytes": self.hardware.hbm_bytes,
-                  "gpu_memory_utilization": self.gpu_memory_utilization,
-                  "tp": self.tensor_parallel_size, "pp": self.pipeline_parallel_size,
-                  "activation_peak_bytes": self.estimated_activation_peak_bytes,
-                  "dtype_bytes": self.dtype_size}
-        if self.kv_bytes_per_token == 0:  # encoder-only: vLLM keeps no KV cache, sizes none
-            kv_cache_memory_bytes(self.model, **memory)  # the weights must fit all the same
-            return None
-        blocks = kv_cache_capacity_tokens(
-            self.model, block_size=self.block_size, kv_cache_dtype=self.kv_cache_dtype,
-            **memory) // self.block_size
-        check_kv_cache_holds_one_sequence(
-            name=self.model.name, kv_cache_blocks=blocks, block_size=self.block_size,
-            kv_bytes_per_token=self.kv_bytes_per_token, max_model_len=self.max_model_len,
-            available_bytes=kv_cache_memory_bytes(self.model, **memory))
-        return blocks
-
-    @property
-    def estimated_activation_peak_bytes(self) -> int:
-        """The forward's activation peak per rank: ``activation_peak_bytes``, else an ESTIMATE
-        of 8 hidden-state rows per budget token (residual, norm, QKV, attention output, MLP)."""
-        if self.activation_peak_bytes is not None:
-            return self.activation_peak_bytes
-        return (
-            self.max_num_batched_tokens  # tokens in vLLM's profiling run
-            * self.hidden_size           # columns
-            * 8                          # live rows of that width per token (ESTIMATE)
-            * self.dtype_size            # bytes per element
-        )
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token on the most loaded rank (0 without a model preset)."""
-        if self.model is None:
-            return 0
-        from .cluster import kv_bytes_per_token_per_rank
-
-        return kv_bytes_per_token_per_rank(
-            self.model, tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
-            kv_cache_dtype=self.kv_cache_dtype, dtype_bytes=self.dtype_size)
-
-    @property
-    def vllm_device(self):
-        """The hardware as vLLM's rules see it (``vllm_rules.DeviceFacts``)."""
-        from .vllm_rules import DeviceFacts, resolve_device
-
-        try:
-            return resolve_device(self.hardware.name)
-        except ValueError:  # a custom Hardware: vLLM's rules for a non-Blackwell GPU
-            return DeviceFacts(self.hardware.name, self.hardware.hbm_bytes, (9, 0))
+        if self.enable_chunked_prefill is not None:
+            _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
+        self._check_pooling()
+        # The one resolution step: vLLM's rules fill what was left None.
+        resolved = resolve_engine(self)
+        for name in ("max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
+                     "max_num_seqs", "kv_cache_blocks"):
+            set_(self, name, getattr(resolved, name))
+        set_(self, "_resolved", resolved)
 
     def check_prompt_lens(self, prompt_lens) -> None:
         """Raise like vLLM for a prompt longer than ``max_model_len`` (both numbers named)."""
@@ -459,30 +372,35 @@ class SimConfig:
     @property
     def capture_sizes(self) -> tuple[int, ...]:
         """Step sizes (tokens) that replay a CUDA graph; empty when eager or ``one_buffer``."""
-        if self.output_memory != "vllm" or self.enforce_eager:
-            return ()
-        from .vllm_rules import resolve_cudagraph_sizes
+        return self._resolved.capture_sizes
 
-        _, sizes = resolve_cudagraph_sizes(
-            self.vllm_device, max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_cudagraph_capture_size=self.max_cudagraph_capture_size,
-            cudagraph_capture_sizes_override=self.cudagraph_capture_sizes,
-        )
-        return sizes
+    @property
+    def estimated_activation_peak_bytes(self) -> int:
+        """The forward's activation peak per rank: ``activation_peak_bytes``, else the
+        resolution step's ESTIMATE (``vllm_rules.resolve.activation_peak_estimate``)."""
+        return self._resolved.activation_peak_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes per token on the most loaded rank (0 without a model preset)."""
+        return self._resolved.kv_bytes_per_token
+
+    @property
+    def vllm_device(self) -> Hardware:
+        """The hardware record vLLM's rules read (the one device table)."""
+        return self.hardware
 
     @property
     def graph_buffer_rows(self) -> int:
-        """Rows of the persistent graph output buffer: the largest capture size (0: eager)."""
-        sizes = self.capture_sizes
-        return sizes[-1] if sizes else 0
+        """Rows of the persistent output memory (the old name of ``buffer_rows``)."""
+        return self.buffer_rows
 
     @property
     def buffer_rows(self) -> int:
-        """Rows of the persistent output memory every replay (or step) rewrites."""
-        if self.output_memory == "one_buffer":
-            return self.max_num_batched_tokens
-        return self.graph_buffer_rows
+        """Rows of the persistent output memory later steps rewrite (graph output memory under
+        ``"vllm"``, the teaching buffer under ``"one_buffer"``): the step-memory rule's
+        ``persistent_rows``."""
+        return step_memory_rule.persistent_rows(self)
 
     @property
     def buffer_bytes(self) -> int:
@@ -511,8 +429,6 @@ class SimConfig:
         Example:
             >>> SimConfig.from_hf_config("path/to/Qwen3-Embedding-8B")  # doctest: +SKIP
         """
-        from .model_config import simconfig_fields_from_hf
-
         return cls(**simconfig_fields_from_hf(source, **overrides))
 
     @classmethod
@@ -529,9 +445,6 @@ class SimConfig:
 
         The KV cache is sized as vLLM sizes it (``gpu_memory_utilization``, default 0.92).
         """
-        from .hardware import MODEL_PRESETS
-        from .vllm_args import parse_vllm_args
-
         fields = parse_vllm_args(argv)
         named = fields.pop("model", None)
         source = model if model is not None else named
@@ -539,6 +452,10 @@ class SimConfig:
         if extra:
             raise ValueError(f"{extra} parsed from the vLLM flags have no SimConfig field")
         fields.setdefault("gpu_memory_utilization", 0.92)
+        # `vllm serve` runs the OpenAI API server: its usage context picks the defaults
+        # (vllm/entrypoints/openai/api_server.py builds the engine with
+        # UsageContext.OPENAI_API_SERVER: an H100/H200 budget of 8192, not the LLM class's 16384)
+        fields.setdefault("usage", "server")
         fields.update(overrides)
         if source is None:
             raise ValueError("from_vllm_args needs a model: in the line (vllm serve MODEL) or "

@@ -8,29 +8,21 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from .backends.counting import run_counting
+from .backends.loop import CHUNK_COLUMNS, paused_gc
+from .backends.source import HiddenStateSource, check_source, default_source
+from .backends.tensor import run_tensor
+from .backends.timing import estimate_step_times
 from .config import SimConfig
-from .counting import run_counting
-from .hardware import estimate_step_times
-from .ledger import requests_frame, steps_frame
 from .limits import check_byte_range, check_work
-from .loop import CHUNK_COLUMNS, paused_gc
-from .result import SimResult
-from .scheduler import check_prompt_lens, schedule
-from .source import SYNTHETIC_STEP_TAG_ID, HiddenStateSource, SyntheticSource, check_source
-from .tensor import run_tensor
+from .memory.ledger import requests_frame, steps_frame
+from .results.result import SimResult
+from .schedule.given import check_schedule
+from .schedule.scheduler import ScheduledStep, check_prompt_lens
+from .schedule.scheduler import schedule as tokpool_schedule
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
 SIM_MODES: tuple[str, ...] = ("tensor", "analytic", "closed_form")
-
-
-def default_source(config: SimConfig) -> SyntheticSource:
-    """The synthetic source a config implies (width, dtype, step tags)."""
-    return SyntheticSource(
-        config.width,
-        config.dtype,
-        step_tag_every=config.step_tag_every,
-        step_tag_id=config.effective_step_tag_id or SYNTHETIC_STEP_TAG_ID,
-    )
 
 
 def simulate(
@@ -41,6 +33,7 @@ def simulate(
     source: HiddenStateSource | None = None,
     arrival_steps: Sequence[int] | None = None,
     device: str = "cpu",
+    schedule: Sequence[ScheduledStep] | None = None,
 ) -> SimResult:
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
@@ -58,6 +51,9 @@ def simulate(
         arrival_steps: per request, the first step it may be scheduled in (default all 0).
         device: tensor mode: where the step's tensors live (``"cuda"`` makes it the GPU step
             simulator: host copies on a side stream into pinned memory).
+        schedule: run THIS schedule (a list of ``ScheduledStep``: hand-written, recorded from
+            an engine, or another scheduler's) instead of tokpool's scheduler's; checked first
+            (``schedule.given.check_schedule``). Tensor and analytic modes.
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
@@ -83,18 +79,19 @@ def simulate(
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
     check_work(lens, config, mode=mode)  # a run that ends, refused before it starts
     if mode == "closed_form":
+        if schedule is not None:
+            raise ValueError("closed forms solve tokpool's own schedule of one request by "
+                             "formula; run a given schedule with mode='tensor' or 'analytic'")
         return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
-    with paused_gc():  # a long schedule is many small objects: see paused_gc
-        steps = schedule(
-            lens,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            max_num_seqs=config.max_num_seqs,
-            enable_chunked_prefill=config.enable_chunked_prefill,
-            arrival_steps=arrival_steps,
-            long_prefill_token_threshold=config.long_prefill_token_threshold,
-            kv_cache_blocks=config.kv_cache_blocks,
-            block_size=config.block_size,
-        )
+    if schedule is not None:
+        if arrival_steps is not None:
+            raise ValueError("give arrival_steps or a schedule, not both: a schedule already "
+                             "says when each request runs")
+        steps = check_schedule(schedule, lens,
+                               max_num_batched_tokens=config.max_num_batched_tokens,
+                               enable_chunked_prefill=config.enable_chunked_prefill)
+    else:
+        steps = _tokpool_steps(lens, config, arrival_steps)
     outputs = None
     if source is not None:
         check_source(source, width=config.width, dtype=config.dtype)
@@ -155,6 +152,20 @@ def _check_device(device) -> None:
         raise ValueError(f"device={device!r}: the simulator runs on 'cpu' or 'cuda'")
 
 
+def _tokpool_steps(lens, config: SimConfig, arrival_steps) -> list[ScheduledStep]:
+    with paused_gc():  # a long schedule is many small objects: see paused_gc
+        return tokpool_schedule(
+            lens,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            arrival_steps=arrival_steps,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
+            kv_cache_blocks=config.kv_cache_blocks,
+            block_size=config.block_size,
+        )
+
+
 def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device) -> None:
     """Refuse a tensor-mode run that cannot fit, before allocating: the counting engine knows
     its bytes in milliseconds (pooling's peak, the persistent buffer, the largest step's output
@@ -189,8 +200,8 @@ def chunks_frame(chunks) -> pd.DataFrame:
 
 
 def _closed_form_result(lens, config, *, source, arrival_steps) -> SimResult:
-    from .closed_form import single_request
-    from .ledger import REQUEST_COLUMNS, STEP_COLUMNS
+    from .backends.closed_form import single_request
+    from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 
     if len(lens) != 1 or source is not None or arrival_steps is not None:
         raise ValueError(

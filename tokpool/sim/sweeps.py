@@ -10,10 +10,10 @@ import pandas as pd
 
 from ..keep_rule import SIM_POLICIES
 from ..pooling import RETENTION_POLICIES, check_policy
-from .closed_form import single_request
+from .backends.closed_form import single_request
 from .config import SimConfig
 from .limits import check_byte_range, check_work
-from .scheduler import check_prompt_lens
+from .schedule.scheduler import check_prompt_lens
 from .simulation import simulate
 
 #: Columns of ``tp.sweep``'s DataFrame (bytes are ints; ``est_*`` are ESTIMATES in seconds).

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..plots import figure_png, format_bytes, format_tokens
 from ..plots.memory import plot_memory_vs_prompt_length
-from ..sim.analysis import prompt_grid
+from ..sim.results.analysis import prompt_grid
 from .view import View
 
 __all__ = ["prompt_grid", "render_memory"]
@@ -60,7 +60,7 @@ def render_memory(
         ValueError: an unknown preset, task or dtype, or an empty policy list.
     """
     from ..sim import SimConfig, sweep
-    from ..sim.hardware import resolve_hardware
+    from ..sim.vllm_rules.devices import resolve_hardware
 
     if not policies:
         raise ValueError("choose at least one policy")
@@ -125,7 +125,7 @@ def render_memory(
 
 def _kv_memory_bytes(config) -> int:
     """One GPU's KV-cache memory as vLLM sizes it (0: an encoder, or no room)."""
-    from ..sim.cluster import kv_cache_memory_bytes
+    from ..sim.vllm_rules.kv_cache import kv_cache_memory_bytes
 
     if config.model is None or config.kv_bytes_per_token == 0:
         return 0

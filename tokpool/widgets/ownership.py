@@ -12,7 +12,7 @@ from ..plots import figure_png, format_bytes
 from ..plots._style import styled
 from ..plots.memory import plot_memory_timeline
 from ..plots.schedule import plot_ownership_schedule
-from ..sim.analysis import corruption_table
+from ..sim.results.analysis import corruption_table
 from .view import View
 
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ from the views the loop tracked).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,11 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from ..keep_rule import KeepRule, keep_rule
-from .config import SimConfig
-from .ledger import RequestRecord, StepRecord
-from .scheduler import ScheduledStep, engine_steps
-from .step_memory import KeptView, StepOutput, ViewTracker, step_output_for
+from ...keep_rule import KeepRule, keep_rule
+from ..config import SimConfig
+from ..memory.ledger import RequestRecord, StepRecord
+from ..memory.views import KeptView, ViewTracker
+from ..schedule.scheduler import ScheduledStep, engine_steps
+
+# Called through the module, never copied: the seam tests swap the rule there.
+from ..vllm_rules import step_memory as step_memory_rule
+from ..vllm_rules.step_memory import StepOutput
+from .timing import estimate_step_times
 
 
 class KeptRows:
@@ -159,7 +165,8 @@ class EngineLoop:
         self._touched: set[int] = set()
         self._next_region = 1
         self._copies_at_finish = copies_at_finish(config)
-        self._capture_sizes = config.capture_sizes
+        self._persistent_rows = config.buffer_rows
+        self._step_outputs_by_size: dict[int, StepOutput] = {}  # the rule, asked once a size
         # The policy keeps chunks in host memory (offload): pooling's outputs live there too.
         self.outputs_on_host = config.pooling_method != "LAST" and keep_rule(
             config.policy, async_scheduling=False, finished=True, first_chunk=True
@@ -211,9 +218,8 @@ class EngineLoop:
         if step is not None:
             for r in step.preempted:
                 self._preempt(r)
-            out = step_output_for(self.cfg, step.num_tokens, self._next_region,
-                                  self._capture_sizes)
-            if out.eager:
+            out = self._where_step_writes(step.num_tokens)
+            if out.fresh:
                 self._next_region += 1
                 self._eager_rows[out.region] = out.rows
             self.tracker.write(index, out.region, out.rows_written)
@@ -249,8 +255,6 @@ class EngineLoop:
         cfg = self.cfg
         if cfg.async_overwrite != "forward_end":
             return []
-        from .hardware import estimate_step_times
-
         forward_s = float(estimate_step_times(
             [step.num_tokens], [step.context_sum], [0], [0], model=cfg.model,
             hardware=cfg.hardware, weight_bytes_per_parameter=cfg.dtype_size,
@@ -263,6 +267,17 @@ class EngineLoop:
             won.append(item)
         self.pending = self.pending[len(won):]
         return won
+
+    def _where_step_writes(self, num_tokens: int) -> StepOutput:
+        """Where a ``num_tokens`` step writes: the step-memory rule (a fresh tensor gets the
+        next region id)."""
+        out = self._step_outputs_by_size.get(num_tokens)
+        if out is None:
+            out = step_memory_rule.step_output(self.cfg, num_tokens, -1, self._persistent_rows)
+            self._step_outputs_by_size[num_tokens] = out
+        if out.fresh:
+            out = dataclasses.replace(out, region=self._next_region)
+        return out
 
     def _preempt(self, request: int) -> None:
         self.requests[request].num_preemptions += 1
@@ -284,13 +299,13 @@ class EngineLoop:
             finished = stop == self.lens[r]
             if cfg.pooling_method == "LAST":
                 rule = None
-                chunk = ChunkRecord(index, r, start, stop, row, out.eager, "gather", True, index)
+                chunk = ChunkRecord(index, r, start, stop, row, out.fresh, "gather", True, index)
             else:
                 rule = keep_rule(cfg.policy, chunked=cfg.enable_chunked_prefill,
                                  async_scheduling=cfg.async_scheduling, finished=finished,
                                  first_chunk=start == 0)
                 rules.append(rule)
-                chunk = ChunkRecord(index, r, start, stop, row, out.eager, rule.label, rule.owned)
+                chunk = ChunkRecord(index, r, start, stop, row, out.fresh, rule.label, rule.owned)
                 if rule.owned or rule.returns == "cat":
                     chunk.read_at_step = index  # copied (or cat) within its own step
                 else:

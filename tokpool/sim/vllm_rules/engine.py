@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Literal
 
 __all__ = [
@@ -53,7 +51,7 @@ __all__ = [
     "step_order",
 ]
 
-GiB = 1 << 30
+from .devices import DEVICES, DeviceFacts, GiB, Hardware, resolve_device
 
 #: ``max_cudagraph_capture_size`` when none is given (vllm/config/vllm.py,
 #: ``VllmConfig._set_cudagraph_sizes``): 512, or 1024 on data-centre Blackwell (sm_10x).
@@ -68,74 +66,6 @@ TokPoolingType = Literal["ALL", "STEP"]
 CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
 
-# --- devices ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    """What vLLM asks its platform about the device (``vllm/platforms``).
-
-    Attributes:
-        name: the device name as the driver reports it (vLLM lower-cases it and looks for
-            ``"a100"``).
-        total_memory_bytes: ``get_device_total_memory()``, bytes.
-        capability: CUDA compute capability ``(major, minor)``; ``(10, x)`` is data-centre
-            Blackwell (``is_device_capability_family(100)``).
-        platform: ``"cuda"``, ``"cpu"`` or ``"tpu"``.
-    """
-
-    name: str
-    total_memory_bytes: int
-    capability: tuple[int, int]
-    platform: Literal["cuda", "cpu", "tpu"] = "cuda"
-
-    @property
-    def is_data_center_blackwell(self) -> bool:
-        return self.platform == "cuda" and self.capability[0] == 10
-
-
-#: Device presets. Memory is the nominal capacity, rounded to what the driver reports; only
-#: vLLM's tiers (>= 160 GiB, >= 70 GiB) matter, and every preset is far from both.
-DEVICES: Mapping[str, DeviceFacts] = {
-    "h100": DeviceFacts("NVIDIA H100 80GB HBM3", 79 * GiB, (9, 0)),
-    "h200": DeviceFacts("NVIDIA H200", 139 * GiB, (9, 0)),
-    "a100-80gb": DeviceFacts("NVIDIA A100-SXM4-80GB", 79 * GiB, (8, 0)),
-    "a100-40gb": DeviceFacts("NVIDIA A100-SXM4-40GB", 39 * GiB, (8, 0)),
-    "l4": DeviceFacts("NVIDIA L4", 22 * GiB, (8, 9)),
-    "b200": DeviceFacts("NVIDIA B200", 178 * GiB, (10, 0)),
-    "gb200": DeviceFacts("NVIDIA GB200", 184 * GiB, (10, 0)),
-    "b300": DeviceFacts("NVIDIA B300 SXM6 AC", 268 * GiB, (10, 3)),
-    "rtx-pro-6000": DeviceFacts("NVIDIA RTX PRO 6000 Blackwell", 95 * GiB, (12, 0)),
-    "gb10": DeviceFacts("NVIDIA GB10", 119 * GiB, (12, 1)),
-    "cpu": DeviceFacts("cpu", 0, (0, 0), platform="cpu"),
-}
-# tokpool's hardware preset names (tp.HARDWARE_PRESETS) resolve here too.
-_ALIASES = {"h100sxm": "h100", "a10080gb": "a100-80gb", "a10040gb": "a100-40gb"}
-
-
-def resolve_device(gpu: str | DeviceFacts) -> DeviceFacts:
-    """A ``DeviceFacts`` from a preset name (case, spaces and dashes ignored) or itself.
-
-    Raises:
-        ValueError: an unknown name (the presets are listed).
-        TypeError: neither a name nor a ``DeviceFacts``.
-    """
-    if isinstance(gpu, DeviceFacts):
-        return gpu
-    if not isinstance(gpu, str):
-        raise TypeError(f"gpu must be a device name or DeviceFacts, got {type(gpu).__name__}")
-    key = re.sub(r"[^a-z0-9]", "", gpu.lower())
-    for name in DEVICES:
-        if key == re.sub(r"[^a-z0-9]", "", name):
-            return DEVICES[name]
-    if key in _ALIASES:
-        return DEVICES[_ALIASES[key]]
-    raise ValueError(
-        f"unknown gpu {gpu!r}; use one of {list(DEVICES)} or pass a DeviceFacts(name, "
-        "total_memory_bytes, capability)"
-    )
-
-
 def _positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
@@ -146,7 +76,7 @@ def _positive_int(name: str, value: object, *, minimum: int = 1) -> int:
 
 
 def default_max_cudagraph_capture_size(
-    gpu: str | DeviceFacts,
+    gpu: str | Hardware,
     *,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
@@ -201,7 +131,7 @@ def cudagraph_capture_sizes(max_capture_size: int) -> tuple[int, ...]:
 
 
 def resolve_cudagraph_sizes(
-    gpu: str | DeviceFacts,
+    gpu: str | Hardware,
     *,
     max_num_seqs: int,
     max_num_batched_tokens: int,
@@ -326,7 +256,7 @@ def pooling_cudagraph_mode(
 
 
 def batch_defaults(
-    gpu: str | DeviceFacts, usage: Usage = "llm", *, world_size: int = 1
+    gpu: str | Hardware, usage: Usage = "llm", *, world_size: int = 1
 ) -> tuple[int, int]:
     """vLLM's default ``(max_num_batched_tokens, max_num_seqs)`` for a device and usage context.
 
@@ -356,7 +286,7 @@ def batch_defaults(
         tokens, seqs = {"llm": 16384, "server": 16384}, {"llm": 1024, "server": 1024}
     elif (
         device.total_memory_bytes >= 70 * GiB
-        and "a100" not in device.name.lower()
+        and "a100" not in device.driver_name.lower()
         and device.capability != (12, 1)
     ):
         tokens, seqs = {"llm": 16384, "server": 8192}, {"llm": 1024, "server": 1024}
@@ -367,7 +297,7 @@ def batch_defaults(
 
 
 def engine_batch_limits(
-    gpu: str | DeviceFacts,
+    gpu: str | Hardware,
     usage: Usage = "llm",
     *,
     max_model_len: int,

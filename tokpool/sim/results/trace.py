@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..keep_rule import keep_rule
+from ...keep_rule import keep_rule
 
 if TYPE_CHECKING:
     from .result import SimResult

@@ -25,10 +25,8 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from ..heads import DTypeLike, resolve_dtype
-
-#: Token id that ``SyntheticSource`` writes at step-tag positions (STEP pooling keeps those rows).
-SYNTHETIC_STEP_TAG_ID = 1
+from ...heads import DTypeLike, resolve_dtype
+from ..config import SYNTHETIC_STEP_TAG_ID, SimConfig
 
 
 @runtime_checkable
@@ -277,3 +275,13 @@ class SyntheticSource:
     def reset(self, request: int) -> None:
         """Nothing to forget: rows depend on (request, position) only."""
         self._check(request)
+
+
+def default_source(config: SimConfig) -> SyntheticSource:
+    """The synthetic source a config implies (width, dtype, step tags)."""
+    return SyntheticSource(
+        config.width,
+        config.dtype,
+        step_tag_every=config.step_tag_every,
+        step_tag_id=config.effective_step_tag_id or SYNTHETIC_STEP_TAG_ID,
+    )

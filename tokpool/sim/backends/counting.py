@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..heads import dtype_size
-from ..keep_rule import KeepRule
-from .config import SimConfig
-from .ledger import RequestRecord, StepRecord
+from ...heads import dtype_size
+from ...keep_rule import KeepRule
+from ..config import SimConfig
+from ..memory.ledger import RequestRecord, StepRecord
+from ..schedule.scheduler import ScheduledStep
+from ..vllm_rules.step_memory import StepOutput
 from .loop import EngineLoop, KeptRows
-from .scheduler import ScheduledStep
-from .step_memory import StepOutput
 
 
 class _Storage:
@@ -117,7 +117,7 @@ class CountingEngine(EngineLoop):
 
     def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
         self._step_output = (_Storage(out.rows * self.row_bytes, False, counted=False)
-                             if out.eager else None)
+                             if out.fresh else None)
         for r, start, _ in step.chunks:
             if start == 0:
                 self.states[r] = _State()

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from .._text import format_range
+from ..._text import format_range
+from ..backends.source import default_source
 
 if TYPE_CHECKING:
     from .result import SimResult
@@ -123,10 +124,7 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
     Raises:
         ValueError: an analytic result, another pooling or an activation, or a bad request.
     """
-    import pandas as pd
-    import torch
-
-    from .simulation import default_source
+    import torch  # imported on use: the frames above need no torch
 
     cfg = result.config
     if result.outputs is None:

@@ -26,7 +26,7 @@ import collections
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .vllm_rules import step_order
+from ..vllm_rules.engine import step_order
 
 
 @dataclass(frozen=True)

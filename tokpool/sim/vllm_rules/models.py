@@ -1,76 +1,15 @@
-"""Hardware and model presets, and the roofline time ESTIMATE of one engine step.
+"""Model presets: the few numbers of a model the simulator needs (width, layers, heads,
+parameters, context, pooling types), and its ESTIMATED forward FLOPs.
 
-Everything here is an estimate from spec-sheet numbers, not a measurement: an ideal roofline
-(no kernel inefficiency, no launch overhead, perfect overlap where overlap is modelled). Use it to
-compare policies and prompt lengths with each other, not to predict absolute latency.
-
-Per step (``c`` tokens scheduled, attention context summed over those tokens ``ctx``):
-
-- forward  = max(FLOPs / peak FLOP/s, weight bytes / HBM bandwidth), with
-  FLOPs = 2 · (parameters − vocab · hidden) · c            (matmuls; the embedding lookup is free)
-        + 4 · layers · (heads · head_dim) · ctx             (QKᵀ and AV, causal: ctx = Σ (pos + 1))
-- pool     = 2 · copy_bytes / HBM bandwidth                 (every pooling copy reads and writes)
-- d2h      = d2h_bytes / PCIe host bandwidth
-- step     = forward + pool + d2h                           (synchronous scheduling)
-           = max(forward + pool, d2h)                       (async: the host copy overlaps)
+``tokpool.sim.vllm_rules.hf_config`` builds the same record from a ``config.json``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-import numpy as np
-
-GiB = 1 << 30
-
-
-def _positive(obj: object, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(
-                f"{type(obj).__name__}.{name} must be a positive number, got {value!r}"
-            )
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """One accelerator, by its spec sheet (used only for time ESTIMATES).
-
-    Attributes:
-        name: label.
-        hbm_bytes: device memory capacity, bytes.
-        hbm_bandwidth: device memory bandwidth, bytes/s.
-        bf16_flops: dense bf16 tensor-core throughput, FLOP/s (no sparsity).
-        pcie_bandwidth: host link bandwidth for device-to-host copies, bytes/s, one direction.
-
-    Example:
-        >>> card = Hardware("my-gpu", hbm_bytes=48 * GiB, hbm_bandwidth=0.9e12,
-        ...                 bf16_flops=180e12, pcie_bandwidth=32e9)  # a custom card
-    """
-
-    name: str
-    hbm_bytes: int
-    hbm_bandwidth: float
-    bf16_flops: float
-    pcie_bandwidth: float
-
-    def __post_init__(self) -> None:
-        _positive(self, "hbm_bytes", "hbm_bandwidth", "bf16_flops", "pcie_bandwidth")
-
-
-#: Spec-sheet presets (SXM parts where there is a choice). PCIe: Gen5 x16 ≈ 64 GB/s per
-#: direction, Gen4 x16 ≈ 32 GB/s, theoretical.
-HARDWARE_PRESETS: Mapping[str, Hardware] = {
-    h.name: h
-    for h in (
-        Hardware("H100 SXM", 80 * GiB, 3.35e12, 989e12, 64e9),
-        Hardware("H200", 141 * GiB, 4.8e12, 989e12, 64e9),
-        Hardware("A100 80GB", 80 * GiB, 2.039e12, 312e12, 32e9),
-        Hardware("L4", 24 * GiB, 300e9, 121e12, 32e9),
-    )
-}
+from .devices import _positive
 
 
 @dataclass(frozen=True)
@@ -200,66 +139,6 @@ def _lookup(value, presets: Mapping, kind: type, what: str):
     )
 
 
-def resolve_hardware(value: str | Hardware) -> Hardware:
-    """A ``Hardware`` from a preset name (case-insensitive) or itself.
-
-    Raises:
-        ValueError: an unknown name (the presets are listed).
-    """
-    hw = _lookup(value, HARDWARE_PRESETS, Hardware, "hardware")
-    if hw is None:
-        raise ValueError(f"hardware must be set; use one of {list(HARDWARE_PRESETS)}")
-    return hw
-
-
 def resolve_model(value: str | ModelPreset | None) -> ModelPreset | None:
     """A ``ModelPreset`` from a preset name or Hugging Face id, itself, or ``None``."""
     return _lookup(value, MODEL_PRESETS, ModelPreset, "model preset")
-
-
-def estimate_step_times(
-    tokens,
-    context_sum,
-    copy_bytes,
-    d2h_bytes,
-    *,
-    model: ModelPreset | None,
-    hardware: Hardware,
-    weight_bytes_per_parameter: int,
-    async_scheduling: bool,
-) -> dict[str, np.ndarray]:
-    """Roofline ESTIMATES for steps (arrays in, arrays out; see the module docstring).
-
-    Args:
-        tokens: ``[n_steps]`` tokens computed per step (0 for a collect-only step).
-        context_sum: ``[n_steps]`` Σ (position + 1) over those tokens.
-        copy_bytes: ``[n_steps]`` device bytes written by pooling.
-        d2h_bytes: ``[n_steps]`` bytes copied device → host.
-        model: the model; ``None`` gives NaN forward times (unknown).
-        hardware: the accelerator.
-        weight_bytes_per_parameter: bytes per weight (the model dtype's size).
-        async_scheduling: overlap the host copy with the step (see module docstring).
-
-    Returns:
-        ``est_forward_s``, ``est_pool_s``, ``est_d2h_s``, ``est_step_s``, each ``[n_steps]``.
-    """
-    tokens = np.asarray(tokens, dtype=np.float64)
-    if model is None:
-        forward = np.full(tokens.shape, np.nan)
-    else:
-        compute = model.flops(tokens, np.asarray(context_sum, dtype=np.float64))
-        compute_s = compute / hardware.bf16_flops
-        weights_s = model.num_parameters * weight_bytes_per_parameter / hardware.hbm_bandwidth
-        # A step that computes nothing (collect-only) reads no weights.
-        forward = np.where(tokens > 0, np.maximum(compute_s, weights_s), 0.0)
-    pool = 2.0 * np.asarray(copy_bytes, dtype=np.float64) / hardware.hbm_bandwidth
-    d2h = np.asarray(d2h_bytes, dtype=np.float64) / hardware.pcie_bandwidth
-    step = np.maximum(forward + pool, d2h) if async_scheduling else forward + pool + d2h
-    return {"est_forward_s": forward, "est_pool_s": pool, "est_d2h_s": d2h, "est_step_s": step}
-
-
-def preset_table() -> tuple[list[dict], list[dict]]:
-    """The presets as plain rows (for a notebook table): ``(hardware_rows, model_rows)``."""
-    hw = [{f.name: getattr(h, f.name) for f in fields(h)} for h in HARDWARE_PRESETS.values()]
-    mo = [{f.name: getattr(m, f.name) for f in fields(m)} for m in MODEL_PRESETS.values()]
-    return hw, mo

@@ -23,16 +23,16 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor
 
-from ..heads import TokenClassifierHead, TokenEmbeddingHead
-from ..keep_rule import VLLM_POLICY, KeepRule
-from ..metadata import PoolingStates, build_metadata
-from ..ownership import storage_key, storage_nbytes
-from ..pooling import AllPool, LastPool, StepPool
-from .config import SimConfig
-from .ledger import RequestRecord, StepRecord
+from ...heads import TokenClassifierHead, TokenEmbeddingHead
+from ...keep_rule import VLLM_POLICY, KeepRule
+from ...metadata import PoolingStates, build_metadata
+from ...ownership import storage_key, storage_nbytes
+from ...pooling import AllPool, LastPool, StepPool
+from ..config import SimConfig
+from ..memory.ledger import RequestRecord, StepRecord
+from ..schedule.scheduler import ScheduledStep
+from ..vllm_rules.step_memory import StepOutput
 from .loop import EngineLoop, KeptRows
-from .scheduler import ScheduledStep
-from .step_memory import StepOutput
 
 
 def make_pooler(config: SimConfig) -> AllPool | StepPool | LastPool:
@@ -40,7 +40,7 @@ def make_pooler(config: SimConfig) -> AllPool | StepPool | LastPool:
     if config.pooling_method == "LAST":
         return LastPool()
     if config.policy == VLLM_POLICY:  # the installed vLLM's own pooling method
-        from ..vllm_bridge import VllmPool
+        from ...vllm_bridge import VllmPool
 
         return VllmPool(config.pooling_method, enable_chunked_prefill=config.enable_chunked_prefill,
                         async_scheduling=config.async_scheduling)
@@ -167,7 +167,7 @@ class TensorEngine(EngineLoop):
 
     def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
         n = step.num_tokens
-        if out.eager:
+        if out.fresh:
             # [n_step_tokens, width]: a fresh output tensor, as an eager forward allocates.
             hidden = torch.empty((n, self.cfg.width), dtype=self.cfg.dtype, device=self.device)
             self._step_output = hidden

@@ -8,8 +8,9 @@ from pathlib import Path
 import pandas as pd
 from torch import Tensor
 
-from .config import SimConfig
-from .scheduler import ScheduledStep
+from ..config import SimConfig
+from ..schedule.scheduler import ScheduledStep
+from .analysis import explain
 from .trace import write_chrome_trace
 
 
@@ -84,8 +85,6 @@ class SimResult:
         """One sentence per request: how its chunks were kept (the keep rule's actions), which
         step rewrote a kept view before it was read, whether it was corrupted, what it
         stranded. Drawn from ``chunks``; see ``tokpool.sim.analysis.explain``."""
-        from .analysis import explain
-
         self._needs_steps("explain()")
         return explain(self)
 

@@ -12,7 +12,7 @@ Pooling types follow vLLM 0.33.0's ``@default_pooling_type`` decorators
 (``VllmModelForPooling``): LAST/ALL. A sentence-transformers ``modules.json`` in the directory
 overrides the sequence pooling (as vLLM's ``get_pooling_config`` does).
 
-The parameter count is counted family by family (``tokpool.sim.hf_families``: experts
+The parameter count is counted family by family (``tokpool.sim.vllm_rules.hf_families``: experts
 included, a family it cannot count refused by name) and equals transformers' own model built
 from the config, and the published totals (``docs/PARAMETER_COUNTS.md``).
 """
@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..heads import dtype_size, resolve_dtype
-from .hardware import ModelPreset
+from ...heads import dtype_size, resolve_dtype
+from ...st_config import read_sentence_transformers_config
+from .engine import pooling_attn_type
 from .hf_families import checked_hf_config, count_parameters
-from .vllm_rules import pooling_attn_type
+from .models import ModelPreset
 
 __all__ = [
     "HFModelPreset",
@@ -153,8 +154,6 @@ def estimate_num_parameters(cfg: Mapping, *, include_lm_head: bool | None = None
 def _st_pooling(directory: Path | None) -> str | None:
     if directory is None or not (directory / "modules.json").is_file():
         return None
-    from ..models.loading import read_sentence_transformers_config
-
     st = read_sentence_transformers_config(directory)
     return st.pooling if st is not None else None
 
@@ -174,16 +173,23 @@ def preset_from_hf_config(
         name: the preset's name (default: the directory name or ``_name_or_path``).
         step_tag_id: STEP pooling's tag token (a PRM's tag is in its tokenizer, not its
             config; Qwen2.5-Math-PRM's is 151651).
-        include_lm_head: see ``estimate_num_parameters``.
+        include_lm_head: count an untied LM head; default ``False``: vLLM serves the model as a
+            pooling model, which loads no LM head (see ``estimate_num_parameters``).
 
     Returns:
-        The preset (``max_model_len`` = ``max_position_embeddings``).
+        The preset (``max_model_len`` = ``max_position_embeddings``, capped by a
+        sentence-transformers folder's ``max_seq_length``).
 
     Raises:
         ValueError: a missing config, or keys it lacks (named).
         TypeError: a source of another type.
     """
     cfg, directory = _load(source)
+    if include_lm_head is None:
+        # A *ForCausalLM served as a pooling model drops its LM head: vLLM's adapters
+        # (vllm/model_executor/models/adapters.py, _create_pooling_model_cls) load the backbone
+        # and the pooler only, so neither the weights nor the KV budget count it.
+        include_lm_head = False
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and "hidden_size" not in cfg:  # multimodal wrappers
         if cfg.get("vision_config") is not None:
@@ -221,6 +227,11 @@ def preset_from_hf_config(
     max_len = cfg.get("max_position_embeddings")
     if max_len is not None and model_type in ("roberta", "xlm-roberta", "camembert"):
         max_len -= (cfg.get("pad_token_id") or 0) + 1  # positions start after padding
+    st = read_sentence_transformers_config(directory) if directory is not None else None
+    if st is not None and st.max_seq_length is not None:
+        # vllm/config/model.py, _get_and_verify_max_len: a sentence-transformers folder's
+        # max_seq_length REPLACES the derived length (all-MiniLM-L6-v2: 512 -> 256)
+        max_len = st.max_seq_length
     default_name = (directory.name if directory is not None
                     else cfg.get("_name_or_path") or arch or model_type or "hf-model")
     return HFModelPreset(

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..heads import dtype_size
-from ..keep_rule import keep_rule
-from .config import SimConfig
+from ...heads import dtype_size
+from ...keep_rule import keep_rule
+from ..config import SimConfig
+
+# Called through the module, never copied: the seam tests swap the rule there.
+from ..vllm_rules import step_memory as step_memory_rule
 from .loop import copies_at_finish
-from .step_memory import padded_graph_size, padded_graph_sizes
 
 
 def _sum_forward_full_steps(n, C, M, model, hardware) -> np.ndarray:
@@ -82,8 +84,12 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     else:
         unfinished = final = one_shot
     offload = one_shot.keep == "host" and pooling != "LAST"
-    # Views of full chunks: pinned when their step ran eagerly, else rewritten by later steps.
-    full_eager = cfg.output_memory == "vllm" and padded_graph_size(C, cfg.capture_sizes) is None
+    # Where the steps write (the step-memory rule): a view of a fresh output pins it, a view of
+    # persistent memory is rewritten by later steps that write its rows.
+    full_persistent, _ = step_memory_rule.step_memory(cfg, C)
+    full_fresh = not bool(full_persistent)
+    last_persistent, last_rows = step_memory_rule.step_memory(cfg, L)
+    one_shot_persistent, _ = step_memory_rule.step_memory(cfg, T)
     one_shot_pin = zero
 
     if pooling == "LAST":
@@ -96,7 +102,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     else:
         # Device bytes held of the T − L rows computed before the final step.
         held_before = {"clone": (T - L) * rb, "buffer": T * rb, "host": zero,
-                       "view": (T - L) * rb if full_eager else zero}[unfinished.keep]
+                       "view": (T - L) * rb if full_fresh else zero}[unfinished.keep]
         # ("chunk" only when chunked prefill is off: then no request has several chunks.)
         owned_output = {"cat": T * rb, "buffer": zero if offload else T * rb, "chunk": zero}
         multi_P = owned_output[final.returns]
@@ -110,12 +116,9 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
                       "chunk": zero}[final.returns]
         copy_pool = np.where(multi, multi_copy, single_P)
         copy_full = np.full_like(T, C * rb if unfinished.keep in ("clone", "buffer") else 0)
-        pinned_one_shot = (one_shot.keep == "view" and cfg.async_scheduling
-                           and cfg.output_memory == "vllm" and not copies_at_finish(cfg))
-        if pinned_one_shot:
-            # The host copy reads the view one iteration later: an eager output stays pinned.
-            eager_single = padded_graph_sizes(T, cfg.capture_sizes) == 0
-            one_shot_pin = np.where(eager_single & ~multi, T * rb, 0)
+        if one_shot.keep == "view" and cfg.async_scheduling and not copies_at_finish(cfg):
+            # The host copy reads the view one iteration later: a fresh output stays pinned.
+            one_shot_pin = np.where(~one_shot_persistent & ~multi, T * rb, 0)
         d2h_pool = T * rb if offload else zero
         cache_peak = np.maximum(cache_peak, P)
         # STEP selection: columns, then tag rows.
@@ -150,15 +153,13 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     copy_total = copy_pool + copy_sel + copy_head
     d2h_total = d2h_pool if offload else out_bytes
     if pooling != "LAST" and unfinished.keep == "view" and cfg.enable_chunked_prefill \
-            and not full_eager:
-        # Views of rewritten memory: positions [0, (n − 2)·C + min(C, w)) were overwritten
-        # before the final step's cat read them (w: rows the final step writes).
-        if cfg.output_memory == "vllm":
-            padded = padded_graph_sizes(L, cfg.capture_sizes)
-            w_last = np.where(padded == 0, L, padded)
-        else:
-            w_last = L
-        stale = np.where(multi, (n - 2) * C + np.minimum(C, w_last), 0)
+            and not full_fresh:
+        # Views of rewritten memory: every later step writes at least its own C rows, so each
+        # full chunk's view is wholly rewritten by the next full step; the last full chunk's
+        # view loses the rows the final step writes there, if it writes the persistent memory.
+        # Positions [0, (n − 2)·C + those rows) were overwritten before the final cat read them.
+        last_hit = np.where(last_persistent, np.minimum(C, last_rows), 0)
+        stale = np.where(multi, (n - 2) * C + last_hit, 0)
         if tag is None:
             kept_stale = stale
         elif cfg.step_tag_every is None:

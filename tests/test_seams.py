@@ -1,0 +1,135 @@
+"""The simulator's seams: one rule in one place, every backend asking it.
+
+- Step memory (``tokpool.sim.vllm_rules.step_memory.step_memory``): swapping the rule — here
+  "vLLM 0.34 reuses eager-step memory like graph memory" — is ONE edit, and tensor, counting and
+  closed forms still agree on every column, with the new answers.
+- The schedule (``simulate(..., schedule=...)``): the backends run any given schedule, checked
+  first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_sim_property import configs
+
+import tokpool.sim.vllm_rules.step_memory as step_memory_module
+from tokpool.sim import ScheduledStep, SimConfig, simulate
+from tokpool.sim.backends.closed_form import single_request
+
+vllm_033_rule = step_memory_module.step_memory
+
+
+def eager_memory_reused(config, num_tokens):
+    """A hypothetical next vLLM: eager steps write persistent memory too (rows [0, n))."""
+    _, rows = vllm_033_rule(config, num_tokens)
+    return np.ones(np.shape(rows), dtype=bool), rows
+
+
+@pytest.fixture
+def reused_eager_memory(monkeypatch):
+    monkeypatch.setattr(step_memory_module, "step_memory", eager_memory_reused)
+
+
+def _agree(cfg, lens):
+    tensor = simulate(lens, cfg, mode="tensor")
+    analytic = simulate(lens, cfg, mode="analytic")
+    pd.testing.assert_frame_equal(tensor.steps, analytic.steps)
+    pd.testing.assert_frame_equal(tensor.requests, analytic.requests)
+    pd.testing.assert_frame_equal(tensor.chunks, analytic.chunks)
+    assert tensor.corrupted == analytic.corrupted
+    assert tensor.peak_device_bytes == analytic.peak_device_bytes
+    return tensor
+
+
+def test_the_swapped_rule_changes_the_answers(monkeypatch):
+    # Legacy views of 8-token eager steps (largest capture size 4): under vLLM 0.33.0 they pin
+    # their step's fresh tensor and stay intact; with eager memory reused they are rewritten.
+    def cfg():
+        return SimConfig(hidden_size=4, max_num_batched_tokens=8, max_num_seqs=1,
+                         max_cudagraph_capture_size=4, policy="legacy", use_activation=False)
+
+    old = _agree(cfg(), [20])
+    assert old.corrupted == [] and cfg().buffer_rows == 4
+    full = old.chunks[old.chunks.token_end < 20]
+    assert full["eager"].all() and full["overwritten_at_step"].isna().all()
+
+    monkeypatch.setattr(step_memory_module, "step_memory", eager_memory_reused)  # ONE edit
+    new = _agree(cfg(), [20])
+    assert new.corrupted == [0]
+    assert cfg().buffer_rows == 8  # the persistent memory now holds the largest eager step
+    full = new.chunks[new.chunks.token_end < 20]
+    assert not full["eager"].any() and full["overwritten_at_step"].notna().all()
+    # the persistent memory grew from 4 to 8 rows of 4 bfloat16 columns
+    assert new.peak_device_bytes - old.peak_device_bytes == (8 - 4) * 4 * 2
+    row = single_request(np.array([20]), cfg())  # the closed form follows the same rule
+    assert bool(row["corrupted"][0]) and row["peak_pooling_bytes"][0] == new.peak_pooling_bytes
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cfg=configs(), lens=st.lists(st.integers(1, 40), min_size=1, max_size=4))
+def test_every_backend_follows_the_swapped_rule(reused_eager_memory, cfg, lens):
+    if not cfg.enable_chunked_prefill:
+        cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, max(lens)))
+    _agree(cfg, lens)
+    table = single_request(np.array(lens), cfg)
+    for i, n in enumerate(lens):
+        row = simulate([n], cfg, mode="analytic").summary()
+        for name, values in table.items():
+            if not name.startswith("est_"):
+                assert values[i] == row[name] if np.ndim(values) else values == row[name], name
+
+
+def _step(index, chunks, lens):
+    return ScheduledStep(index, tuple(chunks),
+                         tuple(r for r, _, stop in chunks if stop == lens[r]))
+
+
+def test_backends_run_a_hand_written_schedule():
+    lens = [5, 3]
+    # step 0: request 1 in one shot; step 1: request 0's first 4 tokens (a legacy view at rows
+    # [0, 4) of the teaching buffer); step 2: its last token, written at row 0: the view's
+    # first row is rewritten before the cat reads it.
+    plan = [_step(0, [(1, 0, 3)], lens), _step(1, [(0, 0, 4)], lens),
+            _step(2, [(0, 4, 5)], lens)]
+    cfg = SimConfig(hidden_size=3, max_num_batched_tokens=4, max_num_seqs=2,
+                    output_memory="one_buffer", policy="legacy", use_activation=False)
+    result = _agree_given(cfg, lens, plan)
+    assert result.schedule == plan
+    assert result.corrupted == [0]
+    first = result.chunks[(result.chunks.request == 0) & (result.chunks.token_start == 0)]
+    assert first["overwritten_at_step"].tolist() == [2]
+    # tokpool's own schedule, given explicitly, is the default run
+    own = simulate(lens, cfg, mode="analytic")
+    again = simulate(lens, cfg, mode="analytic", schedule=own.schedule)
+    pd.testing.assert_frame_equal(own.steps, again.steps)
+
+
+def _agree_given(cfg, lens, plan):
+    tensor = simulate(lens, cfg, mode="tensor", schedule=plan)
+    analytic = simulate(lens, cfg, mode="analytic", schedule=plan)
+    pd.testing.assert_frame_equal(tensor.steps, analytic.steps)
+    pd.testing.assert_frame_equal(tensor.chunks, analytic.chunks)
+    assert tensor.corrupted == analytic.corrupted
+    return tensor
+
+
+@pytest.mark.parametrize(("plan", "message"), [
+    ([ScheduledStep(0, ((0, 1, 5),), (0,))], "must start at 0"),
+    ([ScheduledStep(0, ((0, 0, 5),), ())], "finished must be"),
+    ([ScheduledStep(0, ((0, 0, 3),), ())], "never finishes"),
+    ([ScheduledStep(0, ((0, 0, 5),), (0,)), ScheduledStep(0, ((1, 0, 1),), (1,))],
+     "indices must increase"),
+    ([ScheduledStep(0, ((0, 0, 5), (1, 0, 1)), (0, 1))], "more than max_num_batched_tokens"),
+    ("steps", "list of ScheduledStep"),
+])
+def test_a_wrong_schedule_is_refused(plan, message):
+    cfg = SimConfig(hidden_size=2, max_num_batched_tokens=5, max_num_seqs=2)
+    with pytest.raises((ValueError, TypeError), match=message):
+        simulate([5, 1], cfg, mode="analytic", schedule=plan)
+    with pytest.raises(ValueError, match="closed forms"):
+        simulate([5, 1], cfg, mode="closed_form", schedule=[])

@@ -1,0 +1,75 @@
+"""A schedule given from outside (hand-written, recorded from an engine, or vLLM's own
+scheduler's): checked to be one the step loop can run, so a wrong one is an error, not a silent
+simulation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .scheduler import ScheduledStep
+
+
+def check_schedule(
+    steps: Sequence[ScheduledStep], prompt_lens: Sequence[int], *,
+    max_num_batched_tokens: int, enable_chunked_prefill: bool,
+) -> list[ScheduledStep]:
+    """Validate a schedule for ``prompt_lens``; return it as a list.
+
+    Each step's chunks must continue their request where it stopped (from 0 after a
+    preemption), fit the token budget, list as ``finished`` exactly the requests whose last
+    prompt token they compute, and every request must finish exactly once; step indices
+    increase.
+
+    Raises:
+        TypeError: not a sequence of ``ScheduledStep``.
+        ValueError: the first rule broken, naming the step, the request and the numbers.
+    """
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence):
+        raise TypeError(f"schedule must be a list of ScheduledStep, got {type(steps).__name__}")
+    lens = list(prompt_lens)
+    done = [0] * len(lens)
+    finished_at: dict[int, int] = {}
+    last_index = -1
+    for step in steps:
+        if not isinstance(step, ScheduledStep):
+            raise TypeError(f"schedule entries must be ScheduledStep, got {type(step).__name__}")
+        where = f"schedule step {step.index}"
+        if step.index <= last_index:
+            raise ValueError(f"{where}: step indices must increase (previous {last_index})")
+        last_index = step.index
+        for r in step.preempted:
+            if not 0 <= r < len(lens) or r in finished_at:
+                raise ValueError(f"{where}: request {r} cannot be preempted (unknown or finished)")
+            done[r] = 0
+        if step.num_tokens > max_num_batched_tokens:
+            raise ValueError(
+                f"{where} computes {step.num_tokens} tokens, more than max_num_batched_tokens="
+                f"{max_num_batched_tokens}; split it or raise the budget in the SimConfig"
+            )
+        seen: set[int] = set()
+        for r, start, stop in step.chunks:
+            if not 0 <= r < len(lens):
+                raise ValueError(
+                    f"{where}: request {r} is not in prompt_lens ({len(lens)} requests)")
+            if r in seen or r in finished_at:
+                raise ValueError(f"{where}: request {r} is scheduled twice or after it finished")
+            seen.add(r)
+            if start != done[r] or not start < stop <= lens[r]:
+                raise ValueError(
+                    f"{where}: request {r} chunk [{start}, {stop}) must start at {done[r]} and end "
+                    f"by its prompt length {lens[r]}"
+                )
+            if not enable_chunked_prefill and (start, stop) != (0, lens[r]):
+                raise ValueError(f"{where}: request {r} is chunked but chunked prefill is off")
+            done[r] = stop
+        expected = tuple(r for r, _, stop in step.chunks if stop == lens[r])
+        if tuple(step.finished) != expected:
+            raise ValueError(f"{where}: finished must be {expected} (the requests whose last "
+                             f"token it computes, in chunk order), got {tuple(step.finished)}")
+        for r in expected:
+            finished_at[r] = step.index
+    missing = [r for r in range(len(lens)) if r not in finished_at]
+    if missing:
+        raise ValueError(f"the schedule never finishes requests {missing[:10]}: every prompt "
+                         "must be computed to its last token")
+    return list(steps)

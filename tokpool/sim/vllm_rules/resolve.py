@@ -1,0 +1,138 @@
+"""The one resolution step: vLLM's defaults for what a ``SimConfig`` left ``None``.
+
+``SimConfig`` holds what the user gave; ``resolve_engine`` applies vLLM 0.33.0's rules — the
+same functions the parity tests check against vLLM's own code — once, in this order:
+
+1. ``max_model_len``: the model's context (``models.ModelPreset.max_model_len``);
+2. chunked prefill: ``engine.chunked_prefill_supported`` (encoders, CLS/MEAN decoders and STEP
+   PRMs never chunk);
+3. token budget and ``max_num_seqs``: ``engine.engine_batch_limits`` / ``engine.batch_defaults``
+   by device and usage context (raised to ``max_model_len`` when prompts are not chunked);
+4. CUDA-graph capture sizes: ``engine.resolve_cudagraph_sizes`` (none when eager);
+5. KV cache: bytes per token per rank and, with ``gpu_memory_utilization``, the blocks vLLM
+   would allocate (``kv_cache.kv_cache_capacity_tokens``, from the DRIVER-reported memory);
+   none for an encoder-only model; vLLM's start-up refusals (``engine_checks``: a ``-tp`` that
+   does not split the heads, a cache smaller than one ``max_model_len`` request);
+6. the activation reserve: ``activation_peak_bytes`` or an ESTIMATE
+   (``activation_peak_estimate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .engine import (
+    batch_defaults,
+    chunked_prefill_supported,
+    engine_batch_limits,
+    resolve_cudagraph_sizes,
+)
+from .engine_checks import check_kv_cache_holds_one_sequence, check_tensor_parallel
+from .kv_cache import kv_bytes_per_token_per_rank, kv_cache_capacity_tokens, kv_cache_memory_bytes
+
+
+@dataclass(frozen=True)
+class ResolvedEngine:
+    """What the resolution step derived (all fields filled)."""
+
+    max_model_len: int | None
+    enable_chunked_prefill: bool
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    capture_sizes: tuple[int, ...]
+    kv_bytes_per_token: int
+    kv_cache_blocks: int | None
+    activation_peak_bytes: int
+    activation_peak_is_estimate: bool
+
+
+def activation_peak_estimate(config, max_num_batched_tokens: int) -> int:
+    """ESTIMATE of the forward's activation peak per rank that vLLM's profiling run measures:
+    8 hidden-state rows per budget token (residual, norm, QKV, attention output, MLP)."""
+    return (
+        max_num_batched_tokens  # tokens in vLLM's profiling run
+        * config.hidden_size    # columns
+        * 8                     # live rows of that width per token (ESTIMATE)
+        * config.dtype_size     # bytes per element
+    )
+
+
+def resolve_engine(config) -> ResolvedEngine:
+    """vLLM's defaults for ``config``'s ``None`` fields (see the module docstring).
+
+    Args:
+        config: a ``SimConfig`` whose own fields are validated (model and hardware resolved).
+
+    Raises:
+        ValueError: a combination vLLM refuses (budget below ``max_num_seqs``, a KV cache
+            sized from memory without a model), naming the numbers.
+    """
+    model, device = config.model, config.hardware
+    if model is not None:  # vLLM's start-up refusal, before anything is derived
+        check_tensor_parallel(model.name, model.num_attention_heads,
+                              model.num_key_value_heads or model.num_attention_heads,
+                              config.tensor_parallel_size)
+    max_model_len = config.max_model_len
+    if max_model_len is None and model is not None:
+        max_model_len = model.max_model_len
+    chunked = config.enable_chunked_prefill
+    if chunked is None:
+        chunked = chunked_prefill_supported(
+            model.attn_type if model else "decoder",
+            seq_pooling_type=model.seq_pooling_type if model else "LAST",
+            tok_pooling_type="STEP" if config.pooling_method == "STEP" else "ALL",
+        )
+    if not isinstance(chunked, bool):
+        raise TypeError(f"enable_chunked_prefill must be True or False, got {chunked!r}")
+    if max_model_len is not None:
+        tokens, seqs = engine_batch_limits(
+            device, config.usage, max_model_len=max_model_len,
+            enable_chunked_prefill=chunked,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+        )
+    else:
+        tokens, seqs = batch_defaults(device, config.usage)
+        tokens = config.max_num_batched_tokens or tokens
+        seqs = config.max_num_seqs or min(seqs, tokens)
+        if tokens < seqs:  # vLLM's SchedulerConfig refuses it (engine_batch_limits too)
+            raise ValueError(
+                f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
+                "raise the budget or lower max_num_seqs"
+            )
+    if config.output_memory != "vllm" or config.enforce_eager:
+        sizes: tuple[int, ...] = ()
+    else:
+        _, sizes = resolve_cudagraph_sizes(
+            device, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+            max_cudagraph_capture_size=config.max_cudagraph_capture_size,
+            cudagraph_capture_sizes_override=config.cudagraph_capture_sizes,
+        )
+    if config.activation_peak_bytes is not None:
+        activation, estimate = config.activation_peak_bytes, False
+    else:
+        activation, estimate = activation_peak_estimate(config, tokens), True
+    kv_per_token = 0 if model is None else kv_bytes_per_token_per_rank(
+        model, tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
+        kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size)
+    blocks = config.kv_cache_blocks
+    if config.gpu_memory_utilization is not None and blocks is None:
+        if model is None:
+            raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
+                             "and KV bytes per token: give a model preset (model=...)")
+        memory = {"gpu_memory_bytes": device.total_memory_bytes,
+                  "gpu_memory_utilization": config.gpu_memory_utilization,
+                  "tp": config.tensor_parallel_size, "pp": config.pipeline_parallel_size,
+                  "activation_peak_bytes": activation, "dtype_bytes": config.dtype_size}
+        if kv_per_token == 0:  # encoder-only: vLLM keeps no KV cache and sizes none
+            kv_cache_memory_bytes(model, **memory)  # but the weights must fit all the same
+        else:
+            blocks = kv_cache_capacity_tokens(
+                model, block_size=config.block_size, kv_cache_dtype=config.kv_cache_dtype,
+                **memory) // config.block_size
+            check_kv_cache_holds_one_sequence(  # vLLM refuses to start otherwise
+                name=model.name, kv_cache_blocks=blocks, block_size=config.block_size,
+                kv_bytes_per_token=kv_per_token, max_model_len=max_model_len,
+                available_bytes=kv_cache_memory_bytes(model, **memory))
+    return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
+                          blocks, activation, estimate)
