@@ -173,7 +173,7 @@ def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int | None, 
     ``ceil(tokens / budget)`` steps; a sweep runs each prompt alone, ``runs`` times (policies
     x async settings), and all of its steps count. Closed forms take no steps: ``--max-steps``
     given with ``--mode closed_form`` is refused as meaningless. ``_step_limit`` hands the bound
-    to the library's own (``tokpool.sim.limits``).
+    to the library's own (``tokpool.sim.backends.limits``).
     """
     if mode == "closed_form":
         if max_steps is not None:
@@ -199,8 +199,8 @@ def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int | None, 
 
 
 def _step_limit(args: argparse.Namespace, prompt_lens: Sequence[int], runs: int = 1):
-    """The library's bound on steps + requests (``tokpool.sim.limits``) from ``--max-steps``."""
-    from .sim.limits import engine_record_limit
+    """The library's bound on steps + requests (``tokpool.sim.backends.limits``) from ``--max-steps``."""
+    from .sim.backends.limits import engine_record_limit
 
     steps = DEFAULT_MAX_STEPS if args.max_steps is None else args.max_steps
     return engine_record_limit(steps + len(prompt_lens) * runs)

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 
 from .backends.counting import run_counting
+from .backends.limits import check_byte_range, check_work
 from .backends.loop import CHUNK_COLUMNS, paused_gc
 from .backends.source import HiddenStateSource, check_source, default_source
 from .backends.tensor import run_tensor
 from .backends.timing import estimate_step_times
 from .config import SimConfig
-from .limits import check_byte_range, check_work
 from .memory.ledger import requests_frame, steps_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule

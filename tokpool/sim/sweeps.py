@@ -11,8 +11,8 @@ import pandas as pd
 from ..keep_rule import SIM_POLICIES
 from ..pooling import RETENTION_POLICIES, check_policy
 from .backends.closed_form import single_request
+from .backends.limits import check_byte_range, check_work
 from .config import SimConfig
-from .limits import check_byte_range, check_work
 from .schedule.scheduler import check_prompt_lens
 from .simulation import simulate
 
