@@ -199,7 +199,8 @@ def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int | None, 
 
 
 def _step_limit(args: argparse.Namespace, prompt_lens: Sequence[int], runs: int = 1):
-    """The library's bound on steps + requests (``tokpool.sim.backends.limits``) from ``--max-steps``."""
+    """The library's bound on steps + requests (``tokpool.sim.backends.limits``), from
+    ``--max-steps``."""
     from .sim.backends.limits import engine_record_limit
 
     steps = DEFAULT_MAX_STEPS if args.max_steps is None else args.max_steps
