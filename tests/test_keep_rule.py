@@ -96,7 +96,7 @@ def test_no_second_copy_of_the_rule():
     names = set(tp.RETENTION_POLICIES)
     offenders = []
     for path in sorted(root.rglob("*.py")):
-        if path.name in ("keep_rule.py", "tasks.py"):  # tasks.py: the GATE's "legacy" policy
+        if path.name in ("keep_rule.py", "tasks.py"):  # tasks.py: the gate's old name "legacy"
             continue
         source = path.read_text()
         for node in ast.walk(ast.parse(source)):

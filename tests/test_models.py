@@ -173,14 +173,14 @@ def test_load_with_task(decoder):
 
 def test_legacy_gate_refuses_decoder_token_embed(decoder):
     with pytest.raises(tp.UnsupportedTaskError, match="selects 'token_embed'"):
-        decoder.served_tasks(policy="legacy", requested="token_embed")
+        decoder.served_tasks(policy="pre_50931", requested="token_embed")
     assert "token_embed" in decoder.served_tasks(policy="current", requested="token_embed")
     with pytest.raises(tp.UnsupportedTaskError, match="Unsupported task: 'token_embed'"):
-        decoder.encode([IDS], task="token_embed", gate_policy="legacy")
+        decoder.encode([IDS], task="token_embed", gate_policy="pre_50931")
 
 
 def test_legacy_gate_serves_encoder_token_embed(encoder):
-    assert "token_embed" in encoder.served_tasks(policy="legacy", requested="token_embed")
+    assert "token_embed" in encoder.served_tasks(policy="pre_50931", requested="token_embed")
 
 
 def test_unsupported_task_raises_the_gate_error(decoder):
@@ -399,7 +399,7 @@ def _engine(source: tp.ModelSource, *, budget: int, policy: str, async_schedulin
     and (async) outputs collected only after the next step has written the buffer."""
     lens = source.prompt_lens
     source.prepare(lens)
-    buffer = torch.empty((budget, source.hidden_size), dtype=source.dtype)  # reused every step
+    buffer = torch.empty((budget, source.width), dtype=source.dtype)  # reused every step
     pool = tp.AllPool(async_scheduling=async_scheduling, policy=policy)
     states = [tp.PoolingStates() for _ in lens]
     computed, delivered, pending = [0] * len(lens), {}, []
@@ -481,7 +481,7 @@ def test_model_source_errors(decoder, encoder):
 
 def test_model_source_token_classify_delivers_logits(classifier, decoder):
     source = tp.ModelSource(classifier, [IDS], task="token_classify")
-    assert source.hidden_size == 3
+    assert source.width == 3
     source.prepare(source.prompt_lens)
     out = torch.empty((37, 3))
     source.fill(out, [(0, 0, 37)])
@@ -519,7 +519,7 @@ def test_simulate_with_model_source(decoder, lens, async_scheduling, head, legac
     results = {}
     for policy in tp.RETENTION_POLICIES:
         identity = {"head_dtype": None, "use_activation": False} if head == "identity" else {}
-        config = SimConfig(hidden_size=source.hidden_size, dtype=source.dtype,
+        config = SimConfig(hidden_size=source.width, dtype=source.dtype,
                            max_num_batched_tokens=8 if lens[0] == 8 else 16,
                            async_scheduling=async_scheduling, policy=policy, **identity)
         results[policy] = simulate(source.prompt_lens, config, source=source)

@@ -133,3 +133,47 @@ def test_a_wrong_schedule_is_refused(plan, message):
         simulate([5, 1], cfg, mode="analytic", schedule=plan)
     with pytest.raises(ValueError, match="closed forms"):
         simulate([5, 1], cfg, mode="closed_form", schedule=[])
+
+
+def test_a_verdict_from_the_time_estimate_says_so():
+    base = SimConfig(model="SmolLM2-135M", async_scheduling=True, max_num_batched_tokens=512,
+                     max_num_seqs=4, policy="legacy")
+    assert not any("corrupted" in line for line in simulate([900], base, mode="analytic")
+                   .estimates)
+    timed = base.replace(async_overwrite="forward_end")
+    lines = simulate([900], timed, mode="analytic").estimates
+    assert any(line.startswith("corrupted:") and "ESTIMATE" in line for line in lines)
+
+
+class _Asked(Exception):
+    pass
+
+
+@pytest.mark.parametrize("rule", [
+    "default_head_dtype", "default_use_activation", "default_async_scheduling",
+    "chunked_prefill_supported", "batch_defaults", "pooling_cudagraph_mode",
+    "resolve_cudagraph_sizes", "kv_cache_capacity_tokens",
+])
+def test_the_simulator_asks_the_rules_the_parity_tests_check(monkeypatch, rule):
+    """SimConfig's defaults come from the very functions checked against vLLM's code: replace
+    one and the resolution step runs into it."""
+    import tokpool.sim.vllm_rules.resolve as resolve
+
+    def asked(*args, **kwargs):
+        raise _Asked(rule)
+
+    monkeypatch.setattr(resolve, rule, asked)
+    with pytest.raises(_Asked):
+        SimConfig(model="SmolLM2-135M" if rule != "batch_defaults" else None,
+                  gpu_memory_utilization=0.9 if rule == "kv_cache_capacity_tokens" else None)
+
+
+def test_the_step_memory_rule_reads_vllms_dispatch(monkeypatch):
+    import tokpool.sim.vllm_rules.step_memory as sm
+
+    def asked(*args, **kwargs):
+        raise _Asked("padded_step_sizes")
+
+    monkeypatch.setattr(sm, "padded_step_sizes", asked)
+    with pytest.raises(_Asked):
+        simulate([10], SimConfig(hidden_size=2, max_num_batched_tokens=8), mode="analytic")

@@ -202,3 +202,11 @@ def test_a_model_preset_sets_the_width():
         SimConfig(model="Qwen3-Embedding-8B", hidden_size=1024)
     assert cfg.replace(model="SmolLM2-135M").hidden_size == 576
     assert cfg.replace(model=None, hidden_size=64).hidden_size == 64
+
+
+def test_a_source_written_with_the_old_width_name_still_runs():
+    src = SyntheticSource(4)
+    with pytest.warns(DeprecationWarning, match="'width'"):
+        assert src.hidden_size == 4
+    with pytest.warns(DeprecationWarning, match="'width'"):
+        assert SyntheticSource(hidden_size=4).width == 4

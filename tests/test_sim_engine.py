@@ -246,7 +246,7 @@ class ListSource:
 
     def __init__(self, lens, width, tag_positions):
         g = torch.Generator().manual_seed(0)
-        self.hidden_size, self.dtype = width, torch.float32
+        self.width, self.dtype = width, torch.float32
         self.data = [torch.randn(n, width, generator=g) for n in lens]
         self.ids = []
         for n in lens:

@@ -39,17 +39,17 @@ def test_current_gate_serves_decoder_token_tasks():
 
 def test_legacy_gate_refuses_decoder_token_embed_with_vllms_message():
     with pytest.raises(tp.UnsupportedTaskError) as err:
-        tp.gate(DECODER_EMBED, requested="token_embed", policy="legacy")
+        tp.gate(DECODER_EMBED, requested="token_embed", policy="pre_50931")
     msg = str(err.value)
     assert "supports pooling tasks ['classify', 'embed'], but this model selects " \
            "'token_embed' from ['embed', 'token_embed']. Set an explicitly supported task" in msg
     assert isinstance(err.value, ValueError)
     # without a request the decoder still gets `embed`
-    assert tp.gate(DECODER_EMBED, policy="legacy") == {"embed"}
+    assert tp.gate(DECODER_EMBED, policy="pre_50931") == {"embed"}
 
 
 def test_legacy_gate_keeps_token_tasks_for_encoders():
-    served = tp.gate({"embed", "token_embed"}, requested="token_embed", policy="legacy",
+    served = tp.gate({"embed", "token_embed"}, requested="token_embed", policy="pre_50931",
                      attn_type="encoder_only")
     assert served == {"embed", "token_embed"}
 
@@ -57,14 +57,14 @@ def test_legacy_gate_keeps_token_tasks_for_encoders():
 def test_hint_when_model_has_no_supported_task():
     with pytest.raises(tp.UnsupportedTaskError, match=r"selects 'token_classify' from "
                        r"\['token_classify'\]\. .*to use this model"):
-        tp.gate({"token_classify"}, policy="legacy")
+        tp.gate({"token_classify"}, policy="pre_50931")
     with pytest.raises(tp.UnsupportedTaskError, match=r"selects 'plugin' from \['plugin'\]"):
         tp.gate({"plugin"})
 
 
 def test_runner_tasks_and_bad_options():
-    assert tp.tasks.runner_tasks(policy="legacy") == {"classify", "embed"}
-    assert tp.tasks.runner_tasks(policy="legacy", attn_type="encoder_only") == tp.SUPPORTED_TASKS
+    assert tp.tasks.runner_tasks(policy="pre_50931") == {"classify", "embed"}
+    assert tp.tasks.runner_tasks(policy="pre_50931", attn_type="encoder_only") == tp.SUPPORTED_TASKS
     with pytest.raises(ValueError, match="unknown gate policy 'new'"):
         tp.gate(DECODER_EMBED, policy="new")
     with pytest.raises(ValueError, match="unknown attn_type 'causal'"):
@@ -91,11 +91,11 @@ def test_catalogue_and_table():
     assert set(table.index) == expected_kinds
     row = table.loc["decoder_embedding"]
     assert row["default_task"] == "embed"
-    assert row["legacy:token_embed"] == "no" and row["current:token_embed"] == "yes"
-    assert table.loc["process_reward_model", "served_legacy"] == "refused"
+    assert row["pre_50931:token_embed"] == "no" and row["current:token_embed"] == "yes"
+    assert table.loc["process_reward_model", "served_pre_50931"] == "refused"
     assert table.loc["process_reward_model", "served_current"] == "token_classify"
     assert table.loc["token_classification", "default_task"] == "token_classify"
-    assert table.loc["bge_m3_encoder", "legacy:embed&token_classify"] == "yes"
+    assert table.loc["bge_m3_encoder", "pre_50931:embed&token_classify"] == "yes"
     assert table.loc["plugin_only", "served_current"] == "refused"
     with pytest.raises(ValueError, match="unknown model kind 'gpt'"):
         tp.tasks.model_kind("gpt")
@@ -113,3 +113,9 @@ def test_an_engine_serves_only_its_selected_task():
         tp.tasks.check_request_task("token_embed", served, selected="embed", entrypoint="server")
     with pytest.raises(tp.UnsupportedTaskError, match="Unsupported task: 'classify'"):
         tp.tasks.check_request_task("classify", served, selected="embed")
+
+
+def test_the_gate_policy_old_name_warns_and_still_works():
+    with pytest.warns(DeprecationWarning, match='"pre_50931"'):
+        old = tp.gate(DECODER_EMBED, policy="legacy")
+    assert old == tp.gate(DECODER_EMBED, policy="pre_50931") == {"embed"}

@@ -1,23 +1,27 @@
 """Pooling tasks, the runner's task gate (before and after vLLM PR #50931), task selection.
 
 The gate answers one question: given what a model's pooler declares, which tasks will the
-pooling runner serve? Before PR #50931 ("legacy") vLLM's Model Runner V2 filtered token-level
-tasks out of every model that was not ``encoder_only``, so a decoder's ``token_embed`` was refused.
-After it ("current"), the runner serves the model's declared tasks intersected with its own set.
+pooling runner serve? Before PR #50931 (gate policy ``"pre_50931"``) vLLM's Model Runner V2
+filtered token-level tasks out of every model that was not ``encoder_only``, so a decoder's
+``token_embed`` was refused. After it (``"current"``), the runner serves the model's declared
+tasks intersected with its own set.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 import pandas as pd
 
+from ._deprecation import TokpoolDeprecationWarning
+
 PoolingTask = Literal[
     "embed", "classify", "token_embed", "token_classify", "embed&token_classify", "plugin"
 ]
-GatePolicy = Literal["current", "legacy"]
+GatePolicy = Literal["current", "pre_50931"]
 AttnType = Literal["decoder", "encoder_only", "encoder_decoder"]
 
 POOLING_TASKS: tuple[str, ...] = (
@@ -30,9 +34,22 @@ POOLING_TASKS: tuple[str, ...] = (
 )
 #: The runner's own task set: every pooling task but ``plugin`` (served by another runner).
 SUPPORTED_TASKS: frozenset[str] = frozenset(POOLING_TASKS) - {"plugin"}
-#: Tasks whose output grows with the prompt; the legacy gate kept them for encoders only.
+#: Tasks whose output grows with the prompt; the gate before PR #50931 kept them for encoders
+#: only.
 TOKEN_TASKS: frozenset[str] = frozenset({"token_embed", "token_classify", "embed&token_classify"})
-GATE_POLICIES: tuple[str, ...] = ("current", "legacy")
+GATE_POLICIES: tuple[str, ...] = ("current", "pre_50931")
+#: The gate policy's old name: "legacy" also names a retention policy (``tp.AllPool``).
+_OLD_GATE_POLICY = "legacy"
+
+
+def gate_policy(policy: str) -> str:
+    """Check a gate policy; the old name ``"legacy"`` still works and warns."""
+    if policy == _OLD_GATE_POLICY:
+        warnings.warn('gate policy "legacy" is now "pre_50931" ("legacy" also names a '
+                      "retention policy of AllPool)", TokpoolDeprecationWarning, stacklevel=3)
+        return "pre_50931"
+    _check_choice(policy, GATE_POLICIES, "gate policy")
+    return policy
 ATTN_TYPES: tuple[str, ...] = ("decoder", "encoder_only", "encoder_decoder")
 
 # vLLM's default-task priority when the user does not request one.
@@ -136,9 +153,9 @@ def select_task(
 
 def runner_tasks(*, attn_type: str = "decoder", policy: str = "current") -> frozenset[str]:
     """The runner's task set for a model of this attention type under a gate policy."""
-    _check_choice(policy, GATE_POLICIES, "gate policy")
+    policy = gate_policy(policy)
     _check_choice(attn_type, ATTN_TYPES, "attn_type")
-    if policy == "legacy" and attn_type != "encoder_only":
+    if policy == "pre_50931" and attn_type != "encoder_only":
         return SUPPORTED_TASKS - TOKEN_TASKS
     return SUPPORTED_TASKS
 
@@ -154,7 +171,8 @@ def gate(
     """The tasks the pooling runner serves for this model.
 
     ``policy="current"`` is vLLM after PR #50931 (model tasks ∩ runner set);
-    ``policy="legacy"`` is the rule before it (token tasks only for ``encoder_only``).
+    ``policy="pre_50931"`` is the rule before it (token tasks only for ``encoder_only``;
+    the old name ``"legacy"`` warns).
 
     Raises:
         UnsupportedTaskError: the selected task is outside the runner's set, or the model has
@@ -325,7 +343,8 @@ def task_table(
 
     Returns:
         DataFrame indexed by kind with columns ``example``, ``attn_type``, ``model_tasks``,
-        ``default_task``, ``served_legacy``, ``served_current`` and, per task, ``legacy:<task>``
+        ``default_task``, ``served_pre_50931``, ``served_current`` and, per task,
+        ``pre_50931:<task>``
         and ``current:<task>`` holding ``"yes"``, ``"no"`` or ``"refused"`` (the gate raised).
     """
     names = list(MODEL_KINDS) if kinds is None else list(kinds)
@@ -339,7 +358,7 @@ def task_table(
             "attn_type": kind.attn_type,
             "model_tasks": ", ".join(sorted(kind.tasks)),
             "default_task": select_task(kind.tasks, architectures=kind.architectures),
-            "served_legacy": _served_or_error(kind, "legacy"),
+            "served_pre_50931": _served_or_error(kind, "pre_50931"),
             "served_current": _served_or_error(kind, "current"),
         }
         for policy in GATE_POLICIES[::-1]:

@@ -130,7 +130,7 @@ def run_encode(source, *, pooler, task: str, chunk_size: int | None, async_sched
     """
     lens = source.prompt_lens
     config = SimConfig(
-        hidden_size=source.hidden_size, dtype=source.dtype,
+        hidden_size=source.width, dtype=source.dtype,
         # Every unfinished prompt runs in every step (as many sequences as vLLM's default
         # allows, which also sets its CUDA-graph sizes: capped at 2 x max_num_seqs).
         # (vLLM's budget >= max_num_seqs holds: every prompt has a token)

@@ -166,7 +166,7 @@ class PoolingModel:
         """What the pooling runner serves for this model under a gate policy.
 
         Raises:
-            tp.UnsupportedTaskError: the gate refuses (e.g. ``policy="legacy"`` with
+            tp.UnsupportedTaskError: the gate refuses (e.g. ``policy="pre_50931"`` with
                 ``requested="token_embed"`` on a decoder), with vLLM's message.
         """
         return gate(
@@ -242,7 +242,7 @@ class PoolingModel:
         layer: int = -1,
         use_activation: bool = True,
         dimensions: int | None = None,
-        gate_policy: Literal["current", "legacy"] = "current",
+        gate_policy: Literal["current", "pre_50931"] = "current",
         times: StepTimes | None = None,
     ) -> list[Tensor]:
         """Pool prompts with the model, as the pooling runner would.
@@ -258,7 +258,7 @@ class PoolingModel:
                 ``0`` the embeddings, ``k`` the output of layer ``k``.
             use_activation: L2-normalise embeddings / softmax classifier logits.
             dimensions: Matryoshka truncation of embeddings, in ``[1, hidden_size]``.
-            gate_policy: ``"current"`` (after vLLM PR #50931) or ``"legacy"`` (before it).
+            gate_policy: ``"current"`` (after vLLM PR #50931) or ``"pre_50931"`` (before it).
             times: a ``StepTimes`` that accumulates seconds in the transformer vs in pooling
                 (metadata + pooling method + head), step by step.
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor
 
+from ..sim.backends.source import warn_renamed
 from .forward import PrefillStream
 from .prompts import Prompt
 
@@ -36,7 +37,7 @@ class ModelSource:
             score head runs inside the model.
 
     Attributes:
-        hidden_size: width of the rows written by ``fill`` (``num_labels`` for
+        width: width of the rows written by ``fill`` (``num_labels`` for
             ``token_classify``): the width pooling sees.
         dtype: dtype of the rows (the model's).
         prompt_lens: tokens per request: pass these to ``tp.simulate``.
@@ -65,17 +66,23 @@ class ModelSource:
                     f"task='token_classify' needs a token-classification head, but {model.name} "
                     f"supports {sorted(model.supported_tasks)}; use task='token_embed'"
                 )
-            self.hidden_size = int(model.hf_model.config.num_labels)
+            self.width = int(model.hf_model.config.num_labels)
         elif task == "token_embed":
-            self.hidden_size = model.hidden_size
+            self.width = model.hidden_size
         else:
             raise ValueError(f"task must be 'token_embed' or 'token_classify', got {task!r}")
         self.dtype = model.dtype
         self._ids = model.token_ids(prompts)
         self._streams = [PrefillStream(model, ids, layer=layer) for ids in self._ids]
         self._produced = [
-            torch.zeros((len(ids), self.hidden_size), dtype=self.dtype) for ids in self._ids
+            torch.zeros((len(ids), self.width), dtype=self.dtype) for ids in self._ids
         ]
+
+    @property
+    def hidden_size(self) -> int:
+        """The old name of ``width`` (the rows' width: ``num_labels`` for token_classify)."""
+        warn_renamed("ModelSource.hidden_size", "width")
+        return self.width
 
     @property
     def prompt_lens(self) -> list[int]:
@@ -118,7 +125,7 @@ class ModelSource:
         """Write this step's hidden states into ``out``, chunk after chunk.
 
         Args:
-            out: ``[n_step_tokens, hidden_size]`` in ``dtype``, usually a view of the engine's
+            out: ``[n_step_tokens, width]`` in ``dtype``, usually a view of the engine's
                 persistent buffer (written in place).
             chunks: ``(request, start, stop)`` in batch order; each continues its request's
                 prefill (``start`` = tokens computed so far).
@@ -129,10 +136,10 @@ class ModelSource:
                 encoder model.
         """
         sizes = [stop - start for _, start, stop in chunks]
-        if out.dim() != 2 or out.shape != (sum(sizes), self.hidden_size):
+        if out.dim() != 2 or out.shape != (sum(sizes), self.width):
             raise ValueError(
                 f"out has shape {tuple(out.shape)} but the chunks {list(chunks)} need "
-                f"({sum(sizes)}, {self.hidden_size})"
+                f"({sum(sizes)}, {self.width})"
             )
         if out.dtype != self.dtype:
             raise ValueError(

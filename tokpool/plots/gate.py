@@ -31,7 +31,7 @@ def gate_categories(table: pd.DataFrame) -> tuple[np.ndarray, list[str], list[st
     for i, kind in enumerate(kinds):
         declared = {t.strip() for t in str(table.loc[kind, "model_tasks"]).split(",")}
         for j, task in enumerate(tasks):
-            legacy = table.loc[kind, f"legacy:{task}"] == "yes"
+            legacy = table.loc[kind, f"pre_50931:{task}"] == "yes"
             current = table.loc[kind, f"current:{task}"] == "yes"
             if task not in declared:
                 codes[i, j] = 0

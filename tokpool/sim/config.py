@@ -55,9 +55,11 @@ class SimConfig:
             the ``model`` preset's, else 1024. Given WITH a model preset it must equal the
             preset's (a 1024-wide simulation is not an 8B model's).
         dtype: dtype of the hidden states (``"bfloat16"``, ``torch.float16``, ...).
-        head_dtype: the pooling head's dtype: ``"float32"`` by default, as vLLM's pooling
-            heads (``_get_head_dtype``); ``None`` keeps ``dtype`` (no cast).
-        use_activation: the head's L2 normalise (embed) / softmax or sigmoid (classify). On
+        head_dtype: the pooling head's dtype; ``"auto"`` (default): vLLM's
+            (``vllm_rules.default_head_dtype``: float32 for pooling models); ``None`` keeps
+            ``dtype`` (no cast).
+        use_activation: the head's L2 normalise (embed) / softmax or sigmoid (classify);
+            ``None`` (default): vLLM's (``vllm_rules.default_use_activation``). On
             by default, as vLLM's ``PoolingParams``.
         task: ``"token_embed"``/``"token_classify"`` (per-token outputs, ALL/STEP pooling) or
             ``"embed"``/``"classify"`` (one row per request, LAST pooling) for comparison.
@@ -117,7 +119,9 @@ class SimConfig:
             models, decoders with CLS/MEAN sequence pooling or STEP token pooling (PRMs), on
             otherwise; an explicit value overrides it. Without it a prompt longer
             than the budget is rejected.
-        async_scheduling: step N+1 is launched before step N's outputs are copied to the host.
+        async_scheduling: step N+1 is launched before step N's outputs are copied to the host;
+            ``None`` (default): vLLM's (``vllm_rules.default_async_scheduling``: off for
+            pooling models).
         policy: what pooling keeps between steps: one of ``tp.RETENTION_POLICIES``, or
             ``"vllm"``: tensor mode drives the INSTALLED vLLM's own AllPool/StepPool
             (``tokpool.vllm_bridge``; ``make vllm`` installs 0.33.0) to ask "does my vLLM
@@ -148,8 +152,8 @@ class SimConfig:
 
     hidden_size: int | None = None
     dtype: DTypeLike = torch.bfloat16
-    head_dtype: DTypeLike | None = "float32"
-    use_activation: bool = True
+    head_dtype: DTypeLike | Literal["auto"] | None = "auto"
+    use_activation: bool | None = None
     task: SimTask = "token_embed"
     num_labels: int = 2
     pooling: SimPooling | None = None
@@ -161,7 +165,7 @@ class SimConfig:
     max_num_seqs: int | None = None
     long_prefill_token_threshold: int | None = None
     enable_chunked_prefill: bool | None = None
-    async_scheduling: bool = False
+    async_scheduling: bool | None = None
     policy: RetentionPolicy | Literal["vllm"] = "clone"
     model: str | ModelPreset | None = None
     hardware: str | Hardware = "H100 SXM"
@@ -189,9 +193,11 @@ class SimConfig:
         set_ = object.__setattr__  # frozen: normalise once, here
         set_(self, "_defaulted", tuple(
             name for name in ("hidden_size", "max_num_batched_tokens", "max_num_seqs",
-                              "enable_chunked_prefill", "max_model_len", "kv_cache_blocks")
+                              "enable_chunked_prefill", "max_model_len", "kv_cache_blocks",
+                              "use_activation", "async_scheduling")
             if getattr(self, name) is None
-        ))
+        ) + (("head_dtype",) if isinstance(self.head_dtype, str)
+             and self.head_dtype == "auto" else ()))
         set_(self, "model", resolve_model(self.model))
         _check_int("hidden_size", self.hidden_size, minimum=1, optional=True)
         if self.hidden_size is None:
@@ -239,13 +245,16 @@ class SimConfig:
                     f"cudagraph_capture_sizes must be positive ints, got {sizes!r}"
                 )
             set_(self, "cudagraph_capture_sizes", tuple(sorted(set(sizes))))
-        for name in ("use_activation", "async_scheduling", "enforce_eager"):
-            _check_bool(name, getattr(self, name))
+        for name in ("use_activation", "async_scheduling"):
+            if getattr(self, name) is not None:
+                _check_bool(name, getattr(self, name))
+        _check_bool("enforce_eager", self.enforce_eager)
         if self.task not in SIM_TASKS:
             raise ValueError(f"unknown task {self.task!r}; the simulator runs {list(SIM_TASKS)}")
         check_policy(self.policy, allowed=SIM_POLICIES)
         set_(self, "dtype", resolve_dtype(self.dtype, what="dtype"))
-        set_(self, "head_dtype", resolve_dtype(self.head_dtype, what="head_dtype"))
+        if not (isinstance(self.head_dtype, str) and self.head_dtype == "auto"):
+            set_(self, "head_dtype", resolve_dtype(self.head_dtype, what="head_dtype"))
         set_(self, "hardware", resolve_hardware(self.hardware))
         if self.returned_token_ids is not None:
             ids = tuple(self.returned_token_ids)
@@ -269,7 +278,8 @@ class SimConfig:
         # The one resolution step: vLLM's rules fill what was left None.
         resolved = resolve_engine(self)
         for name in ("max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
-                     "max_num_seqs", "kv_cache_blocks"):
+                     "max_num_seqs", "kv_cache_blocks", "head_dtype", "use_activation",
+                     "async_scheduling"):
             set_(self, name, getattr(resolved, name))
         set_(self, "_resolved", resolved)
 
@@ -416,7 +426,7 @@ class SimConfig:
         defaults (the hidden size from ``model``; vLLM's budget, ``max_num_seqs``, chunking,
         ``max_model_len``) are filled again for the new values unless given."""
         for name in self._defaulted:
-            changes.setdefault(name, None)
+            changes.setdefault(name, "auto" if name == "head_dtype" else None)
         return dataclasses.replace(self, **changes)
 
     @classmethod

@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from ..._deprecation import TokpoolDeprecationWarning
 from ...heads import DTypeLike, resolve_dtype
 from ..config import SYNTHETIC_STEP_TAG_ID, SimConfig
 
@@ -34,7 +35,7 @@ class HiddenStateSource(Protocol):
     """What the simulator needs from anything that produces hidden states.
 
     Attributes:
-        hidden_size: width of the rows ``fill`` writes. This is the width *pooling sees*: the
+        width: width of the rows ``fill`` writes. This is the width *pooling sees*: the
             model's hidden size for ``token_embed``/``embed``, ``num_labels`` for
             ``token_classify``/``classify`` (the score head runs inside the model, as for
             process reward models, so the model's output rows are logits).
@@ -43,10 +44,10 @@ class HiddenStateSource(Protocol):
     Call order, per simulation: ``prepare(prompt_lens)`` once; then per step
     ``fill(out, chunks)`` with the step's chunks; ``reference(r)`` and ``token_ids(r)`` any time
     after request ``r``'s last chunk was filled; ``reset(r)`` if ``r`` is preempted (it then
-    restarts from position 0). The built-in scheduler never preempts, but sources must accept it.
+    restarts from position 0): a full KV cache preempts requests, which then restart.
     """
 
-    hidden_size: int
+    width: int
     dtype: torch.dtype
 
     def prepare(self, prompt_lens: Sequence[int]) -> None:
@@ -61,7 +62,7 @@ class HiddenStateSource(Protocol):
         """Write one step's rows into ``out`` in place.
 
         Args:
-            out: ``[n_step_tokens, hidden_size]`` of ``dtype``, a view of the first
+            out: ``[n_step_tokens, width]`` of ``dtype``, a view of the first
                 ``n_step_tokens`` rows of the persistent buffer (never keep a reference).
             chunks: ``(request, start, stop)`` in batch order; rows of positions
                 ``start..stop-1`` of ``request`` go to consecutive rows of ``out``, chunk after
@@ -70,7 +71,7 @@ class HiddenStateSource(Protocol):
         ...
 
     def reference(self, request: int) -> Tensor:
-        """``[prompt_len, hidden_size]`` CPU tensor of ``dtype``: the rows a correct engine
+        """``[prompt_len, width]`` CPU tensor of ``dtype``: the rows a correct engine
         delivers for ``request`` before any pooling head (what ALL pooling must return)."""
         ...
 
@@ -91,19 +92,22 @@ def check_source(source: object, *, width: int, dtype: torch.dtype) -> None:
         TypeError: a method or attribute of the protocol is missing.
         ValueError: the source's width or dtype differs from the simulation's.
     """
+    if not hasattr(source, "width") and hasattr(source, "hidden_size"):
+        warn_renamed(f"{type(source).__name__}.hidden_size", "width")
+        source.width = source.hidden_size  # a source written before the rename keeps working
     missing = [
         name
-        for name in ("hidden_size", "dtype", "prepare", "fill", "reference", "token_ids", "reset")
+        for name in ("width", "dtype", "prepare", "fill", "reference", "token_ids", "reset")
         if not hasattr(source, name)
     ]
     if missing:
         raise TypeError(
             f"{type(source).__name__} is not a HiddenStateSource: it lacks {missing} "
-            "(see tokpool.sim.source.HiddenStateSource)"
+            "(see tokpool.sim.HiddenStateSource)"
         )
-    if int(source.hidden_size) != width:
+    if int(source.width) != width:
         raise ValueError(
-            f"the source writes rows of width {source.hidden_size} but the simulation pools "
+            f"the source writes rows of width {source.width} but the simulation pools "
             f"rows of width {width}; set SimConfig(hidden_size=...) (token_embed) or "
             "num_labels=... (token_classify) to the source's width"
         )
@@ -126,7 +130,7 @@ class SyntheticSource:
     ``capacity ** min(width, D)`` tokens; ``prepare`` warns beyond that).
 
     Args:
-        hidden_size: row width (pooling's width).
+        width: row width (pooling's width; the old keyword ``hidden_size=`` warns).
         dtype: row dtype (``"bfloat16"``, ``torch.float32``, ...).
         step_tag_every: if set, every ``k``-th token (positions ``k-1, 2k-1, ...``) is the step
             tag ``step_tag_id`` in ``token_ids``; otherwise no token is.
@@ -143,14 +147,18 @@ class SyntheticSource:
 
     def __init__(
         self,
-        hidden_size: int,
+        width: int | None = None,
         dtype: DTypeLike = "bfloat16",
         *,
         step_tag_every: int | None = None,
         step_tag_id: int = SYNTHETIC_STEP_TAG_ID,
+        hidden_size: int | None = None,
     ) -> None:
-        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ValueError(f"hidden_size must be a positive int, got {hidden_size!r}")
+        if hidden_size is not None:
+            warn_renamed("SyntheticSource(hidden_size=...)", "width")
+            width = hidden_size if width is None else width
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"width must be a positive int, got {width!r}")
         if step_tag_every is not None and (
             isinstance(step_tag_every, bool)
             or not isinstance(step_tag_every, int)
@@ -159,7 +167,7 @@ class SyntheticSource:
             raise ValueError(
                 f"step_tag_every must be a positive int or None, got {step_tag_every!r}"
             )
-        self.hidden_size = hidden_size
+        self.width = width
         self.dtype: torch.dtype = resolve_dtype(dtype)
         self.step_tag_every = step_tag_every
         self.step_tag_id = int(step_tag_id)
@@ -170,13 +178,19 @@ class SyntheticSource:
         self._lens: list[int] = []
         self._digits = 1
         # Columns >= D repeat column 0 times +-2**k (k in -4..4): exact, cheap, not all equal.
-        col = torch.arange(hidden_size, dtype=torch.float64)
+        col = torch.arange(width, dtype=torch.float64)
         sign = 1.0 - 2.0 * torch.remainder(torch.div(col, 9, rounding_mode="floor"), 2)
         self._col_scale = (sign * torch.exp2(torch.remainder(col, 9) - 4)).to(self.dtype)
 
+    @property
+    def hidden_size(self) -> int:
+        """The old name of ``width``."""
+        warn_renamed("SyntheticSource.hidden_size", "width")
+        return self.width
+
     def __repr__(self) -> str:
         return (
-            f"SyntheticSource(hidden_size={self.hidden_size}, dtype={self.dtype}, "
+            f"SyntheticSource(width={self.width}, dtype={self.dtype}, "
             f"step_tag_every={self.step_tag_every})"
         )
 
@@ -195,10 +209,10 @@ class SyntheticSource:
         while self.capacity**digits < total:
             digits += 1
         self._digits = digits
-        if digits > self.hidden_size:
+        if digits > self.width:
             warnings.warn(
                 f"SyntheticSource: {total} tokens need {digits} columns of {self.dtype} to be "
-                f"told apart but rows have {self.hidden_size}; an overwritten row may go "
+                f"told apart but rows have {self.width}; an overwritten row may go "
                 "unnoticed in tensor mode (use float32 or a wider row)",
                 stacklevel=2,
             )
@@ -220,14 +234,14 @@ class SyntheticSource:
         return (sign * mantissa * torch.exp2(exponent - p)).to(self.dtype)
 
     def rows(self, global_index: Tensor) -> Tensor:
-        """Rows for global token indices: ``[n]`` int64 → ``[n, hidden_size]`` of ``dtype``."""
-        out = torch.empty((global_index.numel(), self.hidden_size), dtype=self.dtype)
+        """Rows for global token indices: ``[n]`` int64 → ``[n, width]`` of ``dtype``."""
+        out = torch.empty((global_index.numel(), self.width), dtype=self.dtype)
         self._write(out, global_index)
         return out
 
     def _write(self, out: Tensor, g: Tensor) -> None:
         """Rows of global indices ``g`` (``[n]`` int64, on ``out``'s device) into ``out``."""
-        cap, width = self.capacity, self.hidden_size
+        cap, width = self.capacity, self.width
         digits = [torch.div(g, cap**d, rounding_mode="floor") % cap for d in range(self._digits)]
         first = self._encode(digits[0])  # [n]
         if self._col_scale.device != out.device:
@@ -246,20 +260,20 @@ class SyntheticSource:
         return torch.arange(start, stop, dtype=torch.int64, device=device) + self._offsets[request]
 
     def fill(self, out: Tensor, chunks: Sequence[tuple[int, int, int]]) -> None:
-        """Write the chunks' rows into ``out`` (``[n_step_tokens, hidden_size]``, in place; on
+        """Write the chunks' rows into ``out`` (``[n_step_tokens, width]``, in place; on
         any device, computed there)."""
         if not chunks:
             return
         g = torch.cat([self._global(r, a, b, out.device) for r, a, b in chunks])  # [n_step_tokens]
-        if out.shape != (g.numel(), self.hidden_size) or out.dtype != self.dtype:
+        if out.shape != (g.numel(), self.width) or out.dtype != self.dtype:
             raise ValueError(
                 f"out is {tuple(out.shape)} {out.dtype} but the chunks {list(chunks)[:4]} need "
-                f"({g.numel()}, {self.hidden_size}) {self.dtype}"
+                f"({g.numel()}, {self.width}) {self.dtype}"
             )
         self._write(out, g)
 
     def reference(self, request: int) -> Tensor:
-        """``[prompt_len, hidden_size]``: the rows a correct engine delivers (pre-head)."""
+        """``[prompt_len, width]``: the rows a correct engine delivers (pre-head)."""
         return self.rows(self._global(request, 0, self._check(request)))
 
     def token_ids(self, request: int) -> Tensor:
@@ -285,3 +299,10 @@ def default_source(config: SimConfig) -> SyntheticSource:
         step_tag_every=config.step_tag_every,
         step_tag_id=config.effective_step_tag_id or SYNTHETIC_STEP_TAG_ID,
     )
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """``hidden_size`` of a source was the ROW width pooling sees (``num_labels`` for classify
+    tasks), not the model's hidden size: the name is now ``width``."""
+    warnings.warn(f"{old} is now {new!r} (the width of the rows pooling sees, not the model's "
+                  "hidden size)", TokpoolDeprecationWarning, stacklevel=3)

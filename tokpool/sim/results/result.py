@@ -20,13 +20,14 @@ class SimResult:
 
     Attributes:
         config: the configuration.
-        mode: ``"tensor"`` or ``"analytic"``.
+        mode: ``"tensor"``, ``"analytic"`` or ``"closed_form"``.
         prompt_lens: the requests' prompt lengths.
         steps: one row per engine iteration; columns in ``tokpool.sim.STEP_COLUMNS``.
         requests: one row per request; columns in ``tokpool.sim.REQUEST_COLUMNS``.
         corrupted: requests whose delivered output differs from the reference, input order.
         peak_pooling_bytes: max of ``steps.pool_peak_bytes``.
-        buffer_bytes: the persistent hidden-state buffer ``[max_num_batched_tokens, width]``.
+        buffer_bytes: the persistent output memory (``SimConfig.buffer_bytes``: graph output
+            memory, or the teaching buffer).
         peak_device_bytes: ``peak_pooling_bytes + buffer_bytes``.
         schedule: the compute steps and their chunks.
         outputs: tensor mode only: each request's delivered host output, input order.
@@ -80,6 +81,23 @@ class SimResult:
             "est_d2h_s": float(steps["est_d2h_s"].sum()),
             "est_total_s": float(steps["est_step_s"].sum(min_count=1)),
         }
+
+    @property
+    def estimates(self) -> list[str]:
+        """What in this result rests on an ESTIMATE rather than on vLLM's rules, one line each
+        (empty: every number follows from the rules and the bytes)."""
+        cfg = self.config
+        found = []
+        if cfg.async_scheduling and cfg.async_overwrite == "forward_end":
+            found.append("corrupted: which host copies finish before the next step writes is "
+                         "decided by the roofline time ESTIMATE (async_overwrite='forward_end'); "
+                         "'forward_start' does not depend on it")
+        if cfg.gpu_memory_utilization is not None and cfg._resolved.activation_peak_is_estimate:
+            found.append("kv_bytes and KV-cache blocks: vLLM's profiled activation peak is "
+                         "ESTIMATED (SimConfig.estimated_activation_peak_bytes)")
+        if cfg.model is not None:
+            found.append("est_* columns: roofline time ESTIMATES from spec-sheet numbers")
+        return found
 
     def explain(self) -> list[str]:
         """One sentence per request: how its chunks were kept (the keep rule's actions), which

@@ -18,11 +18,10 @@ ones whose vLLM function can run on a CPU against that function.
 
 from __future__ import annotations
 
-import functools
-import itertools
-from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Literal
+
+import numpy as np
 
 __all__ = [
     "BLACKWELL_MAX_CUDAGRAPH_CAPTURE_SIZE",
@@ -43,6 +42,7 @@ __all__ = [
     "engine_batch_limits",
     "graph_size_for",
     "num_sampled_tokens_per_step",
+    "padded_step_sizes",
     "pooling_attn_type",
     "pooling_cudagraph_mode",
     "resolve_cudagraph_sizes",
@@ -218,17 +218,18 @@ def graph_size_for(
         (304, None)
     """
     _positive_int("num_tokens", num_tokens)
-    if enforce_eager or not sizes:
+    if enforce_eager:
         return None
-    # the engine loop asks every step with the config's ascending tuple: no re-sort then
-    ordered = sizes if isinstance(sizes, tuple) and _ascending(sizes) else sorted(sizes)
-    i = bisect_left(ordered, num_tokens)
-    return ordered[i] if i < len(ordered) else None
+    padded = int(padded_step_sizes(num_tokens, sorted(sizes)))
+    return padded or None
 
 
-@functools.lru_cache(maxsize=32)
-def _ascending(sizes: tuple[int, ...]) -> bool:
-    return all(a < b for a, b in itertools.pairwise(sizes))
+def padded_step_sizes(num_tokens, ascending_sizes: Sequence[int]):
+    """``graph_size_for`` over an int or int array: the capture size each step pads to, 0
+    where it runs eagerly (``ascending_sizes``: the capture sizes, sorted; empty: all eager).
+    The step-memory rule (``step_memory.step_memory``) reads vLLM's dispatch through this."""
+    table = np.asarray((*ascending_sizes, 0), dtype=np.int64)  # the 0 answers "past the last"
+    return table[np.searchsorted(table[:-1], np.asarray(num_tokens, dtype=np.int64), "left")]
 
 
 def pooling_cudagraph_mode(

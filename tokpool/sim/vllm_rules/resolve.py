@@ -3,12 +3,16 @@
 ``SimConfig`` holds what the user gave; ``resolve_engine`` applies vLLM 0.33.0's rules — the
 same functions the parity tests check against vLLM's own code — once, in this order:
 
+0. the pooling defaults: head dtype (``engine.default_head_dtype``: float32), activation
+   (``engine.default_use_activation``), async scheduling (``engine.default_async_scheduling``:
+   off for pooling models);
 1. ``max_model_len``: the model's context (``models.ModelPreset.max_model_len``);
 2. chunked prefill: ``engine.chunked_prefill_supported`` (encoders, CLS/MEAN decoders and STEP
    PRMs never chunk);
 3. token budget and ``max_num_seqs``: ``engine.engine_batch_limits`` / ``engine.batch_defaults``
    by device and usage context (raised to ``max_model_len`` when prompts are not chunked);
-4. CUDA-graph capture sizes: ``engine.resolve_cudagraph_sizes`` (none when eager);
+4. CUDA-graph mode and capture sizes: ``engine.pooling_cudagraph_mode`` (PIECEWISE, or NONE
+   when eager: no capture sizes) and ``engine.resolve_cudagraph_sizes``;
 5. KV cache: bytes per token per rank and, with ``gpu_memory_utilization``, the blocks vLLM
    would allocate (``kv_cache.kv_cache_capacity_tokens``, from the DRIVER-reported memory);
    none for an encoder-only model; vLLM's start-up refusals (``engine_checks``: a ``-tp`` that
@@ -20,11 +24,18 @@ same functions the parity tests check against vLLM's own code — once, in this 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import torch
 
 from .engine import (
     batch_defaults,
     chunked_prefill_supported,
+    default_async_scheduling,
+    default_head_dtype,
+    default_use_activation,
     engine_batch_limits,
+    pooling_cudagraph_mode,
     resolve_cudagraph_sizes,
 )
 from .engine_checks import check_kv_cache_holds_one_sequence, check_tensor_parallel
@@ -44,6 +55,9 @@ class ResolvedEngine:
     kv_cache_blocks: int | None
     activation_peak_bytes: int
     activation_peak_is_estimate: bool
+    head_dtype: Any
+    use_activation: bool
+    async_scheduling: bool
 
 
 def activation_peak_estimate(config, max_num_batched_tokens: int) -> int:
@@ -72,6 +86,12 @@ def resolve_engine(config) -> ResolvedEngine:
         check_tensor_parallel(model.name, model.num_attention_heads,
                               model.num_key_value_heads or model.num_attention_heads,
                               config.tensor_parallel_size)
+    head_dtype = config.head_dtype
+    if isinstance(head_dtype, str) and head_dtype == "auto":
+        dtype_name = str(config.dtype).removeprefix("torch.")
+        head_dtype = getattr(torch, default_head_dtype(dtype_name, runner="pooling"))
+    use_activation = default_use_activation(config.use_activation)
+    async_scheduling = default_async_scheduling("pooling", config.async_scheduling)
     max_model_len = config.max_model_len
     if max_model_len is None and model is not None:
         max_model_len = model.max_model_len
@@ -100,7 +120,8 @@ def resolve_engine(config) -> ResolvedEngine:
                 f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
                 "raise the budget or lower max_num_seqs"
             )
-    if config.output_memory != "vllm" or config.enforce_eager:
+    graph_mode = pooling_cudagraph_mode(enforce_eager=config.enforce_eager)
+    if config.output_memory != "vllm" or graph_mode == "NONE":
         sizes: tuple[int, ...] = ()
     else:
         _, sizes = resolve_cudagraph_sizes(
@@ -135,4 +156,5 @@ def resolve_engine(config) -> ResolvedEngine:
                 kv_bytes_per_token=kv_per_token, max_model_len=max_model_len,
                 available_bytes=kv_cache_memory_bytes(model, **memory))
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
-                          blocks, activation, estimate)
+                          blocks, activation, estimate, head_dtype, use_activation,
+                          async_scheduling)

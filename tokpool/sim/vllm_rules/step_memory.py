@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .engine import padded_step_sizes
+
 #: The region id of the persistent output memory (graph memory, or the teaching buffer).
 PERSISTENT_REGION = 0
 
@@ -72,8 +74,7 @@ def step_memory(config, num_tokens):
     n = np.asarray(num_tokens, dtype=np.int64)
     if config.output_memory == "one_buffer":
         return np.ones(n.shape, dtype=bool), n
-    sizes = np.asarray((*config.capture_sizes, 0), dtype=np.int64)
-    padded = sizes[np.searchsorted(sizes[:-1], n, side="left")]  # 0 past the largest: eager
+    padded = padded_step_sizes(n, config.capture_sizes)  # vLLM's dispatch; 0: eager
     persistent = padded > 0
     return persistent, np.where(persistent, padded, n)
 
