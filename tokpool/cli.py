@@ -222,6 +222,8 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         label = model.name
     selected = tp.select_task(tasks, requested=args.task, architectures=archs)
     print(f"model: {args.model} ({label}); attn_type={attn}; declares {sorted(tasks)}")
+    if args.policy == "legacy":  # the gate policy's old name (the library's warns)
+        args.policy = "pre_50931"
     runner = sorted(tp.tasks.runner_tasks(attn_type=attn, policy=args.policy))
     print(f"gate policy: {args.policy}; runner set {runner}")
     served = tp.gate(tasks, requested=args.task, attn_type=attn, policy=args.policy,
@@ -512,7 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a catalogue kind (e.g. decoder_embedding) or a model name/path "
                    "(e.g. smollm2-135m)")
     p.add_argument("--task", help="the task to request (default: the model's default task)")
-    p.add_argument("--policy", choices=("current", "legacy"), default="current")
+    p.add_argument("--policy", choices=("current", "pre_50931", "legacy"), default="current",
+                   help="the gate after vLLM PR #50931 (current) or before it (pre_50931; "
+                        "'legacy' is its old name)")
     p.set_defaults(func=_cmd_gate)
 
     p = sub.add_parser("simulate", help="replay an engine's steps: per-step memory, corruption",
