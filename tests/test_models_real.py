@@ -80,14 +80,14 @@ def test_smollm2_token_embed_chunked_through_encode(smollm2):
 
 
 def test_legacy_gate_refuses_smollm2_token_embed(smollm2):
-    legacy = sorted(tp.tasks.runner_tasks(attn_type="decoder", policy="legacy"))
+    legacy = sorted(tp.tasks.runner_tasks(attn_type="decoder", policy="pre_50931"))
     message = (
         f"supports pooling tasks {legacy}, but this model selects 'token_embed' from "
         "['embed', 'token_embed']. Set an explicitly supported task"
     )
     with pytest.raises(tp.UnsupportedTaskError, match=re.escape(message)):
         tp.gate(smollm2.supported_tasks, requested="token_embed", attn_type=smollm2.attn_type,
-                policy="legacy")
+                policy="pre_50931")
     served = tp.gate(smollm2.supported_tasks, requested="token_embed",
                      attn_type=smollm2.attn_type, policy="current")
     assert served == frozenset({"embed", "token_embed"})

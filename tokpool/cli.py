@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -222,8 +223,9 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         label = model.name
     selected = tp.select_task(tasks, requested=args.task, architectures=archs)
     print(f"model: {args.model} ({label}); attn_type={attn}; declares {sorted(tasks)}")
-    if args.policy == "legacy":  # the gate policy's old name (the library's warns)
-        args.policy = "pre_50931"
+    with warnings.catch_warnings():  # the gate policy's old name: the CLI still takes it
+        warnings.simplefilter("ignore", DeprecationWarning)
+        args.policy = tp.tasks.gate_policy(args.policy)
     runner = sorted(tp.tasks.runner_tasks(attn_type=attn, policy=args.policy))
     print(f"gate policy: {args.policy}; runner set {runner}")
     served = tp.gate(tasks, requested=args.task, attn_type=attn, policy=args.policy,
