@@ -171,7 +171,7 @@ def test_work_is_estimated_first_and_refused_with_the_number_and_the_cheaper_mod
     def never(*args):
         raise AssertionError("scheduled a run that should have been refused first")
 
-    monkeypatch.setattr(simulation, "_tokpool_steps", never)  # refused before any step
+    monkeypatch.setattr(simulation, "_scheduled_steps", never)  # refused before any step
     cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=64)
     with pytest.raises(ValueError, match=match):
         tp.simulate(lens, cfg, mode="analytic")

@@ -1,4 +1,8 @@
-"""Pooling memory per PRM convention, from the simulator's analytic mode."""
+"""Pooling memory per PRM convention as vLLM 0.33.0 serves it, from the simulator's analytic mode:
+score-head conventions pool fresh float32 logits computed after the compiled backbone
+(vllm/model_executor/models/qwen2_rm.py, Qwen2RewardBaseModel.forward); the token-pair
+convention pools the backbone's hidden rows, as a pooling model loads no LM head
+(vllm/model_executor/models/adapters.py, _create_pooling_model_cls)."""
 
 import pytest
 
@@ -23,36 +27,39 @@ def test_vllm_serves_a_prm_unchunked_within_its_context():
     assert not table["chunked"].any()
     for convention, row in table.iterrows():
         k = row.returned_width
-        rows = m * k * 2  # the step-tag rows StepPool selects, bf16
-        columns = n * k * 2 if convention == "token_pair" else 0  # column pick of the vocab
-        # AllPool hands over a VIEW of the step's output (sync, one shot): pooling owns only
-        # the selections and the float32 head's cast + activation
-        assert row.peak_pooling_bytes == max(columns + rows, rows + 2 * m * k * 4), convention
+        # AllPool hands over a VIEW of the step's rows (sync, one shot): pooling owns only
+        # the selections and the head's outputs
+        if convention == "token_pair":  # bf16 hidden rows: columns, tag rows, cast, softmax
+            columns, rows = n * k * 2, m * k * 2
+            assert row.peak_pooling_bytes == max(columns + rows, rows + 2 * m * k * 4)
+        else:  # float32 logits: the tag rows and the softmax (no cast: already float32)
+            assert row.peak_pooling_bytes == m * k * 4 + m * k * 4, convention
 
 
 def test_widths_per_convention(table):
-    vocab = tp.MODEL_PRESETS["Qwen2.5-Math-PRM-7B"].vocab_size
+    hidden = tp.MODEL_PRESETS["Qwen2.5-Math-PRM-7B"].hidden_size
     rows = table.set_index("convention")
     assert rows.loc["two_class", ["pooled_width", "returned_width"]].tolist() == [2, 2]
-    assert rows.loc["token_pair", ["pooled_width", "returned_width"]].tolist() == [vocab, 2]
+    assert rows.loc["token_pair", ["pooled_width", "returned_width"]].tolist() == [hidden, 2]
     assert rows.loc["value_head", ["pooled_width", "returned_width"]].tolist() == [1, 1]
-    assert rows["bytes_per_token"].tolist() == [2 * 2, vocab * 2, 1 * 2]  # bf16 rows
+    # float32 logits, bf16 hidden rows
+    assert rows["bytes_per_token"].tolist() == [2 * 4, hidden * 2, 1 * 4]
 
 
 def test_clone_peak_is_the_design_formula_with_the_convention_width(table):
     # clone: the finishing cat allocates T rows while T - L rows of cache are alive
     last = T - (T // C - 1) * C
     for row in table.itertuples():
-        assert row.peak_pooling_bytes == (2 * T - last) * row.pooled_width * 2, row.convention
+        assert row.peak_pooling_bytes == (2 * T - last) * row.bytes_per_token, row.convention
         # what the host receives is tiny: one float32 row of returned_width per step
         assert row.output_bytes == (T // EVERY) * row.returned_width * 4
         assert row.num_steps == T // EVERY
 
 
-def test_token_pair_pays_for_the_vocabulary_before_selection(table):
+def test_token_pair_pays_for_the_hidden_rows_before_selection(table):
     peak = table.set_index("convention")["peak_pooling_bytes"]
-    vocab = tp.MODEL_PRESETS["Qwen2.5-Math-PRM-7B"].vocab_size
-    assert peak["token_pair"] == peak["two_class"] * vocab // 2
+    hidden = tp.MODEL_PRESETS["Qwen2.5-Math-PRM-7B"].hidden_size
+    assert peak["token_pair"] == peak["two_class"] * (hidden * 2) // (2 * 4)
     assert peak["two_class"] == 2 * peak["value_head"]
     assert 0 < table.set_index("convention").loc["token_pair", "share_of_hbm"] < 1
 

@@ -171,20 +171,21 @@ def test_trace_shows_the_race_window(tmp_path):
 def test_kv_cache_preempts_the_last_running_request_worked_by_hand():
     from tokpool.sim.schedule.scheduler import schedule
 
-    # Two 40-token prompts, 16 tokens each per step, a 4-block KV cache (64 tokens):
-    # steps 0-1 fill all 4 blocks; in step 2 request 0 needs a 3rd block, so request 1 (the
-    # last running) is preempted: its blocks are freed and it restarts from token 0 later,
-    # and no waiting request is admitted in that step (as vLLM's ``if not preempted_reqs``).
-    # kv_blocks: held during the step, a finishing request's included.
+    # Two 40-token prompts, 16 tokens each per step, a 6-block KV cache (vLLM's null block
+    # leaves 5): both are admitted in step 0 (each prompt's 3 blocks fit the free blocks,
+    # vLLM's whole-prompt admission); steps 0-1 fill 4 blocks; in step 2 request 0 takes the
+    # 5th, so request 1 (the last running) cannot grow and is preempted: its blocks are freed
+    # and it restarts from token 0, and no waiting request is admitted in that step (vLLM's
+    # ``if not preempted_reqs``). Alone, it is no longer capped by the threshold.
+    # kv_blocks: held right after the step is scheduled.
     steps = schedule([40, 40], max_num_batched_tokens=32, max_num_seqs=8,
                      enable_chunked_prefill=True, long_prefill_token_threshold=16,
-                     kv_cache_blocks=4, block_size=16)
+                     kv_cache_blocks=6, block_size=16)
     assert [(s.chunks, s.preempted, s.kv_blocks) for s in steps] == [
         (((0, 0, 16), (1, 0, 16)), (), 2),
         (((0, 16, 32), (1, 16, 32)), (), 4),
         (((0, 32, 40),), (1,), 3),
-        (((1, 0, 16),), (), 1),
-        (((1, 16, 32),), (), 2),
+        (((1, 0, 32),), (), 2),
         (((1, 32, 40),), (), 3),
     ]
     with pytest.raises(ValueError, match="5 KV blocks of 16 tokens, but the KV cache has 4"):
@@ -195,7 +196,7 @@ def test_kv_cache_preempts_the_last_running_request_worked_by_hand():
 @pytest.mark.parametrize("policy", ["legacy", "clone", "prealloc", "offload"])
 def test_preemption_cleans_pooling_state_in_both_backends(policy):
     cfg = _SimConfig.for_model("SmolLM2-135M", max_num_batched_tokens=32,
-                               long_prefill_token_threshold=16, kv_cache_blocks=4,
+                               long_prefill_token_threshold=16, kv_cache_blocks=6,
                                policy=policy, head_dtype=None, use_activation=False)
     tensor, counted = simulate([40, 40], cfg, mode="tensor"), simulate([40, 40], cfg)
     pd.testing.assert_frame_equal(tensor.steps, counted.steps)
@@ -215,7 +216,7 @@ def test_preemption_cleans_pooling_state_in_both_backends(policy):
        async_scheduling=st.booleans())
 def test_tensor_equals_analytic_under_kv_pressure(lens, budget, threshold, extra, block, policy,
                                                    async_scheduling):
-    blocks = -(-max(lens) // block) + extra
+    blocks = -(-max(lens) // block) + 1 + extra  # + vLLM's null block
     cfg = SimConfig(hidden_size=3, max_num_batched_tokens=budget, policy=policy,
                     long_prefill_token_threshold=threshold, kv_cache_blocks=blocks,
                     block_size=block, async_scheduling=async_scheduling)

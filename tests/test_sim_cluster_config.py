@@ -42,8 +42,16 @@ def test_kv_capacity_by_hand(cfg):
     # an 80 GB H100 reports 79 GiB in the device table) x gpu_memory_utilization
     requested = math.ceil(79 * GiB * 0.92)
     weights = math.ceil(cfg.model.num_parameters * 2 / 4)  # bf16 weights over 4 GPUs
-    activation = 8192 * 4096 * 8 * 2                   # the profiling run's ESTIMATED peak
-    blocks = (requested - weights - activation) // (16 * 36_864)
+    # the profile run's ESTIMATED peak (tokpool.sim.vllm_rules.profile): the larger of
+    # the forward's MLP moment per rank, T x (2h + 3 x I/tp) x 2 bytes, and the dummy pooler
+    # pass over the budget, T x (h x 2 + 2 x h x 4) (bf16 hidden, float32 cast + normalise)
+    forward = 8192 * (2 * 4096 + 3 * 12288 // 4) * 2
+    pooler = 8192 * (4096 * 2 + 2 * 4096 * 4)
+    activation = max(forward, pooler)
+    assert cfg.estimated_activation_peak_bytes == activation == pooler
+    non_torch = 512 << 20                                   # ESTIMATE per rank
+    graphs = 36 * 512 * 4096 * 2                            # one [512, h] output per layer
+    blocks = (requested - weights - activation - non_torch - graphs) // (16 * 36_864)
     assert cfg.kv_cache_blocks == blocks
 
 

@@ -97,7 +97,9 @@ def test_presets_and_for_model():
     prm = SimConfig.for_model("Qwen/Qwen2.5-Math-PRM-7B", step_tag_every=30)
     assert (prm.task, prm.pooling_method, prm.width) == ("token_classify", "STEP", 2)
     shepherd = SimConfig.for_model("math-shepherd-mistral-7b-prm", step_tag_every=50)
-    assert shepherd.width == 32_000 and shepherd.output_width == 2
+    # no LM head in a pooling model (adapters._create_pooling_model_cls): hidden-wide rows
+    assert shepherd.width == 4096 and shepherd.output_width == 2
+    assert shepherd.rows_from == "backbone"
     assert SimConfig.for_model("SmolLM2-135M", task="embed").pooling_method == "LAST"
     custom = Hardware("mine", hbm_bytes=1 << 34, hbm_bandwidth=1e12, bf16_flops=1e14,
                       pcie_bandwidth=2e10)

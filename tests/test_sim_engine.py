@@ -160,9 +160,11 @@ def test_clone_prealloc_offload_never_corrupt(policy, async_scheduling, chunked)
 
 
 def test_step_pooling_corrupts_only_when_a_kept_row_is_stale():
-    # vLLM never chunks a STEP model; chunked prefill is forced on here to see what would break
+    # vLLM never chunks a STEP model; chunked prefill is forced on here to see what would break,
+    # with rows from the backbone (a score head's rows are fresh every step: never stale)
     base = PoolingOnly(task="token_classify", num_labels=6, pooling="STEP", num_returned_columns=2,
-                       max_num_batched_tokens=8, policy="legacy", enable_chunked_prefill=True)
+                       max_num_batched_tokens=8, policy="legacy", enable_chunked_prefill=True,
+                       rows_from="backbone")
     # T=12, C=8: positions [0, 4) are read stale; a tag every 5 tokens keeps row 4 only.
     assert both([12], base.replace(step_tag_every=5)).corrupted == []
     assert both([12], base.replace(step_tag_every=4)).corrupted == [0]
@@ -377,3 +379,25 @@ def test_cuda_engine_check_skips_cleanly_without_cuda(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "skipped: no CUDA" in proc.stdout
     assert not out.exists()
+
+
+def test_score_head_rows_are_fresh_every_step():
+    """vllm/model_executor/models/qwen2_rm.py, Qwen2RewardBaseModel.forward: the score head runs
+    after the compiled backbone, so its [n, 2] logits are a fresh tensor every step: a legacy
+    view of them is never rewritten, only kept alive."""
+    cfg = PoolingOnly(task="token_classify", num_labels=2, max_num_batched_tokens=8,
+                      policy="legacy", enable_chunked_prefill=True, max_cudagraph_capture_size=8)
+    assert cfg.rows_from == "score_head" and cfg.buffer_rows == 0
+    r = both([30], cfg)
+    assert r.corrupted == [] and r.chunks["eager"].all()
+    backbone = both([30], cfg.replace(rows_from="backbone"))
+    assert backbone.corrupted == [0]
+
+
+def test_step_pooling_serves_token_embed_too():
+    """vllm/model_executor/layers/pooler/tokwise/poolers.py, pooler_for_token_embed: the
+    configured token pooling method (STEP included) serves token_embed as well."""
+    cfg = PoolingOnly(task="token_embed", hidden_size=4, pooling="STEP", step_tag_every=3,
+                      max_num_batched_tokens=16)
+    r = both([10], cfg)
+    assert r.outputs[0].shape == (3, 4) and r.corrupted == []

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .tasks import POOLING_TASKS
+from .task_names import POOLING_TASKS
 
 
 class PoolingStates:

@@ -13,7 +13,8 @@ from torch import Tensor
 
 from .heads import TokenClassifierHead, TokenEmbeddingHead
 from .metadata import PoolingMetadata
-from .tasks import POOLING_TASKS, UnsupportedTaskError
+from .task_names import POOLING_TASKS
+from .tasks import UnsupportedTaskError
 
 
 class Pooler:

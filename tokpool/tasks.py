@@ -17,26 +17,12 @@ from typing import Literal
 import pandas as pd
 
 from ._deprecation import TokpoolDeprecationWarning
+from .sim.vllm_rules.engine import check_request_task as check_selected
+from .task_names import POOLING_TASKS, SUPPORTED_TASKS, TOKEN_TASKS
 
-PoolingTask = Literal[
-    "embed", "classify", "token_embed", "token_classify", "embed&token_classify", "plugin"
-]
 GatePolicy = Literal["current", "pre_50931"]
 AttnType = Literal["decoder", "encoder_only", "encoder_decoder"]
 
-POOLING_TASKS: tuple[str, ...] = (
-    "embed",
-    "classify",
-    "token_embed",
-    "token_classify",
-    "embed&token_classify",
-    "plugin",
-)
-#: The runner's own task set: every pooling task but ``plugin`` (served by another runner).
-SUPPORTED_TASKS: frozenset[str] = frozenset(POOLING_TASKS) - {"plugin"}
-#: Tasks whose output grows with the prompt; the gate before PR #50931 kept them for encoders
-#: only.
-TOKEN_TASKS: frozenset[str] = frozenset({"token_embed", "token_classify", "embed&token_classify"})
 GATE_POLICIES: tuple[str, ...] = ("current", "pre_50931")
 #: The gate policy's old name: "legacy" also names a retention policy (``tp.AllPool``).
 _OLD_GATE_POLICY = "legacy"
@@ -226,7 +212,6 @@ def check_request_task(
     if task not in served:
         raise UnsupportedTaskError(f"Unsupported task: {task!r}. Supported tasks: {served}")
     if selected is not None:
-        from .sim.vllm_rules import check_request_task as check_selected
 
         try:
             check_selected(task, selected_task=selected, supported_tasks=served,

@@ -26,7 +26,8 @@ from ..keep_rule import KeepRule
 from ..metadata import build_metadata
 from ..sim.backends.tensor import TensorEngine
 from ..sim.config import SimConfig
-from ..sim.schedule.scheduler import ScheduledStep, schedule
+from ..sim.schedule.scheduler import ScheduledStep
+from ..sim.vllm_rules import step_order
 from ..sim.vllm_rules.step_memory import StepOutput
 
 
@@ -106,6 +107,29 @@ class ModelEngine(TensorEngine):
         return outs
 
 
+def every_prompt_every_step(lens: list[int], chunk_size: int | None) -> list[ScheduledStep]:
+    """``encode``'s schedule: every unfinished prompt takes ``chunk_size`` tokens (``None``:
+    all) in every step, rows in Model Runner V2's order.
+
+    Not vLLM's scheduler: vLLM lifts ``long_prefill_token_threshold`` once one request is
+    left (``Scheduler.schedule``), which would make the last prompt's chunks depend on the
+    others; ``encode``'s ``chunk_size`` is a per-prompt chunk length.
+    """
+    computed = [0] * len(lens)
+    steps = []
+    while any(c < n for c, n in zip(computed, lens, strict=True)):
+        chunks = [(r, c, n if chunk_size is None else min(n, c + chunk_size))
+                  for r, (c, n) in enumerate(zip(computed, lens, strict=True)) if c < n]
+        rows = tuple(chunks[i] for i in step_order([b - a for _, a, b in chunks]))
+        for r, _, stop in chunks:
+            computed[r] = stop
+        kv_blocks = sum(-(-stop // 16) for _, _, stop in chunks)
+        steps.append(ScheduledStep(len(steps), rows,
+                                   tuple(r for r, _, stop in rows if stop == lens[r]),
+                                   kv_blocks=kv_blocks))
+    return steps
+
+
 def run_encode(source, *, pooler, task: str, chunk_size: int | None, async_scheduling: bool,
                policy: str, head_options: dict | None = None,
                times: StepTimes | None = None) -> list[Tensor]:
@@ -138,10 +162,7 @@ def run_encode(source, *, pooler, task: str, chunk_size: int | None, async_sched
         long_prefill_token_threshold=chunk_size, enable_chunked_prefill=chunk_size is not None,
         async_scheduling=async_scheduling, policy=policy,
     )
-    steps = schedule(lens, max_num_batched_tokens=config.max_num_batched_tokens,
-                     max_num_seqs=config.max_num_seqs,
-                     enable_chunked_prefill=config.enable_chunked_prefill,
-                     long_prefill_token_threshold=chunk_size)
+    steps = every_prompt_every_step(lens, chunk_size)
     source.prepare(lens)
     engine = ModelEngine(lens, config, source, pooler=pooler, task=task,
                          head_options=head_options or {}, times=times)

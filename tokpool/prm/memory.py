@@ -1,18 +1,24 @@
-"""What each PRM convention costs pooling, from the simulator's analytic mode.
+"""What each PRM convention costs pooling as vLLM 0.33.0 serves it, from the simulator.
 
-The score head runs inside the model, so pooling keeps rows as wide as the model's per-token
-output until the request finishes; STEP pooling's selections come only after that:
+Pooling keeps every row of the prompt until the request finishes; STEP pooling's selections
+come only after that. What those rows are depends on the convention:
 
-=============  =======================================  ============================
-convention     pooled width (kept across steps)          delivered width (tag rows)
-=============  =======================================  ============================
-two_class      2 logits                                  2
-token_pair     the whole vocabulary (LM-head logits)     |returned_token_ids| (2)
-value_head     1 value                                   1
-=============  =======================================  ============================
+=============  ===============================================  ==========================
+convention     pooled rows (kept until the finish)               delivered width (tag rows)
+=============  ===============================================  ==========================
+two_class      2 float32 logits from the score head, computed    2
+               AFTER the compiled backbone: fresh every step
+               (``Qwen2RewardBaseModel.forward``)
+token_pair     the backbone's hidden rows (hidden-size wide):    |returned_token_ids| (2)
+               a pooling model loads no LM head
+               (``adapters._create_pooling_model_cls``), so
+               STEP selects columns of the hidden states
+value_head     1 float32 value from the score head                1
+=============  ===============================================  ==========================
 
-So a token_pair PRM keeps ``vocab / 2`` times the bytes of a two_class PRM on a long prompt,
-although all three deliver a few bytes per step.
+So a token_pair PRM keeps ``hidden × 2 bytes / (2 × 4 bytes)`` times the bytes of a two_class
+PRM per token (1,024× for a 4096-wide bf16 model) — not the vocabulary-wide rows an LM head
+would give — although all three deliver a few bytes per step.
 """
 
 from __future__ import annotations
@@ -60,14 +66,14 @@ def prm_memory_table(
     """Pooling memory of one PRM request per convention and prompt length.
 
     Each row is ``tp.simulate([prompt_len], config, mode="analytic")`` with STEP pooling and
-    the convention's width: ``num_labels`` 2 (two_class), the preset's vocabulary with
-    ``num_returned_columns`` kept (token_pair), 1 (value_head). Only the width changes between
-    conventions; model, hardware and scheduler are shared.
+    the convention's rows as vLLM 0.33.0 serves them (module docstring): 2 float32 score-head
+    logits (two_class), the backbone's hidden rows with ``num_returned_columns`` kept
+    (token_pair), 1 float32 value (value_head). Model, hardware and scheduler are shared.
 
     Args:
         prompt_lens: one or several prompt lengths (one request each).
-        model: a model preset (``tp.MODEL_PRESETS``; name or Hugging Face id): its hidden size,
-            vocabulary and time model.
+        model: a model preset (``tp.MODEL_PRESETS``; name or Hugging Face id): its hidden size
+            (token_pair's rows) and time model.
         hardware: a hardware preset (``tp.HARDWARE_PRESETS``).
         conventions: which conventions to include.
         step_tag_every: one step tag every this many tokens (a step's length).
@@ -90,7 +96,7 @@ def prm_memory_table(
 
     Example:
         >>> t = tp.prm_memory_table([4_096])
-        >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: GBs, others KB
+        >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: KB, others bytes
     """
     from ..sim import SimConfig, simulate
     from ..sim.vllm_rules.models import resolve_model
@@ -102,15 +108,18 @@ def prm_memory_table(
     preset = resolve_model(model)
     if preset is None:
         raise ValueError("model must be a preset name or ModelPreset (tp.MODEL_PRESETS)")
-    widths = {"two_class": (2, None), "token_pair": (preset.vocab_size, num_returned_columns),
-              "value_head": (1, None)}
+    # (rows' width, STEP columns, where the rows come from, their dtype)
+    widths = {"two_class": (2, None, "score_head", head_dtype or dtype),
+              "token_pair": (preset.hidden_size, num_returned_columns, "backbone", dtype),
+              "value_head": (1, None, "score_head", head_dtype or dtype)}
     rows = []
     for convention in conventions:
-        num_labels, columns = widths[convention]
+        num_labels, columns, rows_from, row_dtype = widths[convention]
         config = SimConfig(
             hidden_size=preset.hidden_size, task="token_classify", num_labels=num_labels,
             pooling="STEP", num_returned_columns=columns, step_tag_every=step_tag_every,
-            max_num_batched_tokens=max_num_batched_tokens, policy=policy, dtype=dtype,
+            max_num_batched_tokens=max_num_batched_tokens, policy=policy, dtype=row_dtype,
+            rows_from=rows_from,
             head_dtype=head_dtype, use_activation=True, model=preset, hardware=hardware,
             enable_chunked_prefill=enable_chunked_prefill, max_model_len=max_model_len,
         )

@@ -25,6 +25,7 @@ SimTask = Literal["token_embed", "token_classify", "embed", "classify"]
 SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classify")
 SimPooling = Literal["ALL", "STEP", "LAST"]
 OutputMemory = Literal["vllm", "one_buffer"]
+RowsFrom = Literal["backbone", "score_head"]
 Usage = Literal["llm", "server"]
 AsyncOverwrite = Literal["forward_start", "forward_end"]
 OUTPUT_MEMORIES: tuple[str, ...] = ("vllm", "one_buffer")
@@ -113,7 +114,8 @@ class SimConfig:
         max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
             the model preset's context, else no limit. A longer prompt raises ``ValueError``.
         long_prefill_token_threshold: most tokens one request takes in a step (vLLM's flag;
-            ``None``: no limit but the budget).
+            ``None``: no limit but the budget), unless it is the only request running or
+            waiting (vLLM lifts the cap then).
         enable_chunked_prefill: a prompt may be split across steps. ``None`` (default):
             vLLM's rule (``ModelConfig.is_chunked_prefill_supported``): never for encoder-only
             models, decoders with CLS/MEAN sequence pooling or STEP token pooling (PRMs), on
@@ -136,6 +138,12 @@ class SimConfig:
             the teaching model, every step rewrites rows ``[0, n)`` of one buffer of
             ``max_num_batched_tokens`` rows.
         enforce_eager: no CUDA graphs: every step is eager (vLLM's ``--enforce-eager``).
+        rows_from: where the rows pooling sees come from: ``"backbone"`` (the model's hidden
+            states, in the step's output memory) or ``"score_head"`` (a score head run after
+            the compiled backbone, as vLLM 0.33.0's ``Qwen2ForProcessRewardModel.forward``:
+            fresh ``[n, num_labels]`` logits every step, never graph memory — pass
+            ``dtype="float32"``, the head dtype they are computed in). ``None`` (default):
+            ``"score_head"`` for the classify tasks, ``"backbone"`` otherwise.
         max_cudagraph_capture_size: largest captured step, tokens. Default as vLLM 0.33.0:
             512 (1024 on data-centre Blackwell), capped at 2 × ``max_num_seqs`` and at the
             budget (``tokpool.sim.vllm_rules.resolve_cudagraph_sizes``).
@@ -174,6 +182,7 @@ class SimConfig:
     max_cudagraph_capture_size: int | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     usage: Usage = "llm"
+    rows_from: RowsFrom | None = None
     max_model_len: int | None = None
     async_overwrite: AsyncOverwrite = "forward_start"
     kv_cache_blocks: int | None = None
@@ -194,7 +203,7 @@ class SimConfig:
         set_(self, "_defaulted", tuple(
             name for name in ("hidden_size", "max_num_batched_tokens", "max_num_seqs",
                               "enable_chunked_prefill", "max_model_len", "kv_cache_blocks",
-                              "use_activation", "async_scheduling")
+                              "use_activation", "async_scheduling", "rows_from")
             if getattr(self, name) is None
         ) + (("head_dtype",) if isinstance(self.head_dtype, str)
              and self.head_dtype == "auto" else ()))
@@ -269,6 +278,11 @@ class SimConfig:
         if self.async_overwrite == "forward_end" and self.model is None:
             raise ValueError("async_overwrite='forward_end' compares copy time with the next "
                              "step's forward time, which needs a model preset (model=...)")
+        if self.rows_from is None:
+            set_(self, "rows_from", "score_head" if self.task in _CLASSIFY_TASKS else "backbone")
+        elif self.rows_from not in ("backbone", "score_head"):
+            raise ValueError(f"unknown rows_from {self.rows_from!r}; use 'backbone' or "
+                             "'score_head'")
         if self.usage not in ("llm", "server"):
             raise ValueError(f"unknown usage {self.usage!r}; use 'llm' (the LLM class) or "
                              "'server' (the API server)")
@@ -307,10 +321,11 @@ class SimConfig:
         if (pooling == "LAST") == token_task:  # LAST for sequence tasks only
             raise ValueError(
                 f"pooling {pooling!r} does not serve task {self.task!r}: token tasks use 'ALL' "
-                "(or 'STEP' for token_classify), sequence tasks use 'LAST'"
+                "(or 'STEP'), sequence tasks use 'LAST'"
             )
-        if pooling == "STEP" and self.task != "token_classify":
-            raise ValueError(f"STEP pooling serves token_classify only, not {self.task!r}")
+        # STEP serves both token tasks: vLLM's pooler_for_token_embed and
+        # pooler_for_token_classify both take the configured token pooling method
+        # (vllm/model_executor/layers/pooler/tokwise/poolers.py, get_tok_pooling_method)
         step_only = {
             "num_returned_columns": self.num_returned_columns,
             "returned_token_ids": self.returned_token_ids,
@@ -505,6 +520,14 @@ class SimConfig:
                 "num_returned_columns" not in overrides
             ):
                 fields["num_returned_columns"] = len(model.returned_token_ids)
+        if task in _CLASSIFY_TASKS:
+            if model.returned_token_ids is not None:
+                # a token-pair PRM has no score head: STEP selects columns of the backbone's
+                # rows (vLLM 0.33.0 loads no LM head for a pooling model)
+                fields["rows_from"] = "backbone"
+            else:
+                # its score head computes float32 logits after the backbone (head dtype)
+                fields.update(rows_from="score_head", dtype="float32")
         fields.update(overrides)
         return cls(**fields)
 

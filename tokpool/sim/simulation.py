@@ -8,6 +8,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from ..guard import ensure_fits
+from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.limits import check_byte_range, check_work
 from .backends.loop import CHUNK_COLUMNS, paused_gc
@@ -15,7 +17,7 @@ from .backends.source import HiddenStateSource, check_source, default_source
 from .backends.tensor import run_tensor
 from .backends.timing import estimate_step_times
 from .config import SimConfig
-from .memory.ledger import requests_frame, steps_frame
+from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule
 from .schedule.scheduler import ScheduledStep, check_prompt_lens
@@ -23,6 +25,8 @@ from .schedule.scheduler import schedule as tokpool_schedule
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
 SIM_MODES: tuple[str, ...] = ("tensor", "analytic", "closed_form")
+SchedulerName = Literal["tokpool", "vllm"]
+SCHEDULERS: tuple[str, ...] = ("tokpool", "vllm")
 
 
 def simulate(
@@ -34,6 +38,7 @@ def simulate(
     arrival_steps: Sequence[int] | None = None,
     device: str = "cpu",
     schedule: Sequence[ScheduledStep] | None = None,
+    scheduler: SchedulerName = "tokpool",
 ) -> SimResult:
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
@@ -54,12 +59,18 @@ def simulate(
         schedule: run THIS schedule (a list of ``ScheduledStep``: hand-written, recorded from
             an engine, or another scheduler's) instead of tokpool's scheduler's; checked first
             (``schedule.given.check_schedule``). Tensor and analytic modes.
+        scheduler: who computes the schedule when none is given: ``"tokpool"`` (default;
+            tokpool's own ``schedule``, no vLLM needed) or ``"vllm"`` (the installed vLLM's own
+            V1 ``Scheduler`` driven on the CPU, ``tokpool.sim.vllm_run.vllm_schedule``; needs
+            ``make vllm``). Schedule parity (tests/test_parity_schedule.py) shows both agree.
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
 
     Raises:
-        ValueError: bad prompt lengths or mode, or a prompt that can never be scheduled.
+        ValueError: bad prompt lengths, mode or scheduler, or a prompt that can never be
+            scheduled.
+        VllmUnavailableError: ``scheduler="vllm"`` without vLLM (says how to install it).
         TypeError: non-integer prompt lengths, or a source missing part of the protocol.
 
     Example:
@@ -74,6 +85,8 @@ def simulate(
     if mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
     _check_device(device)
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
     lens = check_prompt_lens(prompt_lens)
     config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
@@ -89,9 +102,10 @@ def simulate(
                              "says when each request runs")
         steps = check_schedule(schedule, lens,
                                max_num_batched_tokens=config.max_num_batched_tokens,
-                               enable_chunked_prefill=config.enable_chunked_prefill)
+                               enable_chunked_prefill=config.enable_chunked_prefill,
+                               long_prefill_token_threshold=config.long_prefill_token_threshold)
     else:
-        steps = _tokpool_steps(lens, config, arrival_steps)
+        steps = _scheduled_steps(lens, config, arrival_steps, scheduler)
     outputs = None
     if source is not None:
         check_source(source, width=config.width, dtype=config.dtype)
@@ -152,9 +166,14 @@ def _check_device(device) -> None:
         raise ValueError(f"device={device!r}: the simulator runs on 'cpu' or 'cuda'")
 
 
-def _tokpool_steps(lens, config: SimConfig, arrival_steps) -> list[ScheduledStep]:
+def _scheduled_steps(lens, config: SimConfig, arrival_steps,
+                     scheduler: str) -> list[ScheduledStep]:
+    if scheduler == "vllm":
+        from .vllm_run import vllm_schedule as schedule_fn
+    else:
+        schedule_fn = tokpool_schedule
     with paused_gc():  # a long schedule is many small objects: see paused_gc
-        return tokpool_schedule(
+        return schedule_fn(
             lens,
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_num_seqs=config.max_num_seqs,
@@ -163,6 +182,7 @@ def _tokpool_steps(lens, config: SimConfig, arrival_steps) -> list[ScheduledStep
             long_prefill_token_threshold=config.long_prefill_token_threshold,
             kv_cache_blocks=config.kv_cache_blocks,
             block_size=config.block_size,
+            async_scheduling=config.async_scheduling,
         )
 
 
@@ -171,8 +191,6 @@ def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device) -> No
     its bytes in milliseconds (pooling's peak, the persistent buffer, the largest step's output
     tensor, every delivered output, which tensor mode keeps on the host, and the oracle's
     reference and expected output of the largest request)."""
-    from ..guard import ensure_fits
-
     counted = run_counting(lens, config, steps, source=source)[0]
     rows = max((s.num_tokens for s in steps), default=0)
     step_output = rows * config.width * config.dtype_size  # eager output (or the buffer)
@@ -200,9 +218,6 @@ def chunks_frame(chunks) -> pd.DataFrame:
 
 
 def _closed_form_result(lens, config, *, source, arrival_steps) -> SimResult:
-    from .backends.closed_form import single_request
-    from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
-
     if len(lens) != 1 or source is not None or arrival_steps is not None:
         raise ValueError(
             "mode='closed_form' solves ONE request from the synthetic source with no arrival "

@@ -55,7 +55,9 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     """
     cfg = config
     T = np.asarray(prompt_lens, dtype=np.int64)
-    C = min(cfg.max_num_batched_tokens, cfg.long_prefill_token_threshold or 1 << 62)
+    # long_prefill_token_threshold does not cap a request that is alone (vLLM's
+    # Scheduler.schedule: the cap is 0 unless num_eligible_reqs > 1): the budget chunks it
+    C = cfg.max_num_batched_tokens
     if cfg.enable_chunked_prefill:
         n = (T + C - 1) // C
     else:

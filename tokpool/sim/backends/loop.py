@@ -281,6 +281,11 @@ class EngineLoop:
 
     def _preempt(self, request: int) -> None:
         self.requests[request].num_preemptions += 1
+        if self.requests[request].finish_step >= 0:
+            # Async: preempted while the step that finished it was in flight. vLLM frees its
+            # KV blocks, yet still delivers that step's pooler output and never schedules it
+            # again (``Scheduler.update_from_output``): its pooling is done, nothing to clean.
+            return
         for view, _chunk in self._views.pop(request, []):
             self.tracker.release(view)  # never read: the request starts over
             self._pin(view, -1)

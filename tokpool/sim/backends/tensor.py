@@ -28,6 +28,7 @@ from ...keep_rule import VLLM_POLICY, KeepRule
 from ...metadata import PoolingStates, build_metadata
 from ...ownership import storage_key, storage_nbytes
 from ...pooling import AllPool, LastPool, StepPool
+from ...vllm_bridge import VllmPool
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
@@ -40,8 +41,6 @@ def make_pooler(config: SimConfig) -> AllPool | StepPool | LastPool:
     if config.pooling_method == "LAST":
         return LastPool()
     if config.policy == VLLM_POLICY:  # the installed vLLM's own pooling method
-        from ...vllm_bridge import VllmPool
-
         return VllmPool(config.pooling_method, enable_chunked_prefill=config.enable_chunked_prefill,
                         async_scheduling=config.async_scheduling)
     cls = StepPool if config.pooling_method == "STEP" else AllPool

@@ -12,13 +12,19 @@ from .scheduler import ScheduledStep
 def check_schedule(
     steps: Sequence[ScheduledStep], prompt_lens: Sequence[int], *,
     max_num_batched_tokens: int, enable_chunked_prefill: bool,
+    long_prefill_token_threshold: int | None = None,
 ) -> list[ScheduledStep]:
     """Validate a schedule for ``prompt_lens``; return it as a list.
 
     Each step's chunks must continue their request where it stopped (from 0 after a
     preemption), fit the token budget, list as ``finished`` exactly the requests whose last
     prompt token they compute, and every request must finish exactly once; step indices
-    increase.
+    increase. Without chunked prefill a prompt is scheduled whole, unless a
+    ``long_prefill_token_threshold`` is set (vLLM's ``Scheduler.schedule`` applies the cap before
+    its no-chunking check, and lifts it for a lone request, whose rest then runs in one chunk).
+    Under async scheduling vLLM may preempt a request whose last chunk is still in flight; it is
+    finished all the same (``update_from_output``), so a preemption of a request finished by the
+    step listed just before is accepted and changes nothing.
 
     Raises:
         TypeError: not a sequence of ``ScheduledStep``.
@@ -30,6 +36,7 @@ def check_schedule(
     done = [0] * len(lens)
     finished_at: dict[int, int] = {}
     last_index = -1
+    just_finished: set[int] = set()  # finished by the step listed just before
     for step in steps:
         if not isinstance(step, ScheduledStep):
             raise TypeError(f"schedule entries must be ScheduledStep, got {type(step).__name__}")
@@ -38,6 +45,8 @@ def check_schedule(
             raise ValueError(f"{where}: step indices must increase (previous {last_index})")
         last_index = step.index
         for r in step.preempted:
+            if r in just_finished:
+                continue  # async: preempted while its finishing step was in flight
             if not 0 <= r < len(lens) or r in finished_at:
                 raise ValueError(f"{where}: request {r} cannot be preempted (unknown or finished)")
             done[r] = 0
@@ -59,8 +68,10 @@ def check_schedule(
                     f"{where}: request {r} chunk [{start}, {stop}) must start at {done[r]} and end "
                     f"by its prompt length {lens[r]}"
                 )
-            if not enable_chunked_prefill and (start, stop) != (0, lens[r]):
-                raise ValueError(f"{where}: request {r} is chunked but chunked prefill is off")
+            capped = bool(long_prefill_token_threshold)  # vLLM chunks by the cap, not by budget
+            if not enable_chunked_prefill and (start, stop) != (0, lens[r]) and not capped:
+                raise ValueError(f"{where}: request {r} is chunked but chunked prefill is off "
+                                 "and no long_prefill_token_threshold caps it")
             done[r] = stop
         expected = tuple(r for r, _, stop in step.chunks if stop == lens[r])
         if tuple(step.finished) != expected:
@@ -68,6 +79,7 @@ def check_schedule(
                              f"token it computes, in chunk order), got {tuple(step.finished)}")
         for r in expected:
             finished_at[r] = step.index
+        just_finished = set(expected)
     missing = [r for r in range(len(lens)) if r not in finished_at]
     if missing:
         raise ValueError(f"the schedule never finishes requests {missing[:10]}: every prompt "

@@ -1,23 +1,45 @@
 """A vLLM-shaped prefill scheduler: which tokens of which requests each step computes.
 
+It follows vLLM 0.33.0's V1 ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.py``) and
+``KVCacheManager.allocate_slots`` (``vllm/v1/core/kv_cache_manager.py``) for pooling requests,
+and the engine core's loop around them (``EngineCore.step`` / ``step_with_batch_queue``, in
+``vllm/v1/engine/core.py``). ``tests/test_parity_schedule.py`` checks it step by step against
+vLLM's own scheduler driven on the CPU (``tokpool.sim.vllm_run.vllm_schedule``).
+
 Per step, with a token budget ``max_num_batched_tokens``:
 
 1. running requests (admitted, partially prefilled) first, in admission order, each taking as
    many of its remaining tokens as the budget allows;
-2. then waiting requests in arrival order (ties: input order), while the budget lasts and fewer
-   than ``max_num_seqs`` requests run. With chunked prefill a request may take a partial chunk;
-   without it, a prompt that does not fit the remaining budget waits (and blocks those behind
-   it, first come first served, as vLLM's ``break`` does).
+2. then, unless a request was preempted in this step, waiting requests in arrival order
+   (ties: input order; preempted requests go back to the front), while the budget lasts and
+   fewer than ``max_num_seqs`` requests run. With chunked prefill a request may take a partial
+   chunk; without it, a prompt that does not fit the remaining budget waits (and blocks those
+   behind it, first come first served, as vLLM's ``break`` does). A waiting request is
+   admitted only when the KV cache has free blocks for its WHOLE prompt
+   (``SchedulerConfig.scheduler_reserve_full_isl``, on by default).
 
 With ``long_prefill_token_threshold`` (vLLM's flag of that name), no request takes more than
-that many tokens in one step.
+that many tokens in one step, unless it is the only request running or waiting (vLLM lifts
+the cap then: nobody to starve). The cap applies with or without chunked prefill.
+
+With ``kv_cache_blocks`` (vLLM's ``num_gpu_blocks``) the cache is finite: block 0 is vLLM's
+null block, so ``kv_cache_blocks - 1`` blocks hold KV. A running request that cannot get the
+blocks for its next chunk preempts the LAST running request (recompute: its blocks are freed,
+it goes back to the front of the waiting queue and restarts from token 0; the engine cleans
+its pooling state), itself if it is the last, and no request after it runs in that step.
 
 A step's chunks are listed in ROW order, as Model Runner V2 lays them out in the step's hidden
 states: ascending scheduled tokens, ties in scheduler order (``vllm_rules.step_order``). Which
 rows a request occupies decides what a later write overwrites.
 
-Pooling requests finish when their last prompt token is computed (no decode). Nothing is
-preempted. Steps where nothing can run (waiting for arrivals) are skipped: step indices jump.
+Pooling requests finish when the step that computes their last prompt token returns its
+output (``Scheduler.update_from_output``): then their KV blocks are freed and their slot in
+``max_num_seqs`` is released. Without async scheduling that is before the next step is
+scheduled; with it (a batch queue of two steps) the next step is scheduled first, so a
+request that finishes in step N still holds its blocks and its slot, and counts as running
+for the threshold rule, while step N+1 is scheduled. Steps that schedule nothing (waiting for
+an arrival, or, under async, for a step's output) are not listed: step indices jump; a
+preemption made in such a call is listed in the next step's ``preempted``.
 """
 
 from __future__ import annotations
@@ -34,13 +56,18 @@ class ScheduledStep:
     """One step of the schedule.
 
     Attributes:
-        index: the step number (engine iterations since the start).
+        index: the step number (``schedule()`` calls since the start).
         chunks: ``(request, start, stop)`` in batch order: positions ``start..stop-1``.
         finished: requests whose last prompt token is computed in this step, batch order.
-        preempted: requests preempted at the start of this step (KV cache full): their KV
-            blocks and pooling state are dropped and their prefill restarts from token 0.
-        kv_blocks: KV-cache blocks held during the step: the running requests', finishing
-            ones included (counted with or without a KV-cache limit).
+        preempted: requests preempted when this step was scheduled, or in a call just before
+            it that scheduled nothing (KV cache full): their KV blocks and pooling state are
+            dropped and their prefill restarts from token 0. Under async scheduling it may
+            list a request that finished in the previous step (its output was in flight):
+            vLLM frees its blocks, delivers its output and never schedules it again.
+        kv_blocks: KV-cache blocks held right after the step is scheduled: the running
+            requests', finishing ones included, and under async those of requests finished in
+            the previous step (freed only when its output is processed); vLLM's null block not
+            counted (counted with or without a KV-cache limit).
     """
 
     index: int
@@ -113,19 +140,29 @@ def schedule(
     long_prefill_token_threshold: int | None = None,
     kv_cache_blocks: int | None = None,
     block_size: int = 16,
+    async_scheduling: bool = False,
 ) -> list[ScheduledStep]:
     """The steps that prefill every request (see the module docstring for the rules).
 
-    With ``kv_cache_blocks`` the KV cache is finite, as vLLM's V1 scheduler sees it
-    (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``): a running request that
-    cannot get the blocks for its next chunk preempts the LAST running request (recompute: its
-    blocks are freed, it goes back to the front of the waiting queue and restarts from token
-    0; the engine cleans its pooling state), itself if it is the last; a waiting request is
-    admitted only when its chunk's blocks are free. A finished pooling request frees its blocks.
+    Args:
+        prompt_lens: prompt length per request (each >= 1).
+        max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
+            long_prefill_token_threshold, block_size, async_scheduling: vLLM's flags of those
+            names (``None``/0 threshold: no cap).
+        arrival_steps: per request, the first step it may be scheduled in (default all 0).
+        kv_cache_blocks: vLLM's ``num_gpu_blocks`` (one is the null block); ``None``:
+            unlimited (blocks are only counted).
+
+    Returns:
+        The steps that schedule tokens. ``ScheduledStep.kv_blocks``: the blocks held right
+        after the step is scheduled (under async, those of requests finished in the previous
+        step included).
 
     Raises:
-        ValueError: without chunked prefill, a prompt longer than the budget (it could never
-            run), or a prompt needing more KV blocks than the cache has, naming the numbers.
+        ValueError: a configuration vLLM cannot serve, where the real engine refuses the
+            request or spins forever with no error: without chunked prefill, a prompt longer
+            than the budget; a prompt needing more KV blocks than the cache holds (it is never
+            admitted); a cache of fewer than 2 blocks. The message names the flag to change.
     """
     lens = check_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
@@ -137,92 +174,163 @@ def schedule(
             raise ValueError(
                 f"request {i} has {n} prompt tokens but max_num_batched_tokens is "
                 f"{budget_per_step} and chunked prefill is disabled, so it can never be "
-                f"scheduled ({len(too_long)} such requests); enable chunked prefill or raise "
-                "the budget"
+                f"scheduled ({len(too_long)} such requests; vLLM 0.33 refuses a "
+                "max_model_len above the budget without chunking, an engine that accepts it "
+                "spins forever). Set enable_chunked_prefill=True (--enable-chunked-prefill) "
+                "or raise max_num_batched_tokens (--max-num-batched-tokens)"
             )
-    per_request = long_prefill_token_threshold or budget_per_step  # 0/None: no limit
+    threshold = long_prefill_token_threshold or 0  # 0/None: no cap
     kv = _KVCache(kv_cache_blocks, block_size, lens)
-    waiting = collections.deque(sorted(range(len(lens)), key=lambda i: (arrival[i], i)))
-    computed = [0] * len(lens)
+    queue_size = 2 if async_scheduling else 1  # VllmConfig.max_concurrent_batches
+    pending = collections.deque(sorted(range(len(lens)), key=lambda i: (arrival[i], i)))
+    waiting: collections.deque[int] = collections.deque()
     running: list[int] = []
+    computed = [0] * len(lens)
+    in_flight: collections.deque[ScheduledStep] = collections.deque()
+    finished_at: dict[int, list[int]] = {}
+    finished: set[int] = set()
     steps: list[ScheduledStep] = []
+    unreported = False  # finished requests not yet announced by a schedule() call
+    carried: list[int] = []  # preemptions of calls that scheduled nothing: told with the next
     index = 0
-    while waiting or running:
-        if not running and arrival[waiting[0]] > index:
-            index = arrival[waiting[0]]  # idle until the next arrival
-        budget = budget_per_step
-        chunks: list[tuple[int, int, int]] = []
-        preempted: list[int] = []
-        i = 0
-        while i < len(running) and budget > 0:
-            r = running[i]
-            take = min(lens[r] - computed[r], budget, per_request)
-            while not kv.grow(r, computed[r] + take):
-                victim = running.pop()  # the lowest priority: the last admitted
-                kv.free(victim)
-                computed[victim] = 0
-                waiting.appendleft(victim)
-                preempted.append(victim)
-                if victim == r:
-                    break
-            else:
-                chunks.append((r, computed[r], computed[r] + take))
-                budget -= take
-                i += 1
-                continue
-            break  # this request preempted itself: nothing after it runs
-        admitted = 0
-        # vLLM admits no waiting request in a step that preempted one (``if not preempted_reqs``)
-        while not preempted and waiting and budget > 0 and len(running) + admitted < max_num_seqs:
-            r = waiting[0]
-            if arrival[r] > index or (not enable_chunked_prefill and lens[r] > budget):
+    idle = 0
+    while True:
+        if not (waiting or running or unreported) and not in_flight:
+            if not pending:
                 break
-            take = min(lens[r], budget, per_request)
-            if not kv.grow(r, take):
-                break  # no room for its first chunk: it waits
-            waiting.popleft()
-            chunks.append((r, 0, take))
+            index = max(index, arrival[pending[0]])  # idle until the next arrival
+        while pending and arrival[pending[0]] <= index:
+            waiting.append(pending.popleft())
+        if waiting or running or unreported:  # Scheduler.has_requests
+            step = _schedule_step(index, lens, computed, running, waiting, kv, threshold,
+                                  budget_per_step, max_num_seqs, enable_chunked_prefill)
+            unreported = False
+            index += 1
+            in_flight.appendleft(step)
+            if step.chunks:
+                if carried:  # preempted in a call that then scheduled nothing
+                    step = ScheduledStep(step.index, step.chunks, (),
+                                         (*carried, *step.preempted), step.kv_blocks)
+                    carried = []
+                steps.append(step)
+                idle = 0
+            else:
+                carried.extend(step.preempted)
+                idle += 1
+                if idle > queue_size + 1:  # a bug guard: the checks above rule this out
+                    raise RuntimeError(f"scheduler made no progress at step {step.index}")
+            if len(in_flight) < queue_size and (step.chunks or waiting or running):
+                continue
+        elif not in_flight:
+            continue
+        done = in_flight.pop()  # Scheduler.update_from_output of the oldest step
+        for r, _, stop in done.chunks:
+            if stop != lens[r] or r in finished:
+                continue
+            # its pooler output: finished. Under async a request preempted while this, its
+            # last step, was in flight finishes too, from the waiting queue
+            # (update_from_output's ``stopped_preempted_reqs``): never scheduled again.
+            if r in running:
+                running.remove(r)
+            else:
+                waiting.remove(r)
+            kv.free(r)
+            finished.add(r)
+            finished_at.setdefault(done.index, []).append(r)
+            unreported = True
+    return [
+        ScheduledStep(s.index, s.chunks, tuple(finished_at.get(s.index, ())), s.preempted,
+                      s.kv_blocks)
+        for s in steps
+    ]
+
+
+def _schedule_step(
+    index: int, lens: list[int], computed: list[int], running: list[int],
+    waiting: collections.deque[int], kv: _KVCache, threshold: int, budget: int,
+    max_num_seqs: int, chunked: bool,
+) -> ScheduledStep:
+    """One ``Scheduler.schedule()`` call: mutates the queues, ``computed`` and the cache."""
+    # vLLM lifts long_prefill_token_threshold when only one request runs or waits
+    cap = threshold if len(running) + len(waiting) > 1 else 0
+    chunks: list[tuple[int, int, int]] = []
+    preempted: list[int] = []
+    i = 0
+    while i < len(running) and budget > 0:
+        r = running[i]
+        take = lens[r] - computed[r]
+        if take == 0:  # async: its last chunk is in flight
+            i += 1
+            continue
+        if 0 < cap < take:
+            take = cap
+        take = min(take, budget)
+        while not kv.grow(r, computed[r] + take):
+            victim = running.pop()  # the lowest priority: the last admitted
+            kv.free(victim)
+            computed[victim] = 0
+            waiting.appendleft(victim)
+            preempted.append(victim)
+            if victim == r:
+                break
+        else:
+            chunks.append((r, computed[r], computed[r] + take))
             budget -= take
-            admitted += 1
-        for r, start, stop in chunks:  # scheduler order: admission order for the next steps
-            computed[r] = stop
-            if start == 0:
-                running.append(r)
-        rows = [chunks[i] for i in step_order([stop - start for _, start, stop in chunks])]
-        finished = [r for r, _, stop in rows if stop == lens[r]]
-        done = set(finished)
-        kv_blocks = kv.used  # held during the step, the finishing requests' included
-        for r in finished:
-            kv.free(r)  # a pooling request is done after its prefill
-        running = [r for r in running if r not in done]
-        if not chunks and not preempted:
-            raise RuntimeError(f"scheduler made no progress at step {index}")  # a bug guard
-        steps.append(ScheduledStep(index, tuple(rows), tuple(finished), tuple(preempted),
-                                   kv_blocks))
-        index += 1
-    return steps
+            i += 1
+            continue
+        break  # this request cannot run: nothing after it does
+    # vLLM admits no waiting request in a step that preempted one (``if not preempted_reqs``)
+    while not preempted and waiting and budget > 0 and len(running) < max_num_seqs:
+        r = waiting[0]
+        take = lens[r]
+        if 0 < cap < take:
+            take = cap
+        if not chunked and take > budget:
+            break
+        take = min(take, budget)
+        if not kv.admit(r, lens[r], take):
+            break  # its whole prompt does not fit the free blocks: it waits
+        waiting.popleft()
+        running.append(r)
+        chunks.append((r, 0, take))
+        budget -= take
+    for r, _, stop in chunks:
+        computed[r] = stop
+    rows = [chunks[j] for j in step_order([stop - start for _, start, stop in chunks])]
+    return ScheduledStep(index, tuple(rows), (), tuple(preempted), kv.used)
 
 
 class _KVCache:
-    """KV-cache blocks per request (``None`` blocks: unlimited, only counted)."""
+    """KV-cache blocks per request (``None`` blocks: unlimited, only counted).
+
+    ``blocks`` is vLLM's ``num_gpu_blocks``: its ``BlockPool`` keeps block 0 as the null
+    block, so ``blocks - 1`` are free to hold KV.
+    """
 
     def __init__(self, blocks: int | None, block_size: int, lens: list[int]) -> None:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-        self.total, self.size = blocks, block_size
+        self.size = block_size
+        self.total = None if blocks is None else blocks - 1  # BlockPool.null_block
         self.held: dict[int, int] = {}
         self.used = 0
         if blocks is not None:
+            if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 2:
+                raise ValueError(
+                    f"kv_cache_blocks must be an int >= 2 (vLLM keeps one as its null block), "
+                    f"got {blocks!r}; give the KV cache more memory"
+                )
             need = [(i, -(-n // block_size)) for i, n in enumerate(lens)]
-            too_big = [(i, b) for i, b in need if b > blocks]
+            too_big = [(i, b) for i, b in need if b > blocks - 1]
             if too_big:
                 i, b = too_big[0]
                 raise ValueError(
                     f"request {i} has {lens[i]} prompt tokens: {b} KV blocks of {block_size} "
-                    f"tokens, but the KV cache has {blocks} blocks ({blocks * block_size} "
-                    "tokens); vLLM refuses a max_model_len the cache cannot hold. Give more "
-                    "KV cache (memory, gpu_memory_utilization, tensor parallelism) or shorter "
-                    "prompts"
+                    f"tokens, but the KV cache has {blocks} blocks, {blocks - 1} usable (one "
+                    "is vLLM's null block): vLLM never admits it (its whole prompt must fit) "
+                    "and refuses a max_model_len the cache cannot hold. Give more KV cache "
+                    "(kv_cache_blocks, gpu_memory_utilization, tensor_parallel_size) or "
+                    "shorter prompts"
                 )
 
     def grow(self, request: int, tokens: int) -> bool:
@@ -233,6 +341,13 @@ class _KVCache:
         self.held[request] = self.held.get(request, 0) + extra
         self.used += extra
         return True
+
+    def admit(self, request: int, prompt_len: int, tokens: int) -> bool:
+        """A waiting request: its whole prompt's blocks must be free, then hold its chunk's."""
+        whole = -(-prompt_len // self.size) - self.held.get(request, 0)
+        if self.total is not None and self.used + whole > self.total:
+            return False
+        return self.grow(request, tokens)
 
     def free(self, request: int) -> None:
         self.used -= self.held.pop(request, 0)

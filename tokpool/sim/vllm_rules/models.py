@@ -109,10 +109,12 @@ MODEL_PRESETS: Mapping[str, ModelPreset] = {
                     7_070_000_000, 152_064, num_labels=2, default_task="token_classify",
                     step_tag_id=151_651, max_model_len=4096, tok_pooling_type="STEP",
                     num_key_value_heads=4),
-        # Math-Shepherd scores steps with the LM head's full-vocabulary logits, then keeps the
-        # "+"/"-" token pair: pooling sees vocab-wide rows (num_labels = vocab).
+        # Math-Shepherd keeps the "+"/"-" token pair of its LM head's logits; but served as a
+        # pooling model by vLLM 0.33.0 it has NO LM head (models/adapters.py,
+        # _create_pooling_model_cls): STEP selects those two columns of the backbone's
+        # 4096-wide hidden rows (num_labels = hidden size).
         ModelPreset("math-shepherd-mistral-7b-prm", "peiyi9979/math-shepherd-mistral-7b-prm",
-                    4096, 32, 32, 128, 7_241_732_096, 32_000, num_labels=32_000,
+                    4096, 32, 32, 128, 7_241_732_096, 32_000, num_labels=4096,
                     default_task="token_classify", step_tag_id=12_902,
                     returned_token_ids=(648, 387), max_model_len=32_768,
                     tok_pooling_type="STEP", num_key_value_heads=8),

@@ -15,10 +15,11 @@ same functions the parity tests check against vLLM's own code — once, in this 
    when eager: no capture sizes) and ``engine.resolve_cudagraph_sizes``;
 5. KV cache: bytes per token per rank and, with ``gpu_memory_utilization``, the blocks vLLM
    would allocate (``kv_cache.kv_cache_capacity_tokens``, from the DRIVER-reported memory);
-   none for an encoder-only model; vLLM's start-up refusals (``engine_checks``: a ``-tp`` that
-   does not split the heads, a cache smaller than one ``max_model_len`` request);
-6. the activation reserve: ``activation_peak_bytes`` or an ESTIMATE
-   (``activation_peak_estimate``).
+6. what vLLM reserves outside the KV cache: the profiled activation peak
+   (``activation_peak_bytes`` or ``activation_peak_estimate``), non-torch memory and CUDA-graph
+   memory (``profile``: ESTIMATES).
+   (none for an encoder-only model); vLLM's start-up refusals (``engine_checks``: a
+   ``-tp`` that does not split the heads, a cache smaller than one ``max_model_len`` request).
 """
 
 from __future__ import annotations
@@ -39,7 +40,17 @@ from .engine import (
     resolve_cudagraph_sizes,
 )
 from .engine_checks import check_kv_cache_holds_one_sequence, check_tensor_parallel
-from .kv_cache import kv_bytes_per_token_per_rank, kv_cache_capacity_tokens, kv_cache_memory_bytes
+from .kv_cache import (
+    kv_bytes_per_token_per_rank,
+    kv_cache_capacity_tokens,
+    kv_cache_memory_bytes,
+)
+from .profile import (
+    NON_TORCH_BYTES_ESTIMATE,
+    cudagraph_bytes,
+    forward_peak_bytes,
+    pooler_peak_bytes,
+)
 
 
 @dataclass(frozen=True)
@@ -55,20 +66,28 @@ class ResolvedEngine:
     kv_cache_blocks: int | None
     activation_peak_bytes: int
     activation_peak_is_estimate: bool
+    non_torch_bytes: int
+    cudagraph_bytes: int
     head_dtype: Any
     use_activation: bool
     async_scheduling: bool
 
 
-def activation_peak_estimate(config, max_num_batched_tokens: int) -> int:
-    """ESTIMATE of the forward's activation peak per rank that vLLM's profiling run measures:
-    8 hidden-state rows per budget token (residual, norm, QKV, attention output, MLP)."""
-    return (
-        max_num_batched_tokens  # tokens in vLLM's profiling run
-        * config.hidden_size    # columns
-        * 8                     # live rows of that width per token (ESTIMATE)
-        * config.dtype_size     # bytes per element
-    )
+def activation_peak_estimate(config, max_num_batched_tokens: int, head_dtype) -> int:
+    """ESTIMATE of the activation peak per rank that vLLM's profiling run measures: the larger
+    of the forward's widest layer moment and the dummy pooler pass over a full budget
+    (``profile``). Without a model preset the forward is taken as 8 hidden-state rows per
+    token (residual, norm, QKV, attention output, MLP)."""
+    tokens, s = max_num_batched_tokens, config.dtype_size
+    if config.model is not None:
+        forward = forward_peak_bytes(config.model, tokens=tokens,
+                                     tp=config.tensor_parallel_size, dtype_bytes=s)
+    else:
+        forward = tokens * config.hidden_size * 8 * s
+    head_bytes = torch.empty((), dtype=head_dtype).element_size() if head_dtype else s
+    pooler = pooler_peak_bytes(tokens=tokens, hidden_size=config.hidden_size,
+                               width=config.width, dtype_bytes=s, head_dtype_bytes=head_bytes)
+    return max(forward, pooler)
 
 
 def resolve_engine(config) -> ResolvedEngine:
@@ -132,7 +151,11 @@ def resolve_engine(config) -> ResolvedEngine:
     if config.activation_peak_bytes is not None:
         activation, estimate = config.activation_peak_bytes, False
     else:
-        activation, estimate = activation_peak_estimate(config, tokens), True
+        activation = activation_peak_estimate(config, tokens, head_dtype)
+        estimate = True
+    graphs = 0 if model is None else cudagraph_bytes(
+        model, max_capture_size=max(sizes, default=0), tp=config.tensor_parallel_size,
+        dtype_bytes=config.dtype_size)
     kv_per_token = 0 if model is None else kv_bytes_per_token_per_rank(
         model, tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
         kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size)
@@ -144,7 +167,9 @@ def resolve_engine(config) -> ResolvedEngine:
         memory = {"gpu_memory_bytes": device.total_memory_bytes,
                   "gpu_memory_utilization": config.gpu_memory_utilization,
                   "tp": config.tensor_parallel_size, "pp": config.pipeline_parallel_size,
-                  "activation_peak_bytes": activation, "dtype_bytes": config.dtype_size}
+                  # everything vLLM keeps outside the KV cache (module docstring of ``profile``)
+                  "activation_peak_bytes": activation + NON_TORCH_BYTES_ESTIMATE + graphs,
+                  "dtype_bytes": config.dtype_size}
         if kv_per_token == 0:  # encoder-only: vLLM keeps no KV cache and sizes none
             kv_cache_memory_bytes(model, **memory)  # but the weights must fit all the same
         else:
@@ -156,5 +181,5 @@ def resolve_engine(config) -> ResolvedEngine:
                 kv_bytes_per_token=kv_per_token, max_model_len=max_model_len,
                 available_bytes=kv_cache_memory_bytes(model, **memory))
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
-                          blocks, activation, estimate, head_dtype, use_activation,
-                          async_scheduling)
+                          blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
+                          head_dtype, use_activation, async_scheduling)

@@ -15,6 +15,11 @@ keeps the whole step's tensor alive (pins it) until released.
 ``output_memory="one_buffer"`` is the teaching model: every step writes rows ``[0, n)`` of one
 buffer of ``max_num_batched_tokens`` rows.
 
+Rows from a score head (``SimConfig.rows_from="score_head"``: process reward models, classify
+heads) are computed AFTER the compiled backbone (vllm/model_executor/models/qwen2_rm.py,
+``Qwen2RewardBaseModel.forward``: ``self.score(hidden_states.to(head_dtype))``): every step
+allocates them fresh, whatever the step's size.
+
 Every consumer — the step loop of both backends (``tokpool.sim.backends.loop``), the closed forms
 (``backends.closed_form``), the persistent buffer's size (``SimConfig.buffer_rows``) — asks
 ``step_memory`` through this module, so a new vLLM's rule ("eager steps reuse memory too") is an
@@ -72,6 +77,8 @@ def step_memory(config, num_tokens):
         row 0 (a replay's padded size; an eager step's own tokens).
     """
     n = np.asarray(num_tokens, dtype=np.int64)
+    if config.rows_from == "score_head":  # computed after the graph replay: fresh logits
+        return np.zeros(n.shape, dtype=bool), n
     if config.output_memory == "one_buffer":
         return np.ones(n.shape, dtype=bool), n
     padded = padded_step_sizes(n, config.capture_sizes)  # vLLM's dispatch; 0: eager
