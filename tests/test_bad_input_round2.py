@@ -121,10 +121,10 @@ def test_kv_cache_smaller_than_one_max_model_len_request_is_refused_as_vllm_does
                                          r"at least one request with the model's max seq len "
                                          r"\(32768\).*estimated maximum model length is "
                                          r"(\d+)\..*--gpu-memory-utilization.*at most \1") as err:
-        tp.SimConfig.for_model("Qwen3-Embedding-8B", gpu_memory_utilization=0.2)
+        tp.SimConfig.for_model("Qwen3-Embedding-8B", gpu_memory_utilization=0.25)
     longest = int(err.value.args[0].rsplit("at most ", 1)[1])
     assert 0 < longest < 32768
-    ok = tp.SimConfig.for_model("Qwen3-Embedding-8B", gpu_memory_utilization=0.2,
+    ok = tp.SimConfig.for_model("Qwen3-Embedding-8B", gpu_memory_utilization=0.25,
                                 max_model_len=longest)  # the length vLLM's message proposes
     assert ok.kv_cache_blocks * ok.block_size >= longest
 
@@ -287,7 +287,7 @@ def test_closed_form_results_refuse_what_needs_steps(tmp_path):
 
 def test_explain_mentions_preemptions():
     cfg = tp.SimConfig.for_model("SmolLM2-135M", max_num_batched_tokens=32,
-                                 long_prefill_token_threshold=16, kv_cache_blocks=4)
+                                 long_prefill_token_threshold=16, kv_cache_blocks=6)
     lines = tp.simulate([40, 40], cfg, mode="analytic").explain()
     assert "preempted" not in lines[0]
     assert "preempted 1 time (KV cache full)" in lines[1] and "restarted from token 0" in lines[1]
