@@ -18,7 +18,9 @@ QWEN3_8B = {  # Qwen3-Embedding-8B's config.json (the keys tokpool reads)
     "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151665,
     "max_position_embeddings": 32768, "torch_dtype": "bfloat16",
 }
-LINE = "vllm serve ./Qwen3-Embedding-8B --max-num-batched-tokens 8192 --tensor-parallel-size 4"
+# the engine serves token_embed only when --pooler-config selects it (else it selects embed)
+LINE = ("vllm serve ./Qwen3-Embedding-8B --max-num-batched-tokens 8192 --tensor-parallel-size 4 "
+        "--pooler-config.task token_embed")
 GiB = 1 << 30
 
 
@@ -84,5 +86,6 @@ def test_unknown_and_unmodelled_flags_are_reported(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--bogus" in err and "Traceback" not in err
     code = main(["simulate", "--prompt-lens", "32K", "--vllm-args",
-                 "vllm serve Qwen/Qwen3-Embedding-8B -tp 4 --max-num-batched-tokens 8192"])
+                 "vllm serve Qwen/Qwen3-Embedding-8B -tp 4 --max-num-batched-tokens 8192 "
+                 "--pooler-config.task token_embed"])
     assert code == 0 and "peak pooling bytes: 1.25 GiB" in capsys.readouterr().out

@@ -84,7 +84,9 @@ def test_unmodelled_flags_raise_or_come_back():
     ("m -tp 0", ">= 1"),
     ("m --gpu-memory-utilization 1.5", r"\(0, 1\]"),
     ("m --kv-cache-dtype fp7", "not one of"),
-    ("m --pooler-config.task embed", "dotted flags"),
+    ("m --max-num-seqs.x 3", "dotted flags are supported for --pooler-config only"),
+    ("m --runner generate", "not one of"),
+    ("m --convert reward", "not one of"),
 ])
 def test_bad_values_name_the_flag(line, match):
     with pytest.raises(ValueError, match=match):
@@ -139,3 +141,40 @@ def test_same_values_as_vllms_parser(monkeypatch):
             if key == "cudagraph_capture_sizes":
                 expected = tuple(expected)
             assert value == expected, (line, key)
+
+
+def test_pooler_config_dotted_runner_and_convert_are_read():
+    """vLLM accepts --pooler-config as JSON or as dotted keys (FlexibleArgumentParser), and
+    --runner pooling / --convert embed|classify (vllm/engine/arg_utils.py)."""
+    dotted = parse_vllm_args("m --pooler-config.task token_embed --pooler-config.use_activation "
+                             "false --runner pooling --convert embed")
+    assert dotted["task"] == "token_embed" and dotted["use_activation"] is False
+    assert (dotted["runner"], dotted["convert"]) == ("pooling", "embed")
+    as_json = parse_vllm_args('m --pooler-config \'{"task": "token_embed"}\'')
+    assert as_json["task"] == dotted["task"]
+
+
+def test_the_engine_serves_its_selected_task():
+    """vllm/config/model.py, ModelConfig.get_pooling_task: without --pooler-config a decoder
+    embedding model ({embed, token_embed}) serves embed; --pooler-config selects token_embed;
+    --convert classify gives a classification model; a PRM serves token_classify."""
+    line = "vllm serve Qwen/Qwen3-Embedding-8B"
+    assert SimConfig.from_vllm_args(line).task == "embed"
+    assert SimConfig.from_vllm_args(line + " --pooler-config.task token_embed").task == \
+        "token_embed"
+    assert SimConfig.from_vllm_args(line, task="token_embed").task == "token_embed"
+    assert SimConfig.from_vllm_args(line + " --convert classify").task == "classify"
+    assert SimConfig.from_vllm_args("vllm serve Qwen/Qwen2.5-Math-PRM-7B").task == \
+        "token_classify"
+
+
+def test_a_max_model_len_past_the_context_needs_vllms_env_var():
+    """vllm/config/model.py, _get_and_verify_max_len: refused unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (read from the line's environment prefix)."""
+    line = "vllm serve Qwen/Qwen2.5-Math-PRM-7B --max-model-len 8192"
+    with pytest.raises(ValueError, match="VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"):
+        SimConfig.from_vllm_args(line)
+    assert SimConfig.from_vllm_args("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 " + line).max_model_len \
+        == 8192
+    # a SimConfig built directly looks past the context on purpose (the documented default)
+    assert SimConfig.for_model("Qwen2.5-Math-PRM-7B", max_model_len=8192).max_model_len == 8192

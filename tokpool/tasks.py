@@ -18,6 +18,7 @@ import pandas as pd
 
 from ._deprecation import TokpoolDeprecationWarning
 from .sim.vllm_rules.engine import check_request_task as check_selected
+from .sim.vllm_rules.engine import select_pooling_task
 from .task_names import POOLING_TASKS, SUPPORTED_TASKS, TOKEN_TASKS
 
 GatePolicy = Literal["current", "pre_50931"]
@@ -36,17 +37,10 @@ def gate_policy(policy: str) -> str:
         return "pre_50931"
     _check_choice(policy, GATE_POLICIES, "gate policy")
     return policy
+
+
 ATTN_TYPES: tuple[str, ...] = ("decoder", "encoder_only", "encoder_decoder")
 
-# vLLM's default-task priority when the user does not request one.
-_TASK_PRIORITY: tuple[str, ...] = (
-    "embed&token_classify",
-    "embed",
-    "classify",
-    "token_embed",
-    "token_classify",
-    "plugin",
-)
 
 RUNNER_NAME = "The pooling runner (vLLM Model Runner V2)"
 _FALLBACK = "another runner (VLLM_USE_V2_MODEL_RUNNER=0)"
@@ -130,11 +124,7 @@ def select_task(
                 f"{sorted(tasks)}; request one of those or leave the task unset"
             )
         return requested
-    if "token_classify" in tasks and any(
-        a.endswith("ForTokenClassification") for a in architectures
-    ):
-        return "token_classify"
-    return next((t for t in _TASK_PRIORITY if t in tasks), None)
+    return select_pooling_task(tasks, architectures=architectures)
 
 
 def runner_tasks(*, attn_type: str = "decoder", policy: str = "current") -> frozenset[str]:

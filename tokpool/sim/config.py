@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -14,6 +15,7 @@ from ..pooling import RetentionPolicy, check_policy
 from .vllm_rules import step_memory as step_memory_rule
 from .vllm_rules.args import parse_vllm_args
 from .vllm_rules.devices import Hardware, resolve_hardware
+from .vllm_rules.engine import select_pooling_task
 from .vllm_rules.hf_config import simconfig_fields_from_hf
 from .vllm_rules.models import MODEL_PRESETS, ModelPreset, resolve_model
 from .vllm_rules.resolve import resolve_engine
@@ -113,6 +115,10 @@ class SimConfig:
             give it that engine's requests.
         max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
             the model preset's context, else no limit. A longer prompt raises ``ValueError``.
+        allow_long_max_model_len: a ``max_model_len`` above the model's context is simulated
+            (``True``, the default: look past the context on purpose) or refused as vLLM
+            refuses it without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` (``False``;
+            ``from_vllm_args`` sets it from the line's environment).
         long_prefill_token_threshold: most tokens one request takes in a step (vLLM's flag;
             ``None``: no limit but the budget), unless it is the only request running or
             waiting (vLLM lifts the cap then).
@@ -184,6 +190,7 @@ class SimConfig:
     usage: Usage = "llm"
     rows_from: RowsFrom | None = None
     max_model_len: int | None = None
+    allow_long_max_model_len: bool = True
     async_overwrite: AsyncOverwrite = "forward_start"
     kv_cache_blocks: int | None = None
     block_size: int = 16
@@ -468,9 +475,18 @@ class SimConfig:
                 ``from_hf_config`` (default: the line's model).
             **overrides: any other ``SimConfig`` field.
 
-        The KV cache is sized as vLLM sizes it (``gpu_memory_utilization``, default 0.92).
+        The KV cache is sized as vLLM sizes it (``gpu_memory_utilization``, default 0.92), the
+        defaults are the API server's (``usage="server"``), and the task is the one the engine
+        SELECTS (``vllm_rules.select_pooling_task``): ``--pooler-config``'s task, else vLLM's
+        priority over the model's tasks — ``embed`` for a decoder embedding model, whose
+        engine then refuses token_embed requests; ``--convert`` picks embedding or
+        classification tasks. ``task=...`` overrides it as ``--pooler-config`` would.
         """
-        fields = parse_vllm_args(argv)
+        allow_long = _allows_long_max_model_len(argv)
+        fields = parse_vllm_args(_without_env(argv))
+        fields.setdefault("allow_long_max_model_len", allow_long)
+        fields.pop("runner", None)  # "auto" or "pooling": the simulator is a pooling runner
+        convert = fields.pop("convert", None)
         named = fields.pop("model", None)
         source = model if model is not None else named
         extra = sorted(set(fields) - {f.name for f in dataclasses.fields(cls) if f.init})
@@ -489,8 +505,14 @@ class SimConfig:
             m.hf_id.lower() for m in MODEL_PRESETS.values()}
         if isinstance(source, ModelPreset) or (isinstance(source, str)
                                                and source.lower() in names):
-            return cls.for_model(source, **fields)
-        return cls.from_hf_config(source, **fields)
+            build = functools.partial(cls.for_model, source)
+        else:
+            build = functools.partial(cls.from_hf_config, source)
+        if "task" in fields:
+            return build(**fields)
+        natural = build(**fields)  # the model's own kind decides which tasks it declares
+        selected = select_pooling_task(_declared_tasks(natural.task, convert))
+        return natural if selected == natural.task else build(**fields, task=selected)
 
     @classmethod
     def for_model(
@@ -530,4 +552,42 @@ class SimConfig:
                 fields.update(rows_from="score_head", dtype="float32")
         fields.update(overrides)
         return cls(**fields)
+
+
+def _declared_tasks(kind_task: str, convert: str | None) -> tuple[str, ...]:
+    """The tasks vLLM's pooling model declares, from the task tokpool reads off the model's
+    kind (``hf_config``) or ``--convert``: embedding adapters declare ``embed`` and
+    ``token_embed``, classification adapters ``classify`` and ``token_classify``, PRMs and
+    ``*ForTokenClassification`` models ``token_classify`` alone
+    (vllm/model_executor/models/adapters.py; ``Qwen2ForProcessRewardModel``)."""
+    if convert == "embed" or (convert in (None, "auto", "none")
+                              and kind_task in ("embed", "token_embed")):
+        return ("embed", "token_embed")
+    if convert == "classify" or kind_task == "classify":
+        return ("classify", "token_classify")
+    return ("token_classify",)
+
+
+def _env_prefix(argv) -> list[str]:
+    """``VAR=value`` words before ``vllm serve`` (the line's environment)."""
+    words = argv.split() if isinstance(argv, str) else list(argv)
+    prefix = []
+    for word in words:
+        if "=" not in word or word.startswith("-"):
+            break
+        prefix.append(word)
+    return prefix
+
+
+def _allows_long_max_model_len(argv) -> bool:
+    return "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in _env_prefix(argv)
+
+
+def _without_env(argv):
+    n = len(_env_prefix(argv))
+    if not n:
+        return argv
+    if isinstance(argv, str):
+        return argv.split(None, n)[n] if len(argv.split()) > n else ""
+    return list(argv)[n:]
 

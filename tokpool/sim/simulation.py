@@ -22,6 +22,7 @@ from .results.result import SimResult
 from .schedule.given import check_schedule
 from .schedule.scheduler import ScheduledStep, check_prompt_lens
 from .schedule.scheduler import schedule as tokpool_schedule
+from .vllm_run import vllm_schedule
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
 SIM_MODES: tuple[str, ...] = ("tensor", "analytic", "closed_form")
@@ -168,10 +169,7 @@ def _check_device(device) -> None:
 
 def _scheduled_steps(lens, config: SimConfig, arrival_steps,
                      scheduler: str) -> list[ScheduledStep]:
-    if scheduler == "vllm":
-        from .vllm_run import vllm_schedule as schedule_fn
-    else:
-        schedule_fn = tokpool_schedule
+    schedule_fn = vllm_schedule if scheduler == "vllm" else tokpool_schedule
     with paused_gc():  # a long schedule is many small objects: see paused_gc
         return schedule_fn(
             lens,

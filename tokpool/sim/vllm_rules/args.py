@@ -111,6 +111,9 @@ _FLAGS: dict[str, tuple[str, Any]] = {
     "--cudagraph-capture-sizes": ("cudagraph_capture_sizes", "list"),
     "--long-prefill-token-threshold": ("long_prefill_token_threshold", _int),
     "--pooler-config": ("pooler_config", json.loads),
+    "--runner": ("runner", _choice({"auto": None, "pooling": None})),
+    "--convert": ("convert", _choice({"auto": None, "embed": None, "classify": None,
+                                      "none": None})),
 }
 _ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
             "-dp": "--data-parallel-size",
@@ -122,7 +125,7 @@ UNMODELLED_FLAGS: frozenset[str] = frozenset({
     "--enable-prefix-caching", "--prefix-caching-hash-algo", "--kv-cache-memory-bytes",
     "--num-gpu-blocks-override", "--max-num-scheduled-tokens", "--max-num-partial-prefills",
     "--max-long-partial-prefills", "--scheduling-policy", "--quantization", "-q",
-    "--trust-remote-code", "--tokenizer", "--revision", "--seed", "--runner", "--convert",
+    "--trust-remote-code", "--tokenizer", "--revision", "--seed",
     "--hf-overrides", "--served-model-name", "--host", "--port", "--api-key",
     "--distributed-executor-backend", "--optimization-level", "-O", "--compilation-config",
     "--speculative-config", "--enable-lora", "--disable-log-stats", "--max-num-active-seqs",
@@ -202,9 +205,24 @@ def parse_vllm_args(
             continue
         key, eq, inline = token.partition("=")
         key = _ALIASES.get(_name(key), _name(key))
+        if key.startswith("--pooler-config."):  # vLLM's dotted form: --pooler-config.task X
+            field = key.split(".", 1)[1].replace("-", "_")
+            if not eq and (i >= len(tokens) or tokens[i].startswith("--")):
+                raise ValueError(f"{key} needs a value")
+            raw = inline if eq else tokens[i]
+            i += 0 if eq else 1
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                value = raw  # a bare word: a string, as vLLM's parser reads it
+            pooler = out.setdefault("pooler_config", {})
+            if not isinstance(pooler, dict):
+                raise ValueError("give --pooler-config as JSON or dotted keys, not both")
+            pooler[field] = value
+            continue
         if "." in key:
-            raise ValueError(f"{token!r}: dotted flags are not supported; pass the whole JSON "
-                             "(e.g. --pooler-config '{\"use_activation\": false}')")
+            raise ValueError(f"{token!r}: dotted flags are supported for --pooler-config only; "
+                             "pass the whole JSON for the others")
         negated = key.startswith("--no-") and _FLAGS.get("--" + key[5:], ("", None))[1] == "bool"
         base = "--" + key[5:] if negated else key
         if base not in _FLAGS:

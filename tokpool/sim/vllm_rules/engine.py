@@ -27,12 +27,14 @@ __all__ = [
     "BLACKWELL_MAX_CUDAGRAPH_CAPTURE_SIZE",
     "DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE",
     "DEVICES",
+    "POOLING_TASK_PRIORITY",
     "RUNNER_TASKS",
     "TOKEN_POOL_METHOD_TASKS",
     "DeviceFacts",
     "batch_defaults",
     "check_prompt_fits",
     "check_request_task",
+    "check_user_max_model_len",
     "chunked_prefill_supported",
     "cudagraph_capture_sizes",
     "default_async_scheduling",
@@ -48,6 +50,7 @@ __all__ = [
     "resolve_cudagraph_sizes",
     "resolve_device",
     "running_chunk_limit",
+    "select_pooling_task",
     "step_order",
 ]
 
@@ -579,6 +582,43 @@ TOKEN_POOL_METHOD_TASKS: frozenset[str] = frozenset({"token_embed", "token_class
 RUNNER_TASKS: frozenset[str] = frozenset(
     {"embed", "classify", "token_embed", "token_classify", "embed&token_classify"}
 )
+
+
+def check_user_max_model_len(max_model_len: int, derived: int | None, *,
+                             allow_long: bool) -> None:
+    """vllm/config/model.py, ``_get_and_verify_max_len``: a ``--max-model-len`` above the
+    length derived from the model's files is refused unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``
+    (positions past it give NaN with RoPE, out-of-bounds reads with absolute positions)."""
+    if derived is not None and max_model_len > derived and not allow_long:
+        raise ValueError(
+            f"User-specified max_model_len ({max_model_len}) is greater than the derived "
+            f"max_model_len ({derived}) in the model's config.json: vLLM refuses it. Set "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (allow_long_max_model_len=True) to simulate it "
+            "anyway, or lower --max-model-len"
+        )
+
+
+#: vLLM's default-task priority when no task is configured (``ModelConfig.get_pooling_task``).
+POOLING_TASK_PRIORITY: tuple[str, ...] = (
+    "embed&token_classify", "embed", "classify", "token_embed", "token_classify", "plugin",
+)
+
+
+def select_pooling_task(model_tasks: Sequence[str], *, architectures: Sequence[str] = (),
+                        configured: str | None = None) -> str | None:
+    """The task an engine serves: ``--pooler-config``'s task if set, else, for a
+    ``*ForTokenClassification`` architecture, ``token_classify``, else the first of
+    ``POOLING_TASK_PRIORITY`` the model supports (vllm/config/model.py,
+    ``ModelConfig.get_pooling_task``): a decoder embedding model declaring
+    ``{embed, token_embed}`` serves ``embed``, and refuses token_embed requests."""
+    if configured is not None:
+        return configured
+    tasks = set(model_tasks)
+    if "token_classify" in tasks and any(
+        a.endswith("ForTokenClassification") for a in architectures
+    ):
+        return "token_classify"
+    return next((t for t in POOLING_TASK_PRIORITY if t in tasks), None)
 
 
 def check_request_task(

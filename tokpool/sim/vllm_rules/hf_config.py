@@ -224,14 +224,9 @@ def preset_from_hf_config(
     task = {"prm": "token_classify", "token_classify": "token_classify",
             "seq_classify": "classify", "encoder": "embed"}.get(kind, "token_embed")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
-    max_len = cfg.get("max_position_embeddings")
+    max_len = derived_max_model_len(cfg, directory)
     if max_len is not None and model_type in ("roberta", "xlm-roberta", "camembert"):
         max_len -= (cfg.get("pad_token_id") or 0) + 1  # positions start after padding
-    st = read_sentence_transformers_config(directory) if directory is not None else None
-    if st is not None and st.max_seq_length is not None:
-        # vllm/config/model.py, _get_and_verify_max_len: a sentence-transformers folder's
-        # max_seq_length REPLACES the derived length (all-MiniLM-L6-v2: 512 -> 256)
-        max_len = st.max_seq_length
     default_name = (directory.name if directory is not None
                     else cfg.get("_name_or_path") or arch or model_type or "hf-model")
     return HFModelPreset(
@@ -286,3 +281,37 @@ def simconfig_fields_from_hf(source: Any, **overrides) -> dict:
         fields["pooling"] = "LAST"
     fields.update(overrides)
     return fields
+
+
+#: config.json keys vLLM reads a maximum length from (the smallest wins), in its order
+#: (vllm/transformers_utils/model_arch_config_convertor.py, derive_max_model_len_and_key).
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                "model_max_length", "max_target_positions", "max_sequence_length",
+                "max_seq_length", "seq_len")
+#: RoPE types whose factor does NOT scale the derived length (vllm/config/model.py,
+#: _get_and_verify_max_len).
+_UNSCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def derived_max_model_len(cfg: Mapping, directory: Path | None = None) -> int | None:
+    """vLLM's default ``max_model_len`` from a model's files (vllm/config/model.py,
+    ``_get_and_verify_max_len``): the smallest of ``MAX_LEN_KEYS`` (``model_max_length``
+    wins when set), times a RoPE scaling factor (``linear``, ``dynamic``, ...; not Gemma-3's),
+    replaced by a sentence-transformers folder's ``max_seq_length``. ``None``: no key."""
+    lengths = [cfg[k] for k in MAX_LEN_KEYS if isinstance(cfg.get(k), int)
+               and not isinstance(cfg.get(k), bool)]
+    derived = min(lengths) if lengths else None
+    if isinstance(cfg.get("model_max_length"), int):
+        derived = cfg["model_max_length"]
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    if derived is not None and isinstance(rope, Mapping) and "gemma3" not in str(
+            cfg.get("model_type", "")):
+        kind = rope.get("rope_type", rope.get("type"))
+        factor = rope.get("factor")
+        if kind not in _UNSCALED_ROPE and isinstance(factor, (int, float)) and factor:
+            derived = int(derived * factor)
+    st = read_sentence_transformers_config(directory) if directory is not None else None
+    if st is not None and st.max_seq_length is not None:
+        derived = st.max_seq_length  # all-MiniLM-L6-v2: 512 -> 256
+    return derived
+

@@ -182,9 +182,10 @@ def kv_cache_memory_bytes(
 ) -> int:
     """Bytes left for the KV cache on one rank: ``ceil(total x utilization)`` (``request_memory``)
     minus weights per rank minus the forward's activation peak (``determine_available_memory``:
-    ``requested_memory - non_kv_cache_memory``). Other non-KV memory (CUDA context, NCCL,
-    graphs when ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) is not modelled: add it to
-    ``activation_peak_bytes``.
+    ``requested_memory - non_kv_cache_memory - cudagraph_memory_estimate``).
+    ``activation_peak_bytes`` is everything vLLM reserves outside the KV cache: the resolution
+    step passes the profiled activation peak plus non-torch and CUDA-graph memory
+    (``vllm_rules.profile``, ESTIMATES).
 
     Raises:
         ValueError: nothing left, as vLLM (``No available memory for the cache blocks``), with

@@ -98,13 +98,14 @@ class ModelPreset:
 MODEL_PRESETS: Mapping[str, ModelPreset] = {
     m.name: m
     for m in (
-        # max_model_len: each model's config.json max_position_embeddings.
+        # max_model_len: each model's config.json max_position_embeddings, which vLLM derives
+        # its default from (Qwen3-Embedding-8B: 40,960; its model card advertises 32K).
         ModelPreset("SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M", 576, 30, 9, 64,
                     134_515_008, 49_152, max_model_len=8192, num_key_value_heads=3),
         ModelPreset("Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-0.6B", 1024, 28, 16, 128,
                     595_776_512, 151_669, max_model_len=32_768, num_key_value_heads=8),
         ModelPreset("Qwen3-Embedding-8B", "Qwen/Qwen3-Embedding-8B", 4096, 36, 32, 128,
-                    7_567_295_488, 151_665, max_model_len=32_768, num_key_value_heads=8),
+                    7_567_295_488, 151_665, max_model_len=40_960, num_key_value_heads=8),
         ModelPreset("Qwen2.5-Math-PRM-7B", "Qwen/Qwen2.5-Math-PRM-7B", 3584, 28, 28, 128,
                     7_070_000_000, 152_064, num_labels=2, default_task="token_classify",
                     step_tag_id=151_651, max_model_len=4096, tok_pooling_type="STEP",

@@ -31,6 +31,7 @@ import torch
 
 from .engine import (
     batch_defaults,
+    check_user_max_model_len,
     chunked_prefill_supported,
     default_async_scheduling,
     default_head_dtype,
@@ -114,6 +115,9 @@ def resolve_engine(config) -> ResolvedEngine:
     max_model_len = config.max_model_len
     if max_model_len is None and model is not None:
         max_model_len = model.max_model_len
+    elif max_model_len is not None and model is not None:
+        check_user_max_model_len(max_model_len, model.max_model_len,
+                                 allow_long=config.allow_long_max_model_len)
     chunked = config.enable_chunked_prefill
     if chunked is None:
         chunked = chunked_prefill_supported(

@@ -36,10 +36,13 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 from ...vllm_bridge import VLLM_REFERENCE_VERSION, VllmUnavailableError
 from ..schedule.scheduler import ScheduledStep, check_arrival_steps, check_prompt_lens
@@ -74,8 +77,6 @@ def _vllm() -> dict[str, Any]:
         if "error" in _MODULES:
             raise VllmUnavailableError(_MODULES["error"])
         return _MODULES
-    import torch
-
     if "VLLM_TARGET_DEVICE" not in os.environ and not torch.cuda.is_available():
         os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     try:
@@ -145,8 +146,6 @@ def _engine_config(
 ) -> Any:
     """vLLM's resolved ``VllmConfig`` for one flag set (built once: ~5 ms to seconds)."""
     m = _vllm()
-    import logging
-
     # Without chunking vLLM requires max_num_batched_tokens >= max_model_len
     # (SchedulerConfig.verify_max_model_len); prompts over the budget are refused before.
     max_model_len = _CHUNKED_MAX_MODEL_LEN if enable_chunked_prefill else max_num_batched_tokens
