@@ -119,11 +119,11 @@ def test_tensor_parallel_that_cannot_split_the_kv_heads_is_refused():
 def test_kv_cache_smaller_than_one_max_model_len_request_is_refused_as_vllm_does():
     with pytest.raises(ValueError, match=r"vLLM refuses to start Qwen3-Embedding-8B: \"To serve "
                                          r"at least one request with the model's max seq len "
-                                         r"\(32768\).*estimated maximum model length is "
+                                         r"\(40960\).*estimated maximum model length is "
                                          r"(\d+)\..*--gpu-memory-utilization.*at most \1") as err:
         tp.SimConfig.for_model("Qwen3-Embedding-8B", gpu_memory_utilization=0.25)
     longest = int(err.value.args[0].rsplit("at most ", 1)[1])
-    assert 0 < longest < 32768
+    assert 0 < longest < tp.MODEL_PRESETS["Qwen3-Embedding-8B"].max_model_len == 40_960
     ok = tp.SimConfig.for_model("Qwen3-Embedding-8B", gpu_memory_utilization=0.25,
                                 max_model_len=longest)  # the length vLLM's message proposes
     assert ok.kv_cache_blocks * ok.block_size >= longest
@@ -251,7 +251,7 @@ def test_a_text_file_that_never_ends_is_not_read(capsys, tmp_path):
     ({"hardware": ""}, ValueError, r"unknown hardware ''; use one of \['H100 SXM'"),
     ({"hardware": "  "}, ValueError, r"unknown hardware '  '; use one of"),
     ({"gpu_memory_utilization": 0.9, "block_size": 2**50}, ValueError,
-     r"vLLM refuses to start Qwen3-Embedding-8B.*max seq len \(32768\)"),
+     r"vLLM refuses to start Qwen3-Embedding-8B.*max seq len \(40960\)"),
 ])
 def test_simconfig_values_are_typed_and_ranged(kwargs, error, match):
     with pytest.raises(error, match=match):
