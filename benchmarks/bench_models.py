@@ -55,7 +55,7 @@ def _row(benchmark: str, case: str, numerator: str, num_s: float, denominator: s
     }
 
 
-def bench_prefill(model: tp.PoolingModel, *, prompt_len: int, chunk_size: int,
+def bench_prefill(model: tp.models.PoolingModel, *, prompt_len: int, chunk_size: int,
                   repeats: int) -> list[dict]:
     """Chunked vs full wall time, and pooling vs forward time inside the same runs."""
     ids = [1024 + (i % 8192) for i in range(prompt_len)]

@@ -16,7 +16,7 @@ For the ``test`` split (the train distribution) and the ``hard`` split (error ty
   scored in batches of 8, which ``tests/test_prm_finetuned.py`` reproduces.
 
 Both PRMs score through ``ProcessRewardModel.score_records`` (padded batches of 8; the probe
-stops at its layer 16). Rewards are cached under ``<tp.model_cache_dir()>/prm/`` keyed by the
+stops at its layer 16). Rewards are cached under ``<tp.models.model_cache_dir()>/prm/`` keyed by the
 PRM file's digest, so ``--only probe`` can run while the PRM trains. Timings go to stdout only,
 so ``metrics.json`` is identical on a rerun.
 """

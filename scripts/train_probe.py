@@ -5,7 +5,7 @@ train-probe`` from a checkout).
    chat template, ``<file_sep>`` after each step) and run it through
    ``tp.load_model("smollm2-135m").encode(task="token_embed", layer=LAYER)``; keep the hidden
    states at the tag rows (STEP pooling). Features are cached under
-   ``<tp.model_cache_dir()>/prm/`` (keyed by model, layer, layout and data), not in git.
+   ``<tp.models.model_cache_dir()>/prm/`` (keyed by model, layer, layout and data), not in git.
 2. Fit a ``ProbeHead`` (standardise → linear → 2 logits) on the train steps *up to and
    including the first error*: a later step is labelled wrong only because it builds on a wrong
    value, which its own text does not show, so the probe learns ProcessBench's question, "is
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--layer", type=int, default=LAYER)
     parser.add_argument("--out", default=None, help="output folder (default data/prm/probe)")
     parser.add_argument("--cache-dir", default=None,
-                        help="feature cache (default <tp.model_cache_dir()>/prm)")
+                        help="feature cache (default <tp.models.model_cache_dir()>/prm)")
     parser.add_argument("--limit", type=int, default=None,
                         help="use only the first N examples of each split (quick runs)")
     args = parser.parse_args(argv)

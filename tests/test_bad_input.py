@@ -136,49 +136,49 @@ CASES = [
     ("MEAN on a zero-token request", lambda: _zero_token_cursor(tp.MeanPool), ValueError,
      r"MeanPool: request\(s\) \[0\] have 0 tokens"),
     ("SPLADE rows vs metadata",
-     lambda: tp.SpladeSparsePooler(lambda x: x)(H[:5], tp.build_metadata([2])), ValueError,
+     lambda: tp.heads.SpladeSparsePooler(lambda x: x)(H[:5], tp.build_metadata([2])), ValueError,
      r"SpladeSparsePooler: hidden_states has 5 rows but the metadata holds 2 tokens"),
     ("BGE-M3 rows vs metadata",
-     lambda: tp.BgeM3Pooler(lambda x: x[:, :1])(H, tp.build_metadata([2, 3])), ValueError,
+     lambda: tp.heads.BgeM3Pooler(lambda x: x[:, :1])(H, tp.build_metadata([2, 3])), ValueError,
      r"BgeM3Pooler: hidden_states has 6 rows but the metadata holds 5 tokens"),
     ("metadata device typo", lambda: tp.build_metadata([2], device="gpu9"), ValueError,
      r"device='gpu9' is not a torch device"),
-    ("Pooler of a non-method", lambda: tp.Pooler(object()), TypeError,
+    ("Pooler of a non-method", lambda: tp.poolers.Pooler(object()), TypeError,
      r"method must be a pooling method .*got <object object"),
-    ("DispatchPooler of a string", lambda: tp.DispatchPooler("embed"), TypeError,
+    ("DispatchPooler of a string", lambda: tp.poolers.DispatchPooler("embed"), TypeError,
      r"poolers_by_task must map task names to poolers.*got str"),
     ("shares_storage with None", lambda: tp.shares_storage(None, H), TypeError,
      r"expected a torch\.Tensor, got NoneType"),
     ("owned_bytes of strings", lambda: tp.owned_bytes(["a"]), TypeError,
      r"expected a torch\.Tensor, got str \('a'\)"),
     # --- heads ------------------------------------------------------------------------------
-    ("negative logit_sigma", lambda: tp.TokenClassifierHead(logit_sigma=-1), ValueError,
+    ("negative logit_sigma", lambda: tp.heads.TokenClassifierHead(logit_sigma=-1), ValueError,
      r"logit_sigma must be > 0, got -1"),
-    ("NaN logit_mean", lambda: tp.TokenClassifierHead(logit_mean=NAN), ValueError,
+    ("NaN logit_mean", lambda: tp.heads.TokenClassifierHead(logit_mean=NAN), ValueError,
      r"logit_mean must be finite, got nan"),
-    ("string logit_sigma", lambda: tp.TokenClassifierHead(logit_sigma="2"), TypeError,
+    ("string logit_sigma", lambda: tp.heads.TokenClassifierHead(logit_sigma="2"), TypeError,
      r"logit_sigma must be a real number or None, got '2'"),
     ("unknown activation name", lambda: apply_classifier_activation(H, "relu"), ValueError,
      r"unknown activation 'relu'"),
     ("projector of another width",
-     lambda: tp.TokenEmbeddingHead(projector=torch.nn.Linear(3, 4))(torch.zeros(2, 5)),
+     lambda: tp.heads.TokenEmbeddingHead(projector=torch.nn.Linear(3, 4))(torch.zeros(2, 5)),
      ValueError, r"projector takes rows of width 3 but the pooled rows have width 5"),
     ("classifier of another width",
-     lambda: tp.TokenClassifierHead(classifier=torch.nn.Linear(3, 2))(torch.zeros(2, 5)),
+     lambda: tp.heads.TokenClassifierHead(classifier=torch.nn.Linear(3, 2))(torch.zeros(2, 5)),
      ValueError, r"classifier takes rows of width 3 but the pooled rows have width 5"),
-    ("use_activation 'no'", lambda: tp.TokenEmbeddingHead()(H, use_activation="no"),
+    ("use_activation 'no'", lambda: tp.heads.TokenEmbeddingHead()(H, use_activation="no"),
      TypeError, r"use_activation must be True or False, got 'no'"),
     ("NaN into a classifier head",
-     lambda: tp.TokenClassifierHead()(torch.tensor([[0.0, 1.0], [NAN, 1.0]])),
+     lambda: tp.heads.TokenClassifierHead()(torch.tensor([[0.0, 1.0], [NAN, 1.0]])),
      NonFiniteError, r"1 of 4 values are NaN or Inf \(first: nan at row 1\)"),
     ("Inf into an embedding head",
-     lambda: tp.TokenEmbeddingHead()(torch.tensor([[INF, 1.0]])),
+     lambda: tp.heads.TokenEmbeddingHead()(torch.tensor([[INF, 1.0]])),
      NonFiniteError, r"first: inf at row 0"),
     ("float16 head cast overflows",
-     lambda: tp.TokenEmbeddingHead(head_dtype="float16")(torch.tensor([[1e6, 1.0]])),
+     lambda: tp.heads.TokenEmbeddingHead(head_dtype="float16")(torch.tensor([[1e6, 1.0]])),
      NonFiniteError, r"casting torch\.float32 to head dtype torch\.float16 overflowed"),
     ("classifier that outputs Inf",
-     lambda: tp.TokenClassifierHead(classifier=lambda x: x * INF)(torch.ones(2, 3)),
+     lambda: tp.heads.TokenClassifierHead(classifier=lambda x: x * INF)(torch.ones(2, 3)),
      NonFiniteError, r"TokenClassifierHead logits .*first: inf at row 0"),
     # --- tasks ------------------------------------------------------------------------------
     ("architectures given as a string",
@@ -190,19 +190,19 @@ CASES = [
     ("model_tasks None", lambda: tp.gate(None), TypeError,
      r"model_tasks must be a collection of task names, got NoneType"),
     # --- rewards (NaN/Inf policy) -----------------------------------------------------------
-    ("NaN reward", lambda: tp.first_error_from_rewards([0.9, NAN, 0.1]), NonFiniteError,
+    ("NaN reward", lambda: tp.prm.first_error_from_rewards([0.9, NAN, 0.1]), NonFiniteError,
      r"reward of step 1 is nan"),
-    ("Inf reward", lambda: tp.first_error_from_rewards([INF, 0.9]), NonFiniteError,
+    ("Inf reward", lambda: tp.prm.first_error_from_rewards([INF, 0.9]), NonFiniteError,
      r"reward of step 0 is inf"),
-    ("NaN threshold", lambda: tp.first_error_from_rewards([0.1], threshold=NAN), ValueError,
+    ("NaN threshold", lambda: tp.prm.first_error_from_rewards([0.1], threshold=NAN), ValueError,
      r"threshold must be finite, got nan"),
-    ("string threshold", lambda: tp.first_error_from_rewards([0.1], threshold="0.5"),
+    ("string threshold", lambda: tp.prm.first_error_from_rewards([0.1], threshold="0.5"),
      TypeError, r"threshold must be a real number, got '0\.5'"),
-    ("NaN first-error prediction", lambda: tp.processbench_f1([NAN, -1], [0, -1]), TypeError,
+    ("NaN first-error prediction", lambda: tp.prm.processbench_f1([NAN, -1], [0, -1]), TypeError,
      r"pred_first_error must hold integer step indices .*got dtype float64"),
-    ("NaN step score", lambda: tp.step_auroc([NAN, 0.5], [1, 0]), ValueError,
+    ("NaN step score", lambda: tp.prm.step_auroc([NAN, 0.5], [1, 0]), ValueError,
      r"scores must be finite \(got nan or inf\)"),
-    ("rewards as a matrix", lambda: tp.first_error_from_rewards([[0.1, 0.2], [0.3, 0.4]]),
+    ("rewards as a matrix", lambda: tp.prm.first_error_from_rewards([[0.1, 0.2], [0.3, 0.4]]),
      ValueError, r"rewards must be 1-D \(one per step\), got shape \(2, 2\)"),
 ]
 
@@ -242,21 +242,21 @@ def test_a_state_is_reusable_after_its_request_finishes():
 
 
 def test_heads_let_nan_through_when_asked():
-    head = tp.TokenClassifierHead(check_finite=False)
+    head = tp.heads.TokenClassifierHead(check_finite=False)
     assert torch.isnan(head(torch.tensor([[NAN, 1.0]]))).all()
 
 
 def test_large_finite_values_are_not_mistaken_for_inf():
     x = torch.full((64, 4), 60_000.0, dtype=torch.float16)  # finite; their fp16 sum overflows
-    out = tp.TokenClassifierHead(head_dtype=None, activation="none")(x)
+    out = tp.heads.TokenClassifierHead(head_dtype=None, activation="none")(x)
     assert out is x
 
 
 def test_first_error_still_reports_errors_and_no_error():
-    assert tp.first_error_from_rewards([0.9, 0.3, 0.8]) == 1
-    assert tp.first_error_from_rewards(np.array([0.9, 0.8])) == -1
-    assert tp.first_error_from_rewards(torch.tensor([0.9, 0.1]), threshold=0.2) == 1
-    assert tp.first_error_from_rewards([]) == -1
+    assert tp.prm.first_error_from_rewards([0.9, 0.3, 0.8]) == 1
+    assert tp.prm.first_error_from_rewards(np.array([0.9, 0.8])) == -1
+    assert tp.prm.first_error_from_rewards(torch.tensor([0.9, 0.1]), threshold=0.2) == 1
+    assert tp.prm.first_error_from_rewards([]) == -1
 
 
 def test_numpy_lengths_are_accepted():
@@ -311,7 +311,7 @@ def test_heads_refuse_any_nonfinite_value_and_name_its_row(rows, width, data, ba
     x = torch.randn(rows, width)
     r, c = data.draw(st.integers(0, rows - 1)), data.draw(st.integers(0, width - 1))
     x[r, c] = bad
-    head = tp.TokenEmbeddingHead() if kind == "embed" else tp.TokenClassifierHead()
+    head = tp.heads.TokenEmbeddingHead() if kind == "embed" else tp.heads.TokenClassifierHead()
     with pytest.raises(NonFiniteError) as info:
         head(x)
     first_bad_row = int((~torch.isfinite(x)).nonzero()[0, 0])
@@ -325,4 +325,4 @@ def test_a_broken_reward_never_reads_as_no_error(rewards, data, bad):
     i = data.draw(st.integers(0, len(rewards) - 1))
     rewards[i] = bad
     with pytest.raises(NonFiniteError, match=rf"reward of step {i} is"):
-        tp.first_error_from_rewards(rewards)
+        tp.prm.first_error_from_rewards(rewards)

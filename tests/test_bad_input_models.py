@@ -94,7 +94,7 @@ def test_guard_argument_types():
 
 
 @pytest.fixture(scope="module")
-def decoder() -> tp.PoolingModel:
+def decoder() -> tp.models.PoolingModel:
     return tp.load_model("tiny-decoder")
 
 
@@ -321,7 +321,7 @@ def test_hub_id_with_an_unreachable_hub_fails_at_once(monkeypatch):
     """Not in the local hub cache and the endpoint refuses: the probe answers, no retries."""
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: refused
-    with pytest.raises(tp.ModelNotFoundError) as info:
+    with pytest.raises(tp.models.ModelNotFoundError) as info:
         tp.load_model("someone/not-cached-model")
     message = str(info.value)
     assert "'someone/not-cached-model'" in message
@@ -331,12 +331,12 @@ def test_hub_id_with_an_unreachable_hub_fails_at_once(monkeypatch):
 
 def test_hub_id_offline_says_so(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(tp.ModelNotFoundError, match="HF_HUB_OFFLINE is set"):
+    with pytest.raises(tp.models.ModelNotFoundError, match="HF_HUB_OFFLINE is set"):
         tp.load_model("someone/not-cached-model")
 
 
 def test_empty_model_name_is_not_the_current_folder():
-    with pytest.raises(tp.ModelNotFoundError, match=r"unknown model '': the name is empty"):
+    with pytest.raises(tp.models.ModelNotFoundError, match=r"unknown model '': the name is empty"):
         tp.load_model("")
 
 

@@ -37,9 +37,10 @@ def test_gate_current_serves_decoder_token_embed(capsys):
     assert "selected task: token_embed" in out and "served: ['embed', 'token_embed']" in out
 
 
-def test_gate_legacy_refuses_with_vllms_message_on_stderr(capsys):
+@pytest.mark.parametrize("policy", ["pre_50931", "legacy"])  # 'legacy': the old name
+def test_gate_legacy_refuses_with_vllms_message_on_stderr(capsys, policy):
     code, _, err = run(capsys, "gate", "decoder_embedding", "--task", "token_embed",
-                         "--policy", "legacy")
+                         "--policy", policy)
     assert code == 2
     assert "supports pooling tasks ['classify', 'embed'], but this model selects 'token_embed'" \
         in err

@@ -71,6 +71,7 @@ def test_namespaces_are_modules_and_lazy_names_come_from_them():
 
 
 @pytest.mark.parametrize("name", sorted(tp._MOVED))
+@pytest.mark.filterwarnings("default::tokpool._deprecation.TokpoolDeprecationWarning")
 def test_moved_name_warns_and_names_its_new_place(name):
     assert name not in tp.__all__ and name not in dir(tp)
     module = importlib.import_module(tp._MOVED[name])

@@ -24,17 +24,17 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def decoder() -> tp.PoolingModel:
+def decoder() -> tp.models.PoolingModel:
     return tp.load_model("tiny-decoder")
 
 
 @pytest.fixture(scope="module")
-def encoder() -> tp.PoolingModel:
+def encoder() -> tp.models.PoolingModel:
     return tp.load_model("tiny-encoder")
 
 
 @pytest.fixture(scope="module")
-def classifier() -> tp.PoolingModel:
+def classifier() -> tp.models.PoolingModel:
     return tp.load_model("tiny-token-classifier")
 
 
@@ -48,7 +48,7 @@ def test_import_tokpool_does_not_import_transformers():
 
 
 def test_list_models_names_the_builtins():
-    table = tp.list_models()
+    table = tp.models.list_models()
     assert {"smollm2-135m", "minilm-l6", "tiny-decoder", "tiny-encoder"} <= set(table.index)
     assert table.loc["minilm-l6", "kind"] == "encoder"
 
@@ -56,13 +56,13 @@ def test_list_models_names_the_builtins():
 def test_unknown_name_lists_builtin_names():
     with pytest.raises(ValueError, match="tiny-decoder") as info:
         tp.load_model("smollm3")
-    assert isinstance(info.value, tp.ModelNotFoundError)
+    assert isinstance(info.value, tp.models.ModelNotFoundError)
     assert "smollm2-135m" in str(info.value)
 
 
 def test_hub_id_offline_says_so(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(tp.ModelNotFoundError, match="HF_HUB_OFFLINE"):
+    with pytest.raises(tp.models.ModelNotFoundError, match="HF_HUB_OFFLINE"):
         tp.load_model("nobody-tokpool/no-such-model")
 
 
@@ -123,7 +123,7 @@ def test_bad_dtype(dtype):
 
 def test_model_cache_dir_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("TOKPOOL_CACHE", str(tmp_path))
-    assert tp.model_cache_dir() == tmp_path
+    assert tp.models.model_cache_dir() == tmp_path
 
 
 def test_gguf_cache_key_tracks_the_file(tmp_path):
@@ -283,7 +283,7 @@ def test_chunked_intermediate_layer_equals_full(decoder):
 
 
 def test_step_times_count_the_steps(decoder):
-    times = tp.StepTimes()
+    times = tp.models.StepTimes()
     decoder.encode([IDS, IDS2], task="token_embed", chunk_size=10, times=times)
     assert times.n_steps == 4  # ceil(37 / 10); the 20-token prompt finishes in step 2
     assert times.forward_s > 0 and times.pooling_s > 0
@@ -315,7 +315,7 @@ def test_compare_chunked_frame(decoder):
     assert {"dtype", "chunk_size", "position", "chunk", "max_abs_err", "rel_rms", "cosine",
             "cosine_vs_fp32"} <= set(df.columns)
     assert df[df.dtype == "float32"].cosine.min() > 0.9999
-    summary = tp.summarize_chunked(df)
+    summary = tp.models.summarize_chunked(df)
     assert len(summary) == 4 and (summary.n_tokens == len(IDS)).all()
 
 

@@ -28,12 +28,12 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def smollm2() -> tp.PoolingModel:
+def smollm2() -> tp.models.PoolingModel:
     return tp.load_model("smollm2-135m")
 
 
 @pytest.fixture(scope="module")
-def minilm() -> tp.PoolingModel:
+def minilm() -> tp.models.PoolingModel:
     return tp.load_model("minilm-l6")
 
 
@@ -53,7 +53,7 @@ def test_smollm2_is_a_cached_llama_decoder(smollm2):
     assert smollm2.attn_type == "decoder"
     assert smollm2.supported_tasks == frozenset({"embed", "token_embed"})
     assert (smollm2.source_path / MARKER).is_file()
-    assert tp.model_cache_dir() in smollm2.source_path.parents
+    assert tp.models.model_cache_dir() in smollm2.source_path.parents
 
 
 @pytest.mark.parametrize("n", [55, 56, 57])
@@ -61,7 +61,7 @@ def test_smollm2_chunked_prefill_matches_full_forward(smollm2, n, record_propert
     """vLLM's chunked-prefill test: token ids 1024.., chunk 10; cosine >= 0.999 in float32."""
     frame = tp.compare_chunked(smollm2, [1024 + i for i in range(n)], chunk_sizes=(10,),
                                dtypes=("float32", "bfloat16"))
-    summary = tp.summarize_chunked(frame).set_index("dtype")
+    summary = tp.models.summarize_chunked(frame).set_index("dtype")
     for dtype in ("float32", "bfloat16"):
         record_property(f"min_cosine_{dtype}", float(summary.loc[dtype, "min_cosine"]))
     assert summary.loc["float32", "min_cosine"] >= 0.999
@@ -80,14 +80,14 @@ def test_smollm2_token_embed_chunked_through_encode(smollm2):
 
 
 def test_legacy_gate_refuses_smollm2_token_embed(smollm2):
-    legacy = sorted(tp.runner_tasks(attn_type="decoder", policy="legacy"))
+    legacy = sorted(tp.tasks.runner_tasks(attn_type="decoder", policy="pre_50931"))
     message = (
         f"supports pooling tasks {legacy}, but this model selects 'token_embed' from "
         "['embed', 'token_embed']. Set an explicitly supported task"
     )
     with pytest.raises(tp.UnsupportedTaskError, match=re.escape(message)):
         tp.gate(smollm2.supported_tasks, requested="token_embed", attn_type=smollm2.attn_type,
-                policy="legacy")
+                policy="pre_50931")
     served = tp.gate(smollm2.supported_tasks, requested="token_embed",
                      attn_type=smollm2.attn_type, policy="current")
     assert served == frozenset({"embed", "token_embed"})

@@ -123,9 +123,9 @@ def test_regenerating_gives_identical_files(tmp_path):
 
 
 def test_generator_is_seeded_and_sized():
-    a = tp.generate_prm_dataset("train", n=20, seed=1)
-    assert a == tp.generate_prm_dataset("train", n=20, seed=1)
-    assert a != tp.generate_prm_dataset("train", n=20, seed=2)
+    a = tp.prm.generate_prm_dataset("train", n=20, seed=1)
+    assert a == tp.prm.generate_prm_dataset("train", n=20, seed=1)
+    assert a != tp.prm.generate_prm_dataset("train", n=20, seed=2)
     assert len(a) == 20
 
 

@@ -94,7 +94,7 @@ def test_loaded_prm_is_a_token_classifier_served_through_step_pooling(tmp_path, 
     torch.testing.assert_close(prm.per_token(f.token_ids), expected, rtol=1e-3, atol=1e-4)
     rewards = torch.softmax(expected[f.tag_positions].double(), -1)[:, 1]
     torch.testing.assert_close(scores.rewards.double(), rewards, rtol=1e-3, atol=1e-4)
-    assert scores.first_error == tp.first_error_from_rewards(scores.rewards, 0.45)
+    assert scores.first_error == tp.prm.first_error_from_rewards(scores.rewards, 0.45)
     # the layer below the first adapted one is untouched
     base = tp.load_model("tiny-decoder").hf_model
     assert torch.equal(prm.model.hf_model.model.layers[0].mlp.up_proj.weight,

@@ -58,7 +58,7 @@ def test_token_classification_checkpoint_two_class(tmp_path):
     logits = _reference(hf, f.token_ids)[f.tag_positions]  # [3, 2]
     expected = torch.softmax(logits.double(), -1)[:, 1]
     torch.testing.assert_close(scores.rewards.double(), expected, rtol=1e-5, atol=1e-6)
-    assert scores.first_error == tp.first_error_from_rewards(scores.rewards, prm.threshold)
+    assert scores.first_error == tp.prm.first_error_from_rewards(scores.rewards, prm.threshold)
 
 
 def test_token_classification_checkpoint_value_head(tmp_path):
@@ -140,7 +140,7 @@ def test_probe_roundtrip_and_scoring_through_step_pooling(tmp_path, tiny_decoder
     with torch.inference_mode():
         logits = head(hidden)  # [n_tokens, 2]
     assert torch.equal(scores.rewards, torch.softmax(logits[f.tag_positions], dim=-1)[:, 1])
-    assert scores.first_error == tp.first_error_from_rewards(scores.rewards, 0.4)
+    assert scores.first_error == tp.prm.first_error_from_rewards(scores.rewards, 0.4)
     frame = scores.to_frame()
     assert list(frame.columns) == ["step", "text", "reward", "passed"] and len(frame) == 3
 
@@ -177,7 +177,7 @@ def test_shipped_probe_loads_and_scores():
     assert scores.rewards.shape == (len(example["completions"]),)
     assert bool(((scores.rewards >= 0) & (scores.rewards <= 1)).all())
     assert -1 <= scores.first_error < len(example["completions"])
-    assert scores.first_error == tp.first_error_from_rewards(scores.rewards, prm.threshold)
+    assert scores.first_error == tp.prm.first_error_from_rewards(scores.rewards, prm.threshold)
     # the served path equals the direct computation: hidden states → head → tag rows → softmax
     f = scores.formatted
     (hidden,) = prm.model.encode([f.token_ids], task="token_embed", layer=prm.layer,

@@ -124,7 +124,7 @@ def test_legacy_corrupts_multi_chunk_prompts_even_when_synchronous(async_schedul
                     async_scheduling=async_scheduling)
     r = both([20], cfg)
     assert r.corrupted == [0]
-    assert not torch.equal(r.outputs[0], tp.SyntheticSource(4).rows(torch.arange(20)))
+    assert not torch.equal(r.outputs[0], tp.sim.SyntheticSource(4).rows(torch.arange(20)))
 
 
 def test_legacy_corrupts_single_shot_outputs_under_async_when_a_later_step_follows():
@@ -155,7 +155,7 @@ def test_clone_prealloc_offload_never_corrupt(policy, async_scheduling, chunked)
     r = both(lens, cfg)
     assert r.corrupted == []
     for i, out in enumerate(r.outputs):
-        assert torch.equal(out, tp.SyntheticSource(3).rows(torch.arange(sum(lens[:i]),
+        assert torch.equal(out, tp.sim.SyntheticSource(3).rows(torch.arange(sum(lens[:i]),
                                                                           sum(lens[: i + 1]))))
 
 

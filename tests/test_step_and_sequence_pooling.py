@@ -63,7 +63,7 @@ def test_step_then_head_softmax_over_selected_columns():
     logits = torch.tensor([[0.0, 1.0, 5.0], [2.0, 0.0, 9.0]])
     meta = tp.build_metadata([2], prompt_token_ids=[[7, 8]], step_tag_id=8,
                              returned_token_ids=[0, 1])
-    pooler = tp.Pooler(tp.StepPool(), tp.TokenClassifierHead())
+    pooler = tp.poolers.Pooler(tp.StepPool(), tp.heads.TokenClassifierHead())
     (probs,) = pooler(logits, meta)
     assert torch.allclose(probs, torch.softmax(torch.tensor([[2.0, 0.0]]), dim=-1))
 
@@ -111,16 +111,16 @@ def test_empty_batch(method):
 
 
 def test_get_pooling_method():
-    assert isinstance(tp.get_pooling_method("ALL"), tp.AllPool)
-    step = tp.get_pooling_method("STEP", async_scheduling=True, policy="prealloc")
+    assert isinstance(tp.pooling.get_pooling_method("ALL"), tp.AllPool)
+    step = tp.pooling.get_pooling_method("STEP", async_scheduling=True, policy="prealloc")
     assert isinstance(step, tp.StepPool) and step.async_scheduling and step.policy == "prealloc"
-    assert isinstance(tp.get_pooling_method("CLS"), tp.CLSPool)
-    assert isinstance(tp.get_pooling_method("LAST"), tp.LastPool)
-    assert isinstance(tp.get_pooling_method("MEAN"), tp.MeanPool)
+    assert isinstance(tp.pooling.get_pooling_method("CLS"), tp.CLSPool)
+    assert isinstance(tp.pooling.get_pooling_method("LAST"), tp.LastPool)
+    assert isinstance(tp.pooling.get_pooling_method("MEAN"), tp.MeanPool)
     with pytest.raises(NotImplementedError, match="UNKNOWN"):
-        tp.get_pooling_method("UNKNOWN")
+        tp.pooling.get_pooling_method("UNKNOWN")
     with pytest.raises(TypeError, match="takes no options"):
-        tp.get_pooling_method("CLS", policy="clone")
+        tp.pooling.get_pooling_method("CLS", policy="clone")
 
 
 def test_declared_tasks():

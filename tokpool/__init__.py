@@ -26,6 +26,7 @@ import importlib
 import warnings
 from typing import Any
 
+from ._deprecation import TokpoolDeprecationWarning
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates, build_metadata
 from .ownership import owned_bytes, shares_storage
 from .pooling import RETENTION_POLICIES, AllPool, CLSPool, LastPool, MeanPool, StepPool
@@ -137,7 +138,7 @@ def __getattr__(name: str) -> Any:
         warnings.warn(
             f"tp.{name} moved to tp.{short}.{name} (tokpool.{short}); the top-level name will "
             "be removed in a future release",
-            DeprecationWarning,
+            TokpoolDeprecationWarning,
             stacklevel=2,
         )
         return getattr(importlib.import_module(_MOVED[name]), name)

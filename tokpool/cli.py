@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -171,21 +172,46 @@ def check_output_dir(path: str, flag: str) -> None:
                        f"({err.strerror or err})") from None
 
 
-def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int, *,
-                per_prompt: bool = False) -> None:
+def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int | None, *,
+                per_prompt: bool = False, runs: int = 1, mode: str = "analytic") -> None:
     """Refuse a simulation that would run more than ``max_steps`` engine steps.
 
     At most ``budget`` tokens are scheduled per step, so one simulation runs at least
-    ``ceil(tokens / budget)`` steps (each prompt alone in a sweep).
+    ``ceil(tokens / budget)`` steps; a sweep runs each prompt alone, ``runs`` times (policies
+    x async settings), and all of its steps count. Closed forms take no steps: ``--max-steps``
+    given with ``--mode closed_form`` is refused as meaningless. ``_step_limit`` hands the bound
+    to the library's own (``tokpool.sim.backends.limits``).
     """
-    tokens = max(prompt_lens) if per_prompt else sum(prompt_lens)
-    steps = math.ceil(tokens / budget)
+    if mode == "closed_form":
+        if max_steps is not None:
+            raise CLIError("--max-steps bounds the engine steps of --mode analytic/tensor; "
+                           "--mode closed_form solves each request by formula and takes no "
+                           "steps: drop --max-steps")
+        return
+    max_steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
+    tokens = sum(prompt_lens)
+    if per_prompt:
+        steps = sum(-(-n // budget) for n in prompt_lens) * runs
+    else:
+        steps = math.ceil(tokens / budget)
     if steps > max_steps:
+        many = f" in each of {runs} runs" if per_prompt and runs > 1 else ""
+        cheaper = "; --mode closed_form takes no steps" if per_prompt or len(
+            prompt_lens) == 1 else ""
         raise CLIError(
-            f"{tokens:,} tokens at --budget {budget:,} tokens per step is at least {steps:,} "
-            f"engine steps, above --max-steps {max_steps:,}; raise --budget, shorten the "
-            "prompts, or raise --max-steps"
+            f"{tokens:,} tokens{many} at --budget {budget:,} tokens per step is at least "
+            f"{steps:,} engine steps, above --max-steps {max_steps:,}; raise --budget, shorten "
+            f"the prompts, or raise --max-steps{cheaper}"
         )
+
+
+def _step_limit(args: argparse.Namespace, prompt_lens: Sequence[int], runs: int = 1):
+    """The library's bound on steps + requests (``tokpool.sim.backends.limits``), from
+    ``--max-steps``."""
+    from .sim.backends.limits import engine_record_limit
+
+    steps = DEFAULT_MAX_STEPS if args.max_steps is None else args.max_steps
+    return engine_record_limit(steps + len(prompt_lens) * runs)
 
 
 # --- gate ----------------------------------------------------------------------------------
@@ -202,6 +228,9 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         label = model.name
     selected = tp.select_task(tasks, requested=args.task, architectures=archs)
     print(f"model: {args.model} ({label}); attn_type={attn}; declares {sorted(tasks)}")
+    with warnings.catch_warnings():  # the gate policy's old name: the CLI still takes it
+        warnings.simplefilter("ignore", DeprecationWarning)
+        args.policy = tp.tasks.gate_policy(args.policy)
     runner = sorted(tp.tasks.runner_tasks(attn_type=attn, policy=args.policy))
     print(f"gate policy: {args.policy}; runner set {runner}")
     served = tp.gate(tasks, requested=args.task, attn_type=attn, policy=args.policy,
@@ -255,8 +284,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     check_output_file(args.trace, "--trace", "trace.json")
     prompt_lens = parse_sizes(args.prompt_lens)
     config = _sim_config(args, policy=args.policy, async_scheduling=args.async_scheduling)
-    check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps)
-    result = tp.simulate(prompt_lens, config, mode=args.mode)
+    check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps, mode=args.mode)
+    with _step_limit(args, prompt_lens):
+        result = tp.simulate(prompt_lens, config, mode=args.mode)
     steps = result.steps
     columns = [c for c in ("step", "num_scheduled_tokens", "num_finished", "pool_bytes",
                            "pool_peak_bytes", "host_bytes", "copy_bytes", "d2h_bytes",
@@ -310,10 +340,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             raise CLIError(f"unknown policy {policy!r} in --policies; choose from {known}")
     modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.async_mode]
     config = _sim_config(args)
-    if args.mode != "closed_form":  # the closed forms take no steps
-        check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps, per_prompt=True)
-    df = tp.sweep(prompt_lens, config, policies=policies, async_scheduling=modes,
-                  mode=args.mode, progress=not args.no_progress)
+    check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps, per_prompt=True,
+                runs=len(policies) * len(modes), mode=args.mode)
+    with _step_limit(args, prompt_lens, runs=len(policies) * len(modes)):
+        df = tp.sweep(prompt_lens, config, policies=policies, async_scheduling=modes,
+                      mode=args.mode, progress=not args.no_progress)
     if args.out:
         df.to_csv(args.out, index=False)
         print(f"{len(df)} rows written to {args.out}")
@@ -347,7 +378,8 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out", "tokens.safetensors")
     text = args.text if args.text is not None else _read_text(args.text_file)
     model = tp.load_model(args.model, dtype=args.dtype)
-    ids = model.token_ids(text)[0].tolist()
+    source = "--text" if args.text is not None else f"--text-file {args.text_file}"
+    ids = _bounded_token_ids(model, text, source)
     (out,) = model.encode([ids], task=args.task, chunk_size=args.chunk_size,
                           policy=args.policy, layer=args.layer,
                           use_activation=not args.no_activation, dimensions=args.dimensions)
@@ -359,12 +391,45 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Largest --text-file read (bytes): far above any model's context (a token is >= 1 byte
+#: of text for the models tokpool loads, and the longest context is about a million tokens).
+MAX_TEXT_FILE_BYTES = 256 * 2**20
+
+
+def _bounded_token_ids(model, text: str, source: str) -> list[int]:
+    """Token ids of ``text``, refusing a text longer than the model's context EARLY: prefixes of
+    growing length are tokenized first, so a 20 MB file costs a few contexts' worth of
+    tokenizer memory, not the whole file's."""
+    limit = model.max_length
+    if limit is not None:
+        n = max(4096, 8 * limit)  # characters
+        while n < len(text):
+            count = len(model.tokenizer(text[:n], add_special_tokens=True,
+                                        verbose=False)["input_ids"])
+            if count > limit:
+                raise CLIError(
+                    f"{source}: its first {n:,} characters (of {len(text):,}) are already "
+                    f"{count:,} tokens, more than {model.name}'s max_length {limit:,}; split "
+                    "the text or embed a shorter part"
+                )
+            n *= 4
+    return model.token_ids(text)[0].tolist()
+
+
 def _read_text(path: str) -> str:
     file = Path(path)
     if file.is_dir():
         raise CLIError(f"--text-file {path} is a directory; give a text file")
-    if not file.is_file():
+    if not file.exists():
         raise CLIError(f"--text-file {path} does not exist")
+    if not file.is_file():
+        raise CLIError(f"--text-file {path} is not a regular file (a device, pipe or socket: "
+                       "it may never end); save the text to a file and pass that")
+    size = file.stat().st_size
+    if size > MAX_TEXT_FILE_BYTES:
+        raise CLIError(f"--text-file {path} is {size:,} bytes, more than tokpool reads "
+                       f"({MAX_TEXT_FILE_BYTES:,}) and far more than any model's context; "
+                       "embed a part of it")
     try:
         return file.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
@@ -431,8 +496,9 @@ def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "anal
     p.add_argument("--output-memory", choices=("vllm", "one_buffer"), default="vllm",
                    help="where step outputs live: vLLM's graph/eager rule (default) or the "
                         "teaching model's one buffer rewritten by every step")
-    p.add_argument("--max-steps", type=_int_at_least(1), default=DEFAULT_MAX_STEPS,
-                   help=f"refuse runs of more engine steps (default {DEFAULT_MAX_STEPS:,})")
+    p.add_argument("--max-steps", type=_int_at_least(1), default=None,
+                   help=f"refuse runs of more engine steps (default {DEFAULT_MAX_STEPS:,}; "
+                        "tensor and analytic modes: closed forms take no steps)")
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--mode", choices=("analytic", "tensor", "closed_form"), default=default_mode,
                    help=f"tensor: real tensors; analytic: the same loop counting bytes; "
@@ -457,7 +523,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a catalogue kind (e.g. decoder_embedding) or a model name/path "
                    "(e.g. smollm2-135m)")
     p.add_argument("--task", help="the task to request (default: the model's default task)")
-    p.add_argument("--policy", choices=("current", "legacy"), default="current")
+    p.add_argument("--policy", choices=("current", "pre_50931", "legacy"), default="current",
+                   help="the gate after vLLM PR #50931 (current) or before it (pre_50931; "
+                        "'legacy' is its old name)")
     p.set_defaults(func=_cmd_gate)
 
     p = sub.add_parser("simulate", help="replay an engine's steps: per-step memory, corruption",
@@ -532,8 +600,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
+    from .vllm_bridge import VllmUnavailableError  # an ImportError: vLLM is not installed
+
     types: list[type[BaseException]] = [ValueError, TypeError, OSError, NotImplementedError,
-                                        OverflowError, MemoryError]
+                                        OverflowError, MemoryError, VllmUnavailableError]
     try:  # a notebook cell that fails under `tokpool report`
         from nbclient.exceptions import CellExecutionError
     except ImportError:  # pragma: no cover

@@ -127,6 +127,12 @@ def _check_rows(x: Tensor, what: str) -> None:
         raise TypeError(f"{what} expects tensors, got {type(x).__name__}")
     if x.dim() not in (1, 2):
         raise ValueError(f"{what} expects [n_tokens, width] or [width], got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(
+            f"{what} expects floating-point hidden states, got dtype {x.dtype} (shape "
+            f"{tuple(x.shape)}): token ids or labels, not hidden states? Pass the model's "
+            "hidden states, or cast with .float()"
+        )
 
 
 class TokenEmbeddingHead:

@@ -261,6 +261,10 @@ def _as_lengths(values: Sequence[int] | Tensor, name: str) -> Tensor:
     bad = [v for v in values if not _is_int(v)]
     if bad:
         raise TypeError(f"{name} must hold ints, got {bad[:3]}")
+    huge = [int(v) for v in values if not -(2**63) <= int(v) < 2**63]
+    if huge:
+        raise ValueError(f"{name} {huge[:3]} do not fit int64 (positions up to 2**63 - 1); no "
+                         "engine takes such a prompt: shorten it")
     return torch.tensor([int(v) for v in values], dtype=torch.int64)
 
 

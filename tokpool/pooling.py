@@ -160,6 +160,17 @@ class AllPool:
                 self._notify("retain", [])
             return
         if state.buffer is None:
+            from .guard import ensure_fits
+
+            width = chunk.shape[1]
+            ensure_fits(
+                prompt_len * width * chunk.element_size(),  # [prompt_len, width] buffer bytes
+                what=f"policy={self.policy!r}: the [{prompt_len:,}, {width:,}] "
+                     f"{'host' if rule.keep == 'host' else 'device'} buffer of one request",
+                cheaper="policy='clone' (memory grows with the chunks computed) or a shorter "
+                        "prompt",
+                device=None if rule.keep == "host" else chunk.device,
+            )
             state.buffer = (
                 _host_buffer(prompt_len, chunk)
                 if rule.keep == "host"

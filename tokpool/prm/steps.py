@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -179,6 +180,11 @@ def format_steps(
     bad = [i for i, s in enumerate(steps) if not isinstance(s, str) or not s.strip()]
     if bad:
         raise ValueError(f"steps {bad} are empty or not strings; every step needs text")
+    if tokenizer is None or not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(
+            f"format_steps needs a Hugging Face tokenizer (tokenizer=...), got {tokenizer!r}; "
+            "e.g. tp.load_prm(...).tokenizer or transformers.AutoTokenizer.from_pretrained(...)"
+        )
     tag, tag_id = resolve_step_tag(tokenizer, tag)
     holders = (["the problem"] if tag in problem else []) + [
         f"step {i}" for i, s in enumerate(steps) if tag in s
@@ -233,7 +239,12 @@ def _as_token_ids(token_ids: Sequence[int] | Tensor) -> Tensor:
     if isinstance(token_ids, (str, bytes)):
         raise TypeError("token_ids must be ids (a list of ints or a tensor), not text; "
                         "use format_steps() to tokenize a problem and its steps")
-    return torch.as_tensor(list(token_ids), dtype=torch.int64).reshape(-1)
+    ids = list(token_ids)
+    bad = [v for v in ids if isinstance(v, bool) or not isinstance(v, (int, np.integer))]
+    if bad:
+        raise TypeError(f"token_ids must be whole token ids, got {bad[:3]!r}; ids are never "
+                        "rounded (pass the ids format_steps() returned)")
+    return torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
 
 
 def _as_token_id(value) -> int:

@@ -14,6 +14,8 @@ import sys
 import types
 import warnings
 
+from .._deprecation import TokpoolDeprecationWarning
+
 #: old module -> the modules that now hold its names (first match wins)
 MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "analysis": ("results.analysis",),
@@ -53,7 +55,7 @@ class _Loader(importlib.abc.Loader):
         homes = MOVED_MODULES[old]
         warnings.warn(
             f"{spec.name} moved to {', '.join(_PREFIX + h for h in homes)}; import from there "
-            "(or use the names on tokpool.sim)", DeprecationWarning, stacklevel=3)
+            "(or use the names on tokpool.sim)", TokpoolDeprecationWarning, stacklevel=3)
         return _MovedModule(spec.name, homes)
 
     def exec_module(self, module) -> None:

@@ -234,6 +234,14 @@ class SimConfig:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("activation_peak_bytes", self.activation_peak_bytes, minimum=0, optional=True)
+        utilization = self.gpu_memory_utilization
+        if utilization is not None and (isinstance(utilization, bool) or not isinstance(
+                utilization, (int, float)) or not 0 < utilization <= 1):
+            raise (TypeError if isinstance(utilization, bool) or not isinstance(
+                    utilization, (int, float)) else ValueError)(
+                f"gpu_memory_utilization must be a number in (0, 1] (vLLM's "
+                f"--gpu-memory-utilization, default 0.92), got {utilization!r}"
+            )
         _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, minimum=1,
                    optional=True)
         _check_int("num_returned_columns", self.num_returned_columns, minimum=1, optional=True)

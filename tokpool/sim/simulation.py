@@ -11,6 +11,7 @@ import pandas as pd
 from ..guard import ensure_fits
 from .backends.closed_form import single_request
 from .backends.counting import run_counting
+from .backends.limits import check_byte_range, check_work
 from .backends.loop import CHUNK_COLUMNS, paused_gc
 from .backends.source import HiddenStateSource, check_source, default_source
 from .backends.tensor import run_tensor
@@ -84,10 +85,13 @@ def simulate(
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
     if mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
+    _check_device(device)
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
     lens = check_prompt_lens(prompt_lens)
     config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
+    check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
+    check_work(lens, config, mode=mode)  # a run that ends, refused before it starts
     if mode == "closed_form":
         if schedule is not None:
             raise ValueError("closed forms solve tokpool's own schedule of one request by "
@@ -142,6 +146,25 @@ def simulate(
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
     )
+
+
+def _check_device(device) -> None:
+    """A device this torch can use, or ``ValueError`` saying why not (before any work)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device={device!r} is not a torch device ({err}); use 'cpu' or "
+                         "'cuda'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} but this torch ({torch.__version__}) sees no CUDA GPU "
+            f"(CUDA build: {torch.version.cuda or 'no'}); use device='cpu' (the same numbers "
+            "without the side-stream copy race) or run on a GPU machine"
+        )
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r}: the simulator runs on 'cpu' or 'cuda'")
 
 
 def _scheduled_steps(lens, config: SimConfig, arrival_steps,

@@ -11,6 +11,7 @@ import pandas as pd
 from ..keep_rule import SIM_POLICIES
 from ..pooling import RETENTION_POLICIES, check_policy
 from .backends.closed_form import single_request
+from .backends.limits import check_byte_range, check_work
 from .config import SimConfig
 from .schedule.scheduler import check_prompt_lens
 from .simulation import simulate
@@ -93,6 +94,8 @@ def sweep(
     if not policies or not modes:
         raise ValueError("give at least one policy and one async_scheduling value")
     combos = [(p, a) for p in policies for a in modes]
+    check_byte_range(lens.tolist(), config, what=f"sweep(mode={mode!r})", per_prompt=True)
+    check_work(lens.tolist(), config, mode=mode, runs=len(combos), per_prompt=True)
     n_points = len(lens) * len(combos)
     show = n_points >= _AUTO_PROGRESS_POINTS[mode] if progress is None else progress
     if mode != "closed_form":

@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from ..._deprecation import TokpoolDeprecationWarning
 from ...heads import DTypeLike, resolve_dtype
 from ..config import SYNTHETIC_STEP_TAG_ID, SimConfig
 
@@ -304,4 +305,4 @@ def warn_renamed(old: str, new: str) -> None:
     """``hidden_size`` of a source was the ROW width pooling sees (``num_labels`` for classify
     tasks), not the model's hidden size: the name is now ``width``."""
     warnings.warn(f"{old} is now {new!r} (the width of the rows pooling sees, not the model's "
-                  "hidden size)", DeprecationWarning, stacklevel=3)
+                  "hidden size)", TokpoolDeprecationWarning, stacklevel=3)

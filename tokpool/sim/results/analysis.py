@@ -83,6 +83,11 @@ def explain(result: SimResult) -> list[str]:
             verdict += " → CORRUPTED" if rec.request in corrupted else " (no delivered row hit)"
         else:
             verdict = " → corrupted" if rec.request in corrupted else " → intact"
+        restarts = int(getattr(rec, "num_preemptions", 0))
+        if restarts:
+            verdict += (f"; preempted {restarts} time{'s' if restarts > 1 else ''} (KV cache "
+                        "full): each time its pooling state was cleaned and its prefill "
+                        "restarted from token 0, so its chunks include the discarded attempts")
         pinned = int(getattr(rec, "stranded_bytes", 0))
         if pinned > 0:
             verdict += f"; its views stranded {pinned:,} bytes of other rows"

@@ -103,7 +103,17 @@ class SimResult:
         """One sentence per request: how its chunks were kept (the keep rule's actions), which
         step rewrote a kept view before it was read, whether it was corrupted, what it
         stranded. Drawn from ``chunks``; see ``tokpool.sim.analysis.explain``."""
+        self._needs_steps("explain()")
         return explain(self)
+
+    def _needs_steps(self, what: str) -> None:
+        """A closed-form result has no steps or chunks: refuse, saying which mode has them."""
+        if self.mode == "closed_form":
+            raise ValueError(
+                f"{what} needs the step table, and mode='closed_form' solves the request by "
+                "formula (no steps, no chunks; summary() has its numbers). Run "
+                "tp.simulate(..., mode='analytic') for the same bytes with every step"
+            )
 
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write a Perfetto / chrome://tracing JSON of the run (ESTIMATED timeline).
@@ -114,4 +124,5 @@ class SimResult:
         Returns:
             The path written.
         """
+        self._needs_steps("to_chrome_trace()")
         return write_chrome_trace(self, path)

@@ -250,7 +250,7 @@ def parse_vllm_args(
         else:
             values = []
             while i < len(tokens) and not (tokens[i].startswith("-") and
-                                           not re.fullmatch(r"-\d+", tokens[i])):
+                                           not re.fullmatch(r"-\d*\.?\d+", tokens[i])):
                 values.append(tokens[i])
                 i += 1
                 if parse != "list":
@@ -307,9 +307,27 @@ def _normalise(out: dict[str, Any]) -> None:
     for key, value in pooler.items():
         if value is None:
             continue
+        _check_pooler_value(key, value)
         if key == "returned_token_ids":
             value = tuple(value)
         if key in ("tok_pooling_type", "pooling_type") and value not in ("ALL", "STEP", "LAST"):
             raise ValueError(f"--pooler-config {key}={value!r}: tokpool simulates ALL, STEP "
                              "and LAST pooling")
         out[_POOLER_KEYS[key]] = value
+
+
+def _check_pooler_value(key: str, value: Any) -> None:
+    """A ``--pooler-config`` value of the type vLLM's ``PoolerConfig`` declares."""
+    if key == "returned_token_ids":
+        ok = isinstance(value, list) and value and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+        expected = "a non-empty list of token ids, e.g. [648, 387]"
+    elif key == "step_tag_id":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        expected = "a token id (an int >= 0)"
+    elif key == "use_activation":
+        ok, expected = isinstance(value, bool), "true or false"
+    else:
+        ok, expected = isinstance(value, str), "a string"
+    if not ok:
+        raise ValueError(f"--pooler-config {key}={json.dumps(value)}: {key} must be {expected}")

@@ -12,9 +12,9 @@ Pooling types follow vLLM 0.33.0's ``@default_pooling_type`` decorators
 (``VllmModelForPooling``): LAST/ALL. A sentence-transformers ``modules.json`` in the directory
 overrides the sequence pooling (as vLLM's ``get_pooling_config`` does).
 
-The parameter count is an ESTIMATE from the config: embeddings, per-layer attention, MLP and
-norms, the head. It is exact for the shipped SmolLM2-135M (134,515,008) and for
-Qwen3-Embedding-8B's backbone (7,567,295,488); see ``tests/test_model_config.py``.
+The parameter count is counted family by family (``tokpool.sim.vllm_rules.hf_families``: experts
+included, a family it cannot count refused by name) and equals transformers' own model built
+from the config, and the published totals (``docs/PARAMETER_COUNTS.md``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 from ...heads import dtype_size, resolve_dtype
 from ...st_config import read_sentence_transformers_config
 from .engine import pooling_attn_type
+from .hf_families import checked_hf_config, count_parameters
 from .models import ModelPreset
 
 __all__ = [
@@ -37,17 +38,8 @@ __all__ = [
     "simconfig_fields_from_hf",
 ]
 
-#: model_type -> MLP gated (gate, up, down: 3 matrices) or not (up, down: 2).
-_GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "mixtral",
-          "phi3", "olmo", "olmo2", "internlm2", "granite"}
-#: Encoders laid out like BERT (word/position/type embeddings, biased linears, LayerNorms).
-_BERT_LIKE = {"bert", "roberta", "xlm-roberta", "camembert", "electra"}
-#: Decoders whose q/k/v projections carry a bias.
-_QKV_BIAS = {"qwen2"}
-#: Decoders with a per-head RMSNorm on q and k (head_dim weights each).
-_QK_NORM = {"qwen3", "olmo2"}
-
-_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+#: Encoders (CLS pooling, encoder-only attention).
+_ENCODERS = {"bert", "roberta", "xlm-roberta", "modernbert"}
 
 
 @dataclass(frozen=True)
@@ -105,9 +97,16 @@ def _load(source: Any) -> tuple[dict, Path | None]:
                 "or a transformers.PretrainedConfig (nothing is downloaded)"
             )
         try:
-            return json.loads(file.read_text()), directory
+            loaded = json.loads(file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{file} is not a text file ({err.reason} at byte {err.start}); "
+                             "pass the model's config.json") from None
         except json.JSONDecodeError as err:
             raise ValueError(f"{file} is not valid JSON: {err}") from err
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{file} holds {type(loaded).__name__} {loaded!r:.60}, not a JSON "
+                             "object; a config.json is {{\"hidden_size\": ..., ...}}")
+        return loaded, directory
     raise TypeError(
         "source must be a model directory, a config.json path, a dict or a "
         f"transformers.PretrainedConfig, got {type(source).__name__}"
@@ -122,7 +121,7 @@ def _kind(arch: str, model_type: str) -> str:
         return "token_classify"
     if arch.endswith("ForSequenceClassification"):
         return "seq_classify"
-    if model_type in _BERT_LIKE or model_type == "modernbert":
+    if model_type in _ENCODERS:
         return "encoder"
     return "decoder"
 
@@ -135,7 +134,7 @@ def _num_labels(cfg: dict) -> int | None:
 
 
 def estimate_num_parameters(cfg: Mapping, *, include_lm_head: bool | None = None) -> int:
-    """ESTIMATED parameter count from a config dict (embeddings, layers, norms, head).
+    """Parameter count from a config dict (embeddings, layers with their experts, norms, head).
 
     Args:
         cfg: the config.json as a dict (``preset_from_hf_config`` validates it first).
@@ -146,55 +145,10 @@ def estimate_num_parameters(cfg: Mapping, *, include_lm_head: bool | None = None
     Returns:
         The parameter count (int).
     """
-    model_type = str(cfg.get("model_type", ""))
+    cfg = checked_hf_config(cfg)
     arch = (cfg.get("architectures") or [""])[0]
-    kind = _kind(arch, model_type)
-    h, n_layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or h // heads
-    kv = cfg.get("num_key_value_heads") or heads
-    inter = cfg.get("intermediate_size") or 4 * h
-    labels = _num_labels(cfg) or 2
-    if model_type in _BERT_LIKE:
-        emb = (vocab + cfg.get("max_position_embeddings", 512) + cfg.get("type_vocab_size", 2)) * h
-        emb += 2 * h                                   # embedding LayerNorm
-        layer = 4 * (h * h + h)                        # q, k, v, o with biases
-        layer += (h * inter + inter) + (inter * h + h)  # intermediate, output
-        layer += 2 * 2 * h                             # two LayerNorms
-        head = h * h + h                               # BertModel's pooler dense
-        if kind in ("seq_classify", "token_classify"):
-            head = (h * h + h if kind == "seq_classify" else 0) + h * labels + labels
-        return emb + n_layers * layer + head
-    if model_type == "modernbert":
-        emb = vocab * h + h                            # tok_embeddings, norm (no biases)
-        layer = h * 3 * h + h * h                      # Wqkv, Wo
-        layer += h * 2 * inter + inter * h             # GLU: Wi (2 x inter), Wo
-        layer += 2 * h                                 # attn_norm, mlp_norm
-        total = emb + n_layers * layer - h + h         # layer 0 has no attn_norm; final norm
-        if kind in ("seq_classify", "token_classify"):
-            total += h * h + h + h * labels + labels   # head dense + norm, classifier
-        return total
-    # decoders
-    q, kvw = heads * head_dim, kv * head_dim
-    attn = h * q + 2 * h * kvw + q * h                 # q, k, v, o
-    if model_type in _QKV_BIAS or cfg.get("attention_bias"):
-        attn += q + 2 * kvw
-    if model_type in _QK_NORM:
-        attn += 2 * head_dim
-    gated = model_type in _GATED or cfg.get("hidden_act") in ("silu", "swiglu")
-    mlp = (3 if gated else 2) * h * inter
-    layer = attn + mlp + 2 * h                         # input and post-attention norms
-    total = vocab * h + n_layers * layer + h           # embeddings, layers, final norm
-    if kind == "prm":                                  # Linear(h, h), ReLU, Linear(h, labels)
-        total += h * h + h + h * labels + labels
-    elif kind in ("seq_classify", "token_classify"):
-        total += h * labels
-    if include_lm_head is None:
-        include_lm_head = arch.endswith(("ForCausalLM", "LMHeadModel")) and not cfg.get(
-            "tie_word_embeddings", False)
-    if include_lm_head:
-        total += vocab * h
-    return int(total)
+    return count_parameters(cfg, kind=_kind(arch, str(cfg["model_type"])),
+                            include_lm_head=include_lm_head, num_labels=_num_labels(cfg) or 2)
 
 
 def _st_pooling(directory: Path | None) -> str | None:
@@ -238,13 +192,15 @@ def preset_from_hf_config(
         include_lm_head = False
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and "hidden_size" not in cfg:  # multimodal wrappers
+        if cfg.get("vision_config") is not None:
+            arch = (cfg.get("architectures") or ["this model"])[0]
+            raise ValueError(
+                f"{arch} carries a vision tower (vision_config) whose parameters tokpool does "
+                "not count; pass its text_config (the language model alone) to size the "
+                "text part, or a ModelPreset with the whole model's parameter count"
+            )
         cfg = {**cfg, **text, "architectures": cfg.get("architectures")}
-    missing = [k for k in _REQUIRED if cfg.get(k) is None]
-    if missing:
-        raise ValueError(
-            f"config lacks {missing} (needed for the hidden size, layers, heads and vocabulary); "
-            "add them to the dict or use a config.json of a transformer model"
-        )
+    cfg = checked_hf_config(cfg)
     archs = cfg.get("architectures") or []
     if isinstance(archs, str):
         raise TypeError(f"architectures must be a list of names, not the string {archs!r}")
@@ -253,7 +209,7 @@ def preset_from_hf_config(
     kind = _kind(arch, model_type)
     heads = int(cfg["num_attention_heads"])
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
-    encoder = model_type in _BERT_LIKE or model_type == "modernbert"
+    encoder = model_type in _ENCODERS
     # vLLM's @default_pooling_type: encoders CLS (ForTokenClassification: ALL), PRM STEP
     seq_pooling = "CLS" if encoder else "LAST"
     tok_pooling = "STEP" if kind == "prm" or step_tag_id is not None else "ALL"

@@ -127,7 +127,10 @@ def _lookup(value, presets: Mapping, kind: type, what: str):
     if value is None or isinstance(value, kind):
         return value
     if isinstance(value, str):
-        wanted = value.lower()
+        wanted = value.strip().lower()
+        if not wanted:
+            raise ValueError(f"the {what} name is empty ({value!r}); use one of "
+                             f"{list(presets)} or a {kind.__name__}")
         for key, preset in presets.items():
             if wanted in (key.lower(), getattr(preset, "hf_id", "").lower()):
                 return preset

@@ -18,6 +18,8 @@ same functions the parity tests check against vLLM's own code — once, in this 
 6. what vLLM reserves outside the KV cache: the profiled activation peak
    (``activation_peak_bytes`` or ``activation_peak_estimate``), non-torch memory and CUDA-graph
    memory (``profile``: ESTIMATES).
+   (none for an encoder-only model); vLLM's start-up refusals (``engine_checks``: a
+   ``-tp`` that does not split the heads, a cache smaller than one ``max_model_len`` request).
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ from .engine import (
     pooling_cudagraph_mode,
     resolve_cudagraph_sizes,
 )
-from .kv_cache import kv_bytes_per_token_per_rank, kv_cache_capacity_tokens
+from .engine_checks import check_kv_cache_holds_one_sequence, check_tensor_parallel
+from .kv_cache import (
+    kv_bytes_per_token_per_rank,
+    kv_cache_capacity_tokens,
+    kv_cache_memory_bytes,
+)
 from .profile import (
     NON_TORCH_BYTES_ESTIMATE,
     cudagraph_bytes,
@@ -95,6 +102,10 @@ def resolve_engine(config) -> ResolvedEngine:
             sized from memory without a model), naming the numbers.
     """
     model, device = config.model, config.hardware
+    if model is not None:  # vLLM's start-up refusal, before anything is derived
+        check_tensor_parallel(model.name, model.num_attention_heads,
+                              model.num_key_value_heads or model.num_attention_heads,
+                              config.tensor_parallel_size)
     head_dtype = config.head_dtype
     if isinstance(head_dtype, str) and head_dtype == "auto":
         dtype_name = str(config.dtype).removeprefix("torch.")
@@ -157,15 +168,22 @@ def resolve_engine(config) -> ResolvedEngine:
         if model is None:
             raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
                              "and KV bytes per token: give a model preset (model=...)")
-        blocks = kv_cache_capacity_tokens(
-            model, gpu_memory_bytes=device.total_memory_bytes,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
-            # everything vLLM keeps outside the KV cache (module docstring of ``profile``)
-            activation_peak_bytes=activation + NON_TORCH_BYTES_ESTIMATE + graphs,
-            block_size=config.block_size,
-            kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size,
-        ) // config.block_size
+        memory = {"gpu_memory_bytes": device.total_memory_bytes,
+                  "gpu_memory_utilization": config.gpu_memory_utilization,
+                  "tp": config.tensor_parallel_size, "pp": config.pipeline_parallel_size,
+                  # everything vLLM keeps outside the KV cache (module docstring of ``profile``)
+                  "activation_peak_bytes": activation + NON_TORCH_BYTES_ESTIMATE + graphs,
+                  "dtype_bytes": config.dtype_size}
+        if kv_per_token == 0:  # encoder-only: vLLM keeps no KV cache and sizes none
+            kv_cache_memory_bytes(model, **memory)  # but the weights must fit all the same
+        else:
+            blocks = kv_cache_capacity_tokens(
+                model, block_size=config.block_size, kv_cache_dtype=config.kv_cache_dtype,
+                **memory) // config.block_size
+            check_kv_cache_holds_one_sequence(  # vLLM refuses to start otherwise
+                name=model.name, kv_cache_blocks=blocks, block_size=config.block_size,
+                kv_bytes_per_token=kv_per_token, max_model_len=max_model_len,
+                available_bytes=kv_cache_memory_bytes(model, **memory))
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
                           blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
                           head_dtype, use_activation, async_scheduling)
