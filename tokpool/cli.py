@@ -27,6 +27,7 @@ import tokpool as tp
 
 from ._text import format_bytes
 from .report import execute_notebooks
+from .sim.backends.limits import engine_record_limit
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 _DEFAULT_RANGE_POINTS = 25
@@ -208,7 +209,6 @@ def check_steps(prompt_lens: Sequence[int], budget: int, max_steps: int | None, 
 def _step_limit(args: argparse.Namespace, prompt_lens: Sequence[int], runs: int = 1):
     """The library's bound on steps + requests (``tokpool.sim.backends.limits``), from
     ``--max-steps``."""
-    from .sim.backends.limits import engine_record_limit
 
     steps = DEFAULT_MAX_STEPS if args.max_steps is None else args.max_steps
     return engine_record_limit(steps + len(prompt_lens) * runs)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_sequence_call, check_token_call, check_token_pool_options
+from .guard import ensure_fits
 from .keep_rule import RETENTION_POLICIES, KeepRule, RetentionPolicy, check_policy, keep_rule
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates
 
@@ -160,7 +161,6 @@ class AllPool:
                 self._notify("retain", [])
             return
         if state.buffer is None:
-            from .guard import ensure_fits
 
             width = chunk.shape[1]
             ensure_fits(

