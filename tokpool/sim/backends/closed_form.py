@@ -90,8 +90,6 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     # persistent memory is rewritten by later steps that write its rows.
     full_persistent, _ = step_memory_rule.step_memory(cfg, C)
     full_fresh = not bool(full_persistent)
-    last_persistent, last_rows = step_memory_rule.step_memory(cfg, L)
-    one_shot_persistent, _ = step_memory_rule.step_memory(cfg, T)
     one_shot_pin = zero
 
     if pooling == "LAST":
@@ -120,6 +118,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
         copy_full = np.full_like(T, C * rb if unfinished.keep in ("clone", "buffer") else 0)
         if one_shot.keep == "view" and cfg.async_scheduling and not copies_at_finish(cfg):
             # The host copy reads the view one iteration later: a fresh output stays pinned.
+            one_shot_persistent, _ = step_memory_rule.step_memory(cfg, T)
             one_shot_pin = np.where(~one_shot_persistent & ~multi, T * rb, 0)
         d2h_pool = T * rb if offload else zero
         cache_peak = np.maximum(cache_peak, P)
@@ -160,6 +159,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
         # full chunk's view is wholly rewritten by the next full step; the last full chunk's
         # view loses the rows the final step writes there, if it writes the persistent memory.
         # Positions [0, (n − 2)·C + those rows) were overwritten before the final cat read them.
+        last_persistent, last_rows = step_memory_rule.step_memory(cfg, L)
         last_hit = np.where(last_persistent, np.minimum(C, last_rows), 0)
         stale = np.where(multi, (n - 2) * C + last_hit, 0)
         if tag is None:

@@ -18,6 +18,8 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 
+import numpy as np
+
 __all__ = ["DEFAULT_MAX_RECORDS", "INT64_MAX", "MAX_STEPS_ENV", "check_byte_range",
            "check_work", "engine_record_limit", "max_engine_records"]
 
@@ -76,7 +78,8 @@ def check_byte_range(prompt_lens: Sequence[int], config, *, what: str = "this ru
     Raises:
         ValueError: the bound, the tokens and width that set it, and what to change.
     """
-    tokens = max(prompt_lens) if per_prompt else sum(prompt_lens)
+    total = _exact_sum(prompt_lens)
+    tokens = int(max(prompt_lens)) if per_prompt else total
     head = config.output_dtype.itemsize if config.head_casts else 0
     element = max(config.dtype_size, head)
     bound = 8 * tokens * config.width * element + config.buffer_bytes
@@ -88,7 +91,7 @@ def check_byte_range(prompt_lens: Sequence[int], config, *, what: str = "this ru
         )
     # KV bytes in use: whole blocks, at most every request's tokens rounded up to blocks
     block = config.block_size
-    blocks = sum(prompt_lens) // block + len(prompt_lens) + 1
+    blocks = total // block + len(prompt_lens) + 1
     if config.kv_cache_blocks is not None:
         blocks = min(blocks, config.kv_cache_blocks)
     kv = blocks * block * config.kv_bytes_per_token
@@ -137,3 +140,13 @@ def check_work(prompt_lens: Sequence[int], config, *, mode: str, runs: int = 1,
         f"({MAX_STEPS_ENV}, or --max-steps on the command line); use {cheaper}, raise "
         f"max_num_batched_tokens, or set {MAX_STEPS_ENV} higher (or 'off')"
     )
+
+
+def _exact_sum(prompt_lens) -> int:
+    """The exact sum as a Python int; a numpy array is summed in int64 when it cannot wrap
+    (sweeps pass hundreds of thousands of lengths)."""
+    if isinstance(prompt_lens, np.ndarray) and prompt_lens.size and (
+            int(prompt_lens.max()) < (1 << 62) // prompt_lens.size):
+        return int(prompt_lens.sum(dtype=np.int64))
+    return sum(int(n) for n in prompt_lens)
+
