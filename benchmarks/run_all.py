@@ -123,8 +123,10 @@ def section_policies(pool: pd.DataFrame) -> tuple[str, dict]:
         if len(case.steps) < 8:
             continue
         dtype = str(case.dtype).removeprefix("torch.")
+        # pooling's own bytes: no head allocation (vLLM's default float32 head would set the
+        # peak for every policy alike)
         cfg = tp.SimConfig(hidden_size=case.width, dtype=dtype, max_num_batched_tokens=case.chunk,
-                           async_scheduling=True)
+                           async_scheduling=True, head_dtype=None, use_activation=False)
         sweep = tp.sweep([case.prompt_len], cfg, policies=("clone", "prealloc", "offload"),
                          async_scheduling=(True,), progress=False).set_index("policy")
         timing = pool[(pool.prompt_len == case.prompt_len) & (pool.width == case.width)
