@@ -212,3 +212,14 @@ def test_a_source_written_with_the_old_width_name_still_runs():
         assert src.hidden_size == 4
     with pytest.warns(DeprecationWarning, match="'width'"):
         assert SyntheticSource(hidden_size=4).width == 4
+
+
+def test_one_device_table_serves_every_reader():
+    """tp.HARDWARE_PRESETS is vLLM's device table too: a B200 (vLLM's >= 160 GiB tier) gets
+    the large budget, and the KV cache is sized from the driver-reported memory."""
+    b200 = SimConfig(hardware="B200")
+    assert b200.max_num_batched_tokens == 16384 and b200.hardware.is_data_center_blackwell
+    assert b200.capture_sizes[-1] == 1024  # vLLM's Blackwell capture ceiling
+    h200 = tp.HARDWARE_PRESETS["H200"]
+    assert h200.total_memory_bytes < h200.hbm_bytes  # 139 GiB reported of 141 GiB nominal
+    assert tp.sim.vllm_rules.resolve_device("h200") is h200
