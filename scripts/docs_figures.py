@@ -55,7 +55,7 @@ def task_gate():
 # What pooling itself hands over: an identity head (vLLM's float32 head copies a finished output
 # within its step, which would hide the async race these two figures show).
 IDENTITY_HEAD = {"head_dtype": None, "use_activation": False}
-# Long-prompt figures go to 1M tokens, past Qwen3-Embedding-8B's 32,768-token context: they
+# Long-prompt figures go to 1M tokens, past Qwen3-Embedding-8B's 40,960-token context: they
 # are drawn as if served with vLLM's --max-model-len raised that far, and say so.
 LIFTED = {"max_model_len": 1 << 20}
 
@@ -87,7 +87,7 @@ def memory_vs_prompt_length():
     return _fig(tp.plot_memory_vs_prompt_length(
         tp.sweep(_lens(), config), hardware="H100 SXM",
         title="Qwen3-Embedding-8B token_embed, vLLM defaults (float32 head, 16K-token chunks); "
-              "past 32K tokens as if --max-model-len 1M"))
+              "past its 40,960-token context as if --max-model-len 1M"))
 
 
 def memory_per_model():
