@@ -44,10 +44,8 @@ USER_ERROR = 2
 class CLIError(ValueError):
     """A mistake in the command's input; printed without a traceback."""
 
-
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (with a pointer to ``--help``), exit status 2."""
-
     def error(self, message: str) -> NoReturn:
         self.exit(USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
@@ -105,7 +103,6 @@ def _parse_list(text: str) -> list[str]:
 
 def _arg(parse):
     """An argparse ``type=`` that reports ``parse``'s own message, not 'invalid value'."""
-
     def convert(text: str):
         try:
             return parse(text)

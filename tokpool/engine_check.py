@@ -95,7 +95,6 @@ DEFAULT_PROMPTS = (
 class EngineCheckError(ValueError):
     """The engine check cannot run: no vLLM, a model it cannot load, a task not served, ..."""
 
-
 @dataclass(frozen=True)
 class EngineFlags:
     """One engine configuration, as vLLM's ``LLM(...)`` and ``tp.SimConfig`` both take it.
@@ -109,7 +108,6 @@ class EngineFlags:
         enable_chunked_prefill: split prompts across steps.
         dtype: weights and activations (``"float32"`` for a tight comparison).
     """
-
     max_num_batched_tokens: int = 64
     max_num_seqs: int = 64
     long_prefill_token_threshold: int = 0
@@ -146,7 +144,6 @@ class EngineRun:
         info: versions, ``device``, ``start_seconds``, ``num_kv_blocks``, ``block_size``, the
             resolved scheduler flags, per-run seconds.
     """
-
     outputs: list[list[Tensor]]
     steps: list[list[dict[int, int]]]
     info: dict[str, Any] = field(default_factory=dict)
@@ -445,7 +442,6 @@ def engine_check(
         EngineCheckError: no vLLM, a model vLLM or tokpool cannot load, a task the model does
             not serve, bad chunk sizes or prompts.
     """
-
     engine_python(python)  # a named Python that does not exist: before any loading
     sizes = list(chunk_sizes)
     if not sizes or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in sizes):

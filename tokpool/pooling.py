@@ -77,7 +77,6 @@ class AllPool:
         ValueError: unknown policy; rows that do not match the cursor; a chunk that does not
             continue what the request's state holds (pass the previous step's states).
     """
-
     pooling_type = "ALL"
 
     def __init__(
@@ -217,7 +216,6 @@ class StepPool(AllPool):
     prompt token equals ``step_tag_id`` (if given; no match gives ``(0, width)``). A head runs
     after this selection, so a PRM's softmax is over the selected columns only.
     """
-
     pooling_type = "STEP"
     # vLLM 0.33.0's StepPool inherits AllPool's task set: token_embed is served too.
 
@@ -261,7 +259,6 @@ _MEAN_POOL_ACCUMULATION_CHUNK_BYTES = 16 * 1024 * 1024  # bounds the float32 tem
 
 class CLSPool:
     """First token of each request: ``[n_requests, hidden]``. Needs whole prompts."""
-
     pooling_type = "CLS"
 
     def get_supported_tasks(self) -> frozenset[str]:

@@ -52,7 +52,6 @@ _IMPORT: dict[str, Any] = {}
 class VllmUnavailableError(ImportError):
     """vLLM cannot be imported here; the message says why and how to install it."""
 
-
 def _import_vllm() -> dict[str, Any]:
     if _IMPORT:
         if "error" in _IMPORT:
@@ -137,7 +136,6 @@ class VllmPool:
         >>> pool = VllmPool("ALL", async_scheduling=True)      # doctest: +SKIP
         >>> pool(torch.randn(4, 8), tp.build_metadata([4]))    # doctest: +SKIP
     """
-
     policy = "vllm"
 
     def __init__(

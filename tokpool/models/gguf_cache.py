@@ -233,7 +233,6 @@ def convert_gguf(
 
 def _shipping_package(path: Path) -> str:
     """``pip install --force-reinstall --no-deps DIST`` for the package holding ``path``."""
-
     parts = path.parts
     for marker in ("site-packages", "dist-packages"):
         if marker in parts and parts.index(marker) + 1 < len(parts):

@@ -8,6 +8,8 @@ from typing import Any
 
 from torch import Tensor
 
+from .dataset import default_data_dir
+
 #: The safetensors metadata key holding a file's JSON settings (``"format"`` among them).
 META_KEY = "tokpool"
 
@@ -46,3 +48,19 @@ def _damaged(path: str | Path, what: str, err: Exception) -> ValueError:
         "under $TOKPOOL_DATA_DIR copy data/prm from the repository again; or rebuild it "
         "(python -m tokpool.prm)"
     )
+
+
+def read_shipped_json(path: str | Path | None, name: str, *, what: str,
+                      write_with: str) -> dict[str, Any]:
+    """A JSON file the fine-tuned PRM ships (``data/prm/smollm2-prm/<name>``), or ``path``.
+
+    Raises:
+        FileNotFoundError: no such file; the message names ``write_with``, the command that
+            writes it from a checkout.
+    """
+    file = Path(path) if path else default_data_dir() / "prm" / "smollm2-prm" / name
+    if not file.is_file():
+        raise FileNotFoundError(f"no {what} at {file}; write it with `{write_with}` from a "
+                                "checkout")
+    return json.loads(file.read_text())
+

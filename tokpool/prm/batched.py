@@ -41,7 +41,6 @@ def padded_hidden(model, token_ids: Sequence[Sequence[int]], *, layer: int = -1)
     Raises:
         ValueError: an encoder model (its padding would need an attention mask).
     """
-
     if model.attn_type != "decoder":
         raise ValueError(f"padded batches need a causal decoder; {model.name} is "
                          f"{model.attn_type}: score its prompts one at a time")

@@ -8,7 +8,6 @@ one line per variant of what is trained, each point with its bootstrap 95 % inte
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .dataset import default_data_dir
+from ._files import read_shipped_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,12 +75,8 @@ def read_curve(path: str | Path | None = None) -> dict[str, Any]:
     Raises:
         FileNotFoundError: no such file (the message says how to write it).
     """
-
-    file = Path(path) if path else default_data_dir() / "prm" / "smollm2-prm" / "curve.json"
-    if not file.is_file():
-        raise FileNotFoundError(f"no learning curve at {file}; write it with "
-                                "`python scripts/prm_curve.py RUN_DIR...` from a checkout")
-    return json.loads(file.read_text())
+    return read_shipped_json(path, "curve.json", what="learning curve",
+                             write_with="python scripts/prm_curve.py RUN_DIR...")
 
 
 def curve_frame(curve: dict[str, Any]) -> pd.DataFrame:

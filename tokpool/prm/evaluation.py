@@ -19,16 +19,14 @@ measured by the same code:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from .dataset import default_data_dir
+from ._files import read_shipped_json
 from .metrics import processbench_scores, step_auroc
 from .steps import first_error_from_rewards
 
@@ -243,13 +241,8 @@ def read_report(path: str | None = None) -> dict[str, Any]:
     Raises:
         FileNotFoundError: no such file (the message says how to write it).
     """
-
-
-    file = Path(path) if path else default_data_dir() / "prm" / "smollm2-prm" / "metrics.json"
-    if not file.is_file():
-        raise FileNotFoundError(f"no PRM evaluation at {file}; write it with "
-                                "`python scripts/eval_prm.py` from a checkout")
-    return json.loads(file.read_text())
+    return read_shipped_json(path, "metrics.json", what="PRM evaluation",
+                             write_with="python scripts/eval_prm.py")
 
 
 def metrics_frame(report: dict[str, Any], split: str, *,
@@ -265,7 +258,6 @@ def metrics_frame(report: dict[str, Any], split: str, *,
     Raises:
         ValueError: a split or PRM the report does not hold.
     """
-
     if split not in report:
         raise ValueError(f"the report has no split {split!r}; it has "
                          f"{[k for k in report if isinstance(report[k], dict)]}")

@@ -98,7 +98,6 @@ def load_finetuned(file: str | Path, *, tag: str | None = None,
         FileNotFoundError: no such file, or the base model's package is missing.
         ValueError: the file is not a tokpool PRM adapter, or does not fit its base model.
     """
-
     file = Path(file)
     tensors, settings = read_adapter(file)
     base = load_model(settings["base_model"])

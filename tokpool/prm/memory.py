@@ -100,7 +100,6 @@ def prm_memory_table(
         >>> t = tp.prm_memory_table([4_096])
         >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: KB, others bytes
     """
-
     lens = [prompt_lens] if isinstance(prompt_lens, int) else list(prompt_lens)
     unknown = [c for c in conventions if c not in CONVENTIONS]
     if unknown:

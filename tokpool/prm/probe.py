@@ -59,7 +59,6 @@ class ProbeHead(nn.Module):
 
     Call: ``head(hidden [n_tokens, hidden_size]) -> [n_tokens, num_labels]`` logits (float32).
     """
-
     def __init__(self, hidden_size: int, num_labels: int = 2, hidden_units: int = 0) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(hidden_size))
@@ -199,7 +198,6 @@ def load_prm(
 
 def _load_file(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
     """A probe or an adapter file, told apart by the format in its header."""
-
     found = read_format(file)
     if found not in (ADAPTER_FORMAT, PROBE_FORMAT):
         raise ValueError(f"{file} is not a tokpool probe or PRM adapter (format {found!r}, "

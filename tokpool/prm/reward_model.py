@@ -42,7 +42,6 @@ class StepScores:
         steps: the step texts.
         formatted: the prompt that was scored (text, token ids, tag positions).
     """
-
     rewards: Tensor
     first_error: int
     threshold: float
@@ -51,7 +50,6 @@ class StepScores:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per step: ``step``, ``text``, ``reward``, ``passed``."""
-
         rewards = self.rewards.tolist()
         return pd.DataFrame({
             "step": range(len(rewards)),
@@ -77,7 +75,6 @@ class ProcessRewardModel:
         head: the probe head (probe PRMs only) and ``layer``, the hidden states it reads.
         info: provenance (file, base model, training metrics, …).
     """
-
     def __init__(
         self,
         model: Any,
@@ -191,7 +188,6 @@ class ProcessRewardModel:
         Returns:
             One ``[n_tokens, width]`` float32 tensor per prompt, as ``per_token``.
         """
-
         model = self.model
         classifier = getattr(model, "classifier", None)
         batchable = (not self.remote and getattr(model, "attn_type", None) == "decoder"

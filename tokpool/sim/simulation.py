@@ -151,7 +151,6 @@ def simulate(
 
 def _check_device(device) -> None:
     """A device this torch can use, or ``ValueError`` saying why not (before any work)."""
-
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as err:

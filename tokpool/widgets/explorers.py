@@ -78,7 +78,6 @@ class MultiToggle(W.HBox):
 
     Set ``value`` from code (``ex.policies.value = ("clone",)``) or click the buttons.
     """
-
     value = traitlets.Tuple()
 
     def __init__(self, options: Sequence[str], value: Sequence[str], *, description: str = ""
@@ -140,7 +139,6 @@ class Explorer(W.VBox):
         typed: the typed box of each slider, by the slider's description
             (``ex.typed["tokens per step"].value = "100000"`` types into it).
     """
-
     def __init__(self, controls: list[W.Widget], **kwargs: Any) -> None:
         self.html = W.HTML()
         self.image = _image()
@@ -375,7 +373,6 @@ class TokenExplorer(Explorer):
         metric: ``Dropdown`` of ``TOKEN_METRICS``.
         tokens: the token strings of the current text.
     """
-
     def __init__(self, model: PoolingModel, text: str, *, layer: int = -1,
                  metric: TokenMetric = "relative norm") -> None:
         if metric not in TOKEN_METRICS:
@@ -492,7 +489,6 @@ class StepRewardExplorer(Explorer):
         steps: ``Textarea``, one step per line (re-scores when edited).
         scores: the last ``StepScores`` from ``prm.score``.
     """
-
     def __init__(self, prm: ProcessRewardModel, problem: str, steps: list[str], *,
                  true_first_error: int | None = None,
                  step_labels: list[bool] | None = None) -> None:
@@ -573,7 +569,6 @@ class OwnershipExplorer(Explorer):
         chunked: ``Checkbox``, ``enable_chunked_prefill``.
         view: the last ``View``; ``view.data['result']`` is the ``SimResult``.
     """
-
     def __init__(self, prompt_lens: list[int] | None = None, *, budget: int = 16,
                  async_scheduling: bool = False, policy: str = "clone",
                  enable_chunked_prefill: bool = True, hidden_size: int = 576) -> None:
@@ -681,7 +676,6 @@ class MemoryExplorer(Explorer):
         tensor_parallel_size: ``IntSlider`` 1 … 8, GPUs the model is split over (weights and
             KV heads split; each GPU pools the whole width; the table's "of KV" share).
     """
-
     def __init__(self, *, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
                  prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                  policies: Sequence[str] | None = None, async_scheduling: bool = True) -> None:

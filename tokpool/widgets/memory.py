@@ -62,7 +62,6 @@ def render_memory(
     Raises:
         ValueError: an unknown preset, task or dtype, or an empty policy list.
     """
-
     if not policies:
         raise ValueError("choose at least one policy")
     overrides: dict = {"dtype": dtype, "hardware": hardware}
@@ -125,7 +124,6 @@ def render_memory(
 
 def _kv_memory_bytes(config) -> int:
     """One GPU's KV-cache memory as vLLM sizes it (0: an encoder, or no room)."""
-
     if config.model is None or config.kv_bytes_per_token == 0:
         return 0
     try:

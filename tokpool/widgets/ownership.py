@@ -118,7 +118,6 @@ def render_ownership(
             draw (``check_workload``: more than ``MAX_STEPS`` steps or ``MAX_REQUESTS``
             requests), refused before any work.
     """
-
     check_workload(prompt_lens, max_num_batched_tokens)
     head = {} if vllm_head else {"head_dtype": None, "use_activation": False}
     config = SimConfig(

@@ -36,7 +36,6 @@ def png_size(png: bytes) -> tuple[int, int]:
 
 def table_html(table: Any, *, max_rows: int = 40) -> str:
     """A DataFrame as compact HTML: integer columns as integers, missing values as ``—``."""
-
     if not isinstance(table, pd.DataFrame):
         return ""
     shown = table.head(max_rows).copy()
@@ -66,7 +65,6 @@ class View:
         >>> ex.view.save("memory.csv")          # the table behind it
         >>> ex.view.save("memory.html")         # text, figure and table in one file
     """
-
     html: str
     png: bytes | None = None
     table: Any = None
