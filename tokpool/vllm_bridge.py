@@ -52,13 +52,21 @@ _IMPORT: dict[str, Any] = {}
 class VllmUnavailableError(ImportError):
     """vLLM cannot be imported here; the message says why and how to install it."""
 
+def prepare_vllm_environment() -> None:
+    """Before vLLM is first imported: its CPU platform where no GPU is (vLLM cannot otherwise
+    infer a device), and only its errors in a simulation's output (it configures its loggers
+    at import). Explicit settings win."""
+    if "VLLM_TARGET_DEVICE" not in os.environ and not torch.cuda.is_available():
+        os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
 def _import_vllm() -> dict[str, Any]:
     if _IMPORT:
         if "error" in _IMPORT:
             raise VllmUnavailableError(_IMPORT["error"])
         return _IMPORT
-    if "VLLM_TARGET_DEVICE" not in os.environ and not torch.cuda.is_available():
-        os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    prepare_vllm_environment()
     try:
         import vllm
         from vllm.config import VllmConfig, set_current_vllm_config

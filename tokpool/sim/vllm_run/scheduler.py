@@ -44,7 +44,11 @@ from typing import Any
 
 import torch
 
-from ...vllm_bridge import VLLM_REFERENCE_VERSION, VllmUnavailableError
+from ...vllm_bridge import (
+    VLLM_REFERENCE_VERSION,
+    VllmUnavailableError,
+    prepare_vllm_environment,
+)
 from ..schedule.scheduler import ScheduledStep, check_arrival_steps, check_prompt_lens
 from ..vllm_rules import step_order
 
@@ -77,11 +81,7 @@ def _vllm() -> dict[str, Any]:
         if "error" in _MODULES:
             raise VllmUnavailableError(_MODULES["error"])
         return _MODULES
-    if "VLLM_TARGET_DEVICE" not in os.environ and not torch.cuda.is_available():
-        os.environ["VLLM_TARGET_DEVICE"] = "cpu"
-    # vLLM configures its loggers at import; only errors belong in a simulation's output
-    # (a notebook cell, a test log). An explicit VLLM_LOGGING_LEVEL wins.
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    prepare_vllm_environment()
     try:
         import vllm
         from vllm.engine.arg_utils import EngineArgs
