@@ -67,12 +67,12 @@ def test_unknown_flags_are_reported_never_dropped():
 
 
 def test_unmodelled_flags_raise_or_come_back():
-    with pytest.raises(ValueError, match=r"\['--enable-prefix-caching'\] are not modelled"):
-        parse_vllm_args("m --enable-prefix-caching")
-    out = parse_vllm_args("m --enable-prefix-caching --seed 3 --no-enable-prefix-caching",
+    with pytest.raises(ValueError, match=r"\['--kv-cache-memory-bytes'\] are not modelled"):
+        parse_vllm_args("m --kv-cache-memory-bytes 8G")
+    out = parse_vllm_args("m --kv-cache-memory-bytes 8G --seed 3 --no-enable-expert-parallel",
                           unmodelled="return")
-    assert out == {"model": "m", "unmodelled": {"--enable-prefix-caching": True, "--seed": "3",
-                                                "--no-enable-prefix-caching": True}}
+    assert out == {"model": "m", "unmodelled": {"--kv-cache-memory-bytes": "8G", "--seed": "3",
+                                                "--no-enable-expert-parallel": True}}
 
 
 @pytest.mark.parametrize("line, match", [

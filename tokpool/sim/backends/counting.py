@@ -20,7 +20,7 @@ from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
 from ..vllm_rules.step_memory import StepOutput
-from .loop import EngineLoop, KeptRows
+from .loop import EngineLoop, KeptRows, admitted
 
 
 class _Storage:
@@ -118,9 +118,8 @@ class CountingEngine(EngineLoop):
     def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
         self._step_output = (_Storage(out.rows * self.row_bytes, False, counted=False)
                              if out.fresh else None)
-        for r, start, _ in step.chunks:
-            if start == 0:
-                self.states[r] = _State()
+        for r in admitted(step):  # a prefill (re)starts: new pooling state
+            self.states[r] = _State()
 
     def end_iteration(self, index: int) -> None:
         s = self._step_output

@@ -34,6 +34,8 @@ class SimResult:
         chunks: one row per (step, request) chunk: what the keep rule did with it, when it
             was read, which step overwrote it (columns in ``tokpool.sim.CHUNK_COLUMNS``).
         closed_form: ``mode="closed_form"`` only: the formula's numbers (``summary()``).
+        prompt_token_ids: the prompts' token ids when they were given as token ids (they
+            decide the prefix-cache hits), else ``None``.
     """
 
     config: SimConfig
@@ -49,6 +51,7 @@ class SimResult:
     outputs: list[Tensor] | None = field(default=None, repr=False)
     chunks: pd.DataFrame | None = field(default=None, repr=False)
     closed_form: dict | None = field(default=None, repr=False)
+    prompt_token_ids: list[list[int]] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         c = self.config
@@ -102,7 +105,9 @@ class SimResult:
     def explain(self) -> list[str]:
         """One sentence per request: how its chunks were kept (the keep rule's actions), which
         step rewrote a kept view before it was read, whether it was corrupted, what it
-        stranded. Drawn from ``chunks``; see ``tokpool.sim.analysis.explain``."""
+        stranded, which of its tokens came from the prefix cache (and, for a token task that
+        could have hit it, why vLLM recomputed them). Drawn from ``chunks`` and ``requests``;
+        see ``tokpool.sim.analysis.explain``."""
         self._needs_steps("explain()")
         return explain(self)
 

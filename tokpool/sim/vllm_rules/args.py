@@ -10,7 +10,7 @@ read as ``-``; ``human_readable_int``: ``32k`` = 32,000, ``32K`` = 32,768; decim
 ``k/m/g/t``).
 
 Nothing is dropped: a flag vLLM does not have raises ``ValueError`` listing it and the supported
-flags; a flag vLLM has but tokpool does not model (``--enable-prefix-caching``, ...) raises
+flags; a flag vLLM has but tokpool does not model (``--kv-cache-memory-bytes``, ...) raises
 ``ValueError`` saying so, or with ``unmodelled="return"`` is returned under ``"unmodelled"``
 (flag -> raw value) for the caller to report.
 """
@@ -100,6 +100,8 @@ _FLAGS: dict[str, tuple[str, Any]] = {
     "--async-scheduling": ("async_scheduling", "bool"),
     "--enforce-eager": ("enforce_eager", "bool"),
     "--enable-chunked-prefill": ("enable_chunked_prefill", "bool"),
+    # CacheConfig.enable_prefix_caching: BooleanOptionalAction, default None (the model's)
+    "--enable-prefix-caching": ("enable_prefix_caching", "bool"),
     "--tensor-parallel-size": ("tensor_parallel_size", _int),
     "--pipeline-parallel-size": ("pipeline_parallel_size", _int),
     "--data-parallel-size": ("data_parallel_size", _int),
@@ -122,7 +124,7 @@ _ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
 SUPPORTED_FLAGS: tuple[str, ...] = tuple(_FLAGS) + tuple(_ALIASES)
 #: vLLM 0.33.0 flags that tokpool knows but does not model (refused, or returned).
 UNMODELLED_FLAGS: frozenset[str] = frozenset({
-    "--enable-prefix-caching", "--prefix-caching-hash-algo", "--kv-cache-memory-bytes",
+    "--prefix-caching-hash-algo", "--kv-cache-memory-bytes",
     "--num-gpu-blocks-override", "--max-num-scheduled-tokens", "--max-num-partial-prefills",
     "--max-long-partial-prefills", "--scheduling-policy", "--quantization", "-q",
     "--trust-remote-code", "--tokenizer", "--revision", "--seed",
@@ -171,8 +173,9 @@ def parse_vllm_args(
     Returns:
         Only the flags given: ``model``, ``max_num_batched_tokens``, ``max_num_seqs``,
         ``max_model_len`` (``None`` for ``auto``/-1), ``async_scheduling``, ``enforce_eager``,
-        ``enable_chunked_prefill``, ``max_cudagraph_capture_size``, ``cudagraph_capture_sizes``
-        (tuple), ``long_prefill_token_threshold`` (``None`` for 0, vLLM's "no limit"),
+        ``enable_chunked_prefill``, ``enable_prefix_caching``, ``max_cudagraph_capture_size``,
+        ``cudagraph_capture_sizes`` (tuple), ``long_prefill_token_threshold`` (``None`` for 0,
+        vLLM's "no limit"),
         ``dtype`` (omitted for ``auto``: the model's dtype), ``use_activation``/``task``/
         ``pooling``/``step_tag_id``/``returned_token_ids`` from ``--pooler-config``;
         ``tensor_parallel_size``, ``pipeline_parallel_size``, ``data_parallel_size``,

@@ -5,13 +5,16 @@
   parallel size (T)."; and ``QKVParallelLinear`` (vllm/model_executor/layers/linear.py): with
   ``T >= KV heads`` each KV head is replicated ``T / KV`` times (``divide`` asserts it is whole),
   else the KV heads are split ``KV / T`` per rank (whole again).
-- ``check_kv_cache_holds_one_sequence``: ``_check_enough_kv_cache_memory``
-  (vllm/v1/core/kv_cache_planning.py): the KV cache sized from ``gpu_memory_utilization`` must
-  hold one request of ``max_model_len`` tokens, else vLLM refuses to start and estimates the
-  longest ``max_model_len`` that fits.
+- ``check_kv_cache_holds_one_sequence``: ``get_kv_cache_configs`` and
+  ``_check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_planning.py): the KV cache sized from
+  ``gpu_memory_utilization``, less vLLM's null block, must hold one request of
+  ``max_model_len`` tokens in every KV-cache group (a sliding-window group only its window),
+  else vLLM refuses to start and estimates the longest ``max_model_len`` that fits.
 """
 
 from __future__ import annotations
+
+from .kv_spec import KVCacheSpec
 
 __all__ = ["check_kv_cache_holds_one_sequence", "check_tensor_parallel"]
 
@@ -47,38 +50,66 @@ def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int
         )
 
 
+def _gib(num_bytes: int) -> str:
+    return f"{round(num_bytes / _GIB, 2)}"  # vllm/utils/mem_utils.py, format_gib
+
+
 def check_kv_cache_holds_one_sequence(
-    *, name: str, kv_cache_blocks: int, block_size: int, kv_bytes_per_token: int,
-    max_model_len: int | None, available_bytes: int | None = None,
+    *, name: str, spec: KVCacheSpec | None, kv_cache_blocks: int, max_model_len: int | None,
+    max_in_flight_tokens: int, available_bytes: int | None = None,
 ) -> None:
     """Raise ``ValueError`` as vLLM does when one ``max_model_len`` request does not fit the KV
-    cache sized from ``gpu_memory_utilization``.
+    cache: ``get_kv_cache_configs`` keeps the null block back (``available - bytes_per_block``)
+    and ``_check_enough_kv_cache_memory`` compares the rest with one request's blocks in every
+    group (``_max_memory_usage_bytes_from_groups``; a sliding-window group needs its window's
+    blocks only, ``SlidingWindowSpec.max_admission_blocks_per_request``).
 
     Args:
         name: the model.
-        kv_cache_blocks: blocks the memory holds on the most loaded rank.
-        block_size: tokens per block.
-        kv_bytes_per_token: KV bytes per token on that rank.
+        spec: its KV cache on the most loaded rank (``kv_cache.kv_cache_spec``; ``None``:
+            no KV cache, nothing to check).
+        kv_cache_blocks: the pool's blocks on that rank (the null block included).
         max_model_len: the engine's ``max_model_len`` (``None``: nothing to check).
+        max_in_flight_tokens: ``kv_spec.max_in_flight_tokens`` (sliding windows hold them).
         available_bytes: the KV memory left on that rank (default: the whole blocks').
     """
-    if max_model_len is None or kv_bytes_per_token == 0:
+    if max_model_len is None or spec is None:
         return
-    blocks_needed = -(-max_model_len // block_size)
-    if blocks_needed <= kv_cache_blocks:
+    flight = {"max_model_len": max_model_len, "max_in_flight_tokens": max_in_flight_tokens}
+    if spec.fits_one_sequence(kv_cache_blocks, **flight):
         return
-    per_block = block_size * kv_bytes_per_token
-    needed = blocks_needed * per_block
-    available = kv_cache_blocks * per_block if available_bytes is None else available_bytes
-    longest = kv_cache_blocks * block_size
-    estimate = (f"Based on the available memory, the estimated maximum model length is "
-                f"{longest}. " if longest > 0 else "")
-    raise ValueError(
-        f"vLLM refuses to start {name}: \"To serve at least one request with the model's max "
-        f"seq len ({max_model_len}), ({needed / _GIB:.2f} GiB KV cache is needed, which is "
-        f"larger than the available KV cache memory ({available / _GIB:.2f} GiB). {estimate}"
-        "Try increasing `gpu_memory_utilization` ... or decreasing `max_model_len`\" "
-        "(kv_cache_planning._check_enough_kv_cache_memory). Raise --gpu-memory-utilization "
-        "(gpu_memory_utilization=), add GPUs (--tensor-parallel-size), or lower "
-        f"--max-model-len (max_model_len=) to at most {longest}"
-    )
+    if available_bytes is None:  # an explicit block count: the most loaded rank's blocks
+        available_bytes = kv_cache_blocks * spec.bytes_per_block
+        stages: tuple[int, ...] = (spec.bytes_per_block,)
+    else:  # get_kv_cache_configs checks the pipeline stages' workers in order
+        stages = spec.stage_bytes_per_block
+    for per_block in stages:
+        if per_block == 0:
+            continue  # a stage without KV layers
+        check = available_bytes - per_block  # the null block BlockPool holds back
+        if check <= 0:
+            raise ValueError(
+                f"vLLM refuses to start {name}: \"No available memory for the cache blocks. "
+                "Try increasing `gpu_memory_utilization` when initializing the engine\" "
+                f"(kv_cache_planning._check_enough_kv_cache_memory: {available_bytes:,} B for "
+                f"the KV cache, less than one block of {per_block:,} B besides vLLM's null "
+                "block). Raise --gpu-memory-utilization (gpu_memory_utilization=) or add GPUs "
+                "(--tensor-parallel-size)"
+            )
+        blocks = available_bytes // per_block
+        if spec.fits_one_sequence(blocks, **flight):
+            continue
+        needed = spec.max_memory_blocks(**flight) * per_block
+        longest = spec.estimate_max_model_len(blocks, **flight)
+        estimate = (f"Based on the available memory, the estimated maximum model length is "
+                    f"{longest}. " if longest > 0 else "")
+        raise ValueError(
+            f"vLLM refuses to start {name}: \"To serve at least one request with the model's "
+            f"max seq len ({max_model_len}), ({_gib(needed)} GiB KV cache is needed, which is "
+            f"larger than the available KV cache memory ({_gib(check)} GiB). {estimate}"
+            "Try increasing `gpu_memory_utilization` ... or decreasing `max_model_len`\" "
+            "(kv_cache_planning._check_enough_kv_cache_memory; one block is vLLM's null "
+            "block). Raise --gpu-memory-utilization (gpu_memory_utilization=), add GPUs "
+            f"(--tensor-parallel-size), or lower --max-model-len (max_model_len=) to at most "
+            f"{longest}"
+        )

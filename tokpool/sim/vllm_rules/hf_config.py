@@ -29,6 +29,7 @@ from ...heads import dtype_size, resolve_dtype
 from ...st_config import read_sentence_transformers_config
 from .engine import pooling_attn_type
 from .hf_families import checked_hf_config, count_parameters
+from .kv_spec import attention_head_size, check_kv_layout, layer_sliding_windows
 from .models import ModelPreset
 
 __all__ = [
@@ -200,6 +201,7 @@ def preset_from_hf_config(
                 "text part, or a ModelPreset with the whole model's parameter count"
             )
         cfg = {**cfg, **text, "architectures": cfg.get("architectures")}
+    check_kv_layout(cfg)  # a KV layout tokpool does not model is refused by its name first
     cfg = checked_hf_config(cfg)
     archs = cfg.get("architectures") or []
     if isinstance(archs, str):
@@ -208,7 +210,7 @@ def preset_from_hf_config(
     model_type = str(cfg.get("model_type", ""))
     kind = _kind(arch, model_type)
     heads = int(cfg["num_attention_heads"])
-    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
+    head_dim = attention_head_size(cfg)  # as vLLM's attention layers are built
     encoder = model_type in _ENCODERS
     # vLLM's @default_pooling_type: encoders CLS (ForTokenClassification: ALL), PRM STEP
     seq_pooling = "CLS" if encoder else "LAST"
@@ -250,7 +252,15 @@ def preset_from_hf_config(
         architecture=arch,
         model_type=model_type,
         intermediate_size=int(cfg.get("intermediate_size") or 0),
+        # each layer's window as vLLM builds the model (kv_spec); encoders keep no KV cache
+        sliding_windows=(None if attn_type == "encoder_only"
+                         else _windows_or_none(layer_sliding_windows(cfg))),
     )
+
+
+def _windows_or_none(windows: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
+    """``None`` when no layer slides (the preset's default: full attention everywhere)."""
+    return windows if any(w is not None for w in windows) else None
 
 
 def simconfig_fields_from_hf(source: Any, **overrides) -> dict:

@@ -19,7 +19,11 @@ same functions the parity tests check against vLLM's own code — once, in this 
    (``activation_peak_bytes`` or ``activation_peak_estimate``), non-torch memory and CUDA-graph
    memory (``profile``: ESTIMATES).
    (none for an encoder-only model); vLLM's start-up refusals (``engine_checks``: a
-   ``-tp`` that does not split the heads, a cache smaller than one ``max_model_len`` request).
+   ``-tp`` that does not split the heads, a cache smaller than one ``max_model_len`` request);
+7. prefix caching: ``prefix_cache.default_prefix_caching`` (on where the model supports it).
+
+The KV cache is planned layer by layer (``kv_cache.kv_cache_spec``, ``kv_spec``): sliding
+windows, hybrid groups, per-token-head scales.
 """
 
 from __future__ import annotations
@@ -41,11 +45,9 @@ from .engine import (
     resolve_cudagraph_sizes,
 )
 from .engine_checks import check_kv_cache_holds_one_sequence, check_tensor_parallel
-from .kv_cache import (
-    kv_bytes_per_token_per_rank,
-    kv_cache_capacity_tokens,
-    kv_cache_memory_bytes,
-)
+from .kv_cache import kv_cache_memory_bytes, kv_cache_spec
+from .kv_spec import max_in_flight_tokens
+from .prefix_cache import default_prefix_caching
 from .profile import (
     NON_TORCH_BYTES_ESTIMATE,
     cudagraph_bytes,
@@ -72,6 +74,9 @@ class ResolvedEngine:
     head_dtype: Any
     use_activation: bool
     async_scheduling: bool
+    kv_spec: Any = None  # kv_spec.KVCacheSpec on the most loaded rank, None without KV cache
+    enable_prefix_caching: bool = False
+    max_in_flight_tokens: int = 0
 
 
 def activation_peak_estimate(config, max_num_batched_tokens: int, head_dtype) -> int:
@@ -160,9 +165,13 @@ def resolve_engine(config) -> ResolvedEngine:
     graphs = 0 if model is None else cudagraph_bytes(
         model, max_capture_size=max(sizes, default=0), tp=config.tensor_parallel_size,
         dtype_bytes=config.dtype_size)
-    kv_per_token = 0 if model is None else kv_bytes_per_token_per_rank(
+    spec = None if model is None else kv_cache_spec(
         model, tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
-        kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size)
+        kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size,
+        block_size=config.block_size)
+    kv_per_token = 0 if spec is None else spec.bytes_per_token
+    in_flight = max_in_flight_tokens(tokens, async_scheduling=async_scheduling,
+                                     pipeline_parallel_size=config.pipeline_parallel_size)
     blocks = config.kv_cache_blocks
     if config.gpu_memory_utilization is not None and blocks is None:
         if model is None:
@@ -174,16 +183,18 @@ def resolve_engine(config) -> ResolvedEngine:
                   # everything vLLM keeps outside the KV cache (module docstring of ``profile``)
                   "activation_peak_bytes": activation + NON_TORCH_BYTES_ESTIMATE + graphs,
                   "dtype_bytes": config.dtype_size}
-        if kv_per_token == 0:  # encoder-only: vLLM keeps no KV cache and sizes none
-            kv_cache_memory_bytes(model, **memory)  # but the weights must fit all the same
-        else:
-            blocks = kv_cache_capacity_tokens(
-                model, block_size=config.block_size, kv_cache_dtype=config.kv_cache_dtype,
-                **memory) // config.block_size
+        available = kv_cache_memory_bytes(model, **memory)  # the weights must fit in any case
+        if spec is not None:  # encoder-only: vLLM keeps no KV cache and sizes none
+            blocks = spec.num_blocks(available)
             check_kv_cache_holds_one_sequence(  # vLLM refuses to start otherwise
-                name=model.name, kv_cache_blocks=blocks, block_size=config.block_size,
-                kv_bytes_per_token=kv_per_token, max_model_len=max_model_len,
-                available_bytes=kv_cache_memory_bytes(model, **memory))
+                name=model.name, spec=spec, kv_cache_blocks=blocks,
+                max_model_len=max_model_len, max_in_flight_tokens=in_flight,
+                available_bytes=available)
+    prefix_caching = default_prefix_caching(
+        config.enable_prefix_caching, model.attn_type if model else "decoder",
+        seq_pooling_type=model.seq_pooling_type if model else "LAST",
+        tok_pooling_type="STEP" if config.pooling_method == "STEP" else "ALL")
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
                           blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
-                          head_dtype, use_activation, async_scheduling)
+                          head_dtype, use_activation, async_scheduling, spec, prefix_caching,
+                          in_flight)
