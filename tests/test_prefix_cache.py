@@ -144,7 +144,7 @@ def test_a_real_models_cache_hit_delivers_what_a_full_prefill_delivers():
     embedding of a prompt that hits another's blocks equals its full prefill's (float32)."""
     model = tp.load_model("tiny-decoder")
     shared = [1024 + i for i in range(32)]
-    prompts = [shared + [2000, 2001], shared + [3000, 3001, 3002]]
+    prompts = [[*shared, 2000, 2001], [*shared, 3000, 3001, 3002]]
     source = tp.ModelSource(model, prompts)  # hidden rows; the engine pools the last one
     cfg = tp.SimConfig(hidden_size=model.hidden_size, dtype="float32", task="embed",
                        max_num_batched_tokens=64, block_size=16)
