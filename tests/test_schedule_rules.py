@@ -295,7 +295,7 @@ def test_kv_cache_groups_and_prefix_caching_rules(name):
 
 def test_full_attention_never_admits_what_a_sliding_window_runs():
     kw = next(kw for n, kw, _ in RULE_CASES if n == "sliding_window_admits_with_its_window")
-    with pytest.raises(ValueError, match="13 KV blocks of 16 tokens.*never admits it"):
+    with pytest.raises(ValueError, match=r"13 KV blocks of 16 tokens.*never admits it"):
         schedule(**(kw | {"kv_cache_groups": (None,)}))
     two = next(kw for n, kw, _ in RULE_CASES if n.startswith("sliding_window_runs_two"))
     assert any(s.preempted for s in schedule(**(two | {"kv_cache_groups": (None,)})))

@@ -8,7 +8,9 @@ A new vLLM version's rule is an edit here, seen by every backend through the sea
 - ``resolve``: the one step that fills a ``SimConfig``'s defaults from these rules;
 - ``devices``: the one device table; ``models``: model presets;
 - ``args``: ``vllm serve`` flags; ``hf_config``: ``config.json`` reading; ``kv_cache``: KV-cache
-  sizing and parallel layouts.
+  sizing and parallel layouts; ``kv_spec``: each layer's KV-cache spec (sliding windows,
+  per-token-head scales), vLLM's groups and blocks; ``prefix_cache``: prefix caching on or off,
+  and which tasks read it; ``engine_checks``: start-up refusals.
 
 ``tokpool.sim.vllm_run`` holds the other half: vLLM's own code, run, as the oracle.
 """
