@@ -95,6 +95,11 @@ class _Pool:
 
     def take(self, n: int) -> list[int]:
         """``get_new_blocks``: ``n`` blocks from the head of the free queue."""
+        if not self.front and self.end - self.fresh >= n:  # never-used blocks: no prefix
+            out = list(range(self.fresh, self.fresh + n))
+            self.fresh += n
+            self.ref.update(dict.fromkeys(out, 1))
+            return out
         out = []
         for _ in range(n):
             if self.front:
@@ -191,6 +196,7 @@ class KVBlocks:
         for g, w in enumerate(self.windows):
             specs.setdefault(w, []).append(g)
         self.spec_groups = sorted(specs.items(), key=lambda item: item[0] is not None)
+        self._sliding = [g for g, w in enumerate(self.windows) if w is not None]
 
     @property
     def used(self) -> int:
@@ -226,7 +232,7 @@ class KVBlocks:
 
     def _remove_skipped(self, r: int, processed: int) -> None:
         """``remove_skipped_blocks``: free each sliding group's blocks before its window."""
-        for g in range(len(self.windows)):
+        for g in self._sliding:
             table = self.tables[g].setdefault(r, [])
             n = min(self._skipped(g, processed) // self.size, len(table))
             freed = []

@@ -246,10 +246,13 @@ def schedule(
             )
     threshold = long_prefill_token_threshold or 0  # 0/None: no cap
     queue_size = 2 if async_scheduling else 1  # VllmConfig.max_concurrent_batches
+    reads_cache = enable_prefix_caching and reads_prefix_cache(task)
+    # Blocks nobody reads need no prefix keys: with every request skipping the cache (token
+    # tasks) vLLM's cached blocks change which free block is handed out next, never how many
+    # are free, so the schedule is the one without caching.
     kv = _kv_blocks(lens, kv_cache_blocks, block_size, kv_cache_groups, max_model_len,
                     max_in_flight_tokens(budget_per_step, async_scheduling=async_scheduling),
-                    enable_prefix_caching, token_ids)
-    reads_cache = enable_prefix_caching and reads_prefix_cache(task)
+                    reads_cache, token_ids)
     pending = collections.deque(sorted(range(len(lens)), key=lambda i: (arrival[i], i)))
     waiting: collections.deque[int] = collections.deque()
     running: list[int] = []
