@@ -522,7 +522,7 @@ def test_prompt_length_and_request_task_checks_match_vllm(parity_count):
         except VLLMError as err:  # VLLMValidationError
             theirs = err
         try:
-            R.check_prompt_fits(prompt_len, max_model_len, chunked=True)
+            R.check_prompts_fit([prompt_len], max_model_len)
             ours = None
         except ValueError as err:
             ours = err
@@ -538,7 +538,7 @@ def test_prompt_length_and_request_task_checks_match_vllm(parity_count):
         messages = []
         checks = (
             (PoolingOfflineMixin._verify_pooling_task, (llm, task), {}),
-            (R.check_request_task, (task,),
+            (R.check_selected_task, (task,),
              {"selected_task": "token_embed", "supported_tasks": supported}),
         )
         for check, args, kwargs in checks:

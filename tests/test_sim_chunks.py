@@ -195,8 +195,10 @@ def test_kv_cache_preempts_the_last_running_request_worked_by_hand():
 
 @pytest.mark.parametrize("policy", ["legacy", "clone", "prealloc", "offload"])
 def test_preemption_cleans_pooling_state_in_both_backends(policy):
+    # max_model_len=80: vLLM refuses a cache whose 5 usable blocks cannot hold one 8,192-token
+    # request (the preset's context), so the engine is started with the context they hold
     cfg = _SimConfig.for_model("SmolLM2-135M", max_num_batched_tokens=32,
-                               long_prefill_token_threshold=16, kv_cache_blocks=6,
+                               long_prefill_token_threshold=16, kv_cache_blocks=6, max_model_len=80,
                                policy=policy, head_dtype=None, use_activation=False)
     tensor, counted = simulate([40, 40], cfg, mode="tensor"), simulate([40, 40], cfg)
     pd.testing.assert_frame_equal(tensor.steps, counted.steps)

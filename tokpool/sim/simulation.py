@@ -21,8 +21,9 @@ from .config import SimConfig
 from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule
-from .schedule.scheduler import ScheduledStep, check_prompt_lens
+from .schedule.scheduler import ScheduledStep, validate_prompt_lens
 from .schedule.scheduler import schedule as tokpool_schedule
+from .vllm_rules import engine_checks
 from .vllm_run import vllm_schedule
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
@@ -70,8 +71,10 @@ def simulate(
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
 
     Raises:
-        ValueError: bad prompt lengths, mode or scheduler, or a prompt that can never be
-            scheduled.
+        EngineRefusal: a prompt vLLM rejects (longer than ``max_model_len``; looked past with
+            ``SimConfig(as_if=True)``, then listed in ``SimResult.looked_past``) or one that
+            can never be scheduled.
+        ValueError: bad prompt lengths, mode or scheduler.
         VllmUnavailableError: ``scheduler="vllm"`` without vLLM (says how to install it).
         TypeError: non-integer prompt lengths, or a source missing part of the protocol.
 
@@ -89,15 +92,18 @@ def simulate(
     _check_device(device)
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
-    lens = check_prompt_lens(prompt_lens)
-    config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
+    lens = validate_prompt_lens(prompt_lens)
+    refuse = engine_checks.Refusals(as_if=config.as_if)  # vLLM rejects prompts over the limit
+    refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
     check_work(lens, config, mode=mode)  # a run that ends, refused before it starts
     if mode == "closed_form":
         if schedule is not None:
             raise ValueError("closed forms solve tokpool's own schedule of one request by "
                              "formula; run a given schedule with mode='tensor' or 'analytic'")
-        return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
+        result = _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
+        result.looked_past = [*config.looked_past, *refuse.looked_past]
+        return result
     if schedule is not None:
         if arrival_steps is not None:
             raise ValueError("give arrival_steps or a schedule, not both: a schedule already "
@@ -146,6 +152,7 @@ def simulate(
         schedule=steps,
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
+        looked_past=[*config.looked_past, *refuse.looked_past],
     )
 
 

@@ -6,7 +6,7 @@ output memory is a ``_View`` (which rows, and the eager output it pins, if any).
 requests their output — so allocations happen at the same moments as in tensor mode, and the
 peak is taken right after each of them. Nothing is allocated, so a million-token prompt costs
 only its step count: each step touches the requests in it and the views still intact.
-Corruption is judged by the loop (``tokpool.sim.loop``) from the views it tracked.
+Corruption is judged by the loop (``backends.loop``) from the views it tracked.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from ...keep_rule import KeepRule
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
+from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.step_memory import StepOutput
-from .loop import EngineLoop, KeptRows
+from .loop import EngineLoop
 
 
 class _Storage:
@@ -134,7 +135,7 @@ class CountingEngine(EngineLoop):
 
     def pool(self, index: int, step: ScheduledStep, rules: list[KeepRule]) -> dict[int, Handle]:
         """Pooling's outputs for the finished requests (held), in batch order."""
-        if self.cfg.pooling_method == "LAST":
+        if not self.kind.token_level:  # LastPool: the step gathers one row per request
             return self._pool_last(step)
         rb = self.row_bytes
         # 1. keep each chunk as the rule says (AllPool's first pass).
@@ -177,9 +178,7 @@ class CountingEngine(EngineLoop):
                     self._cache_pin(t.base, -1)
             del self.states[r]  # cleaned on finish
             pooled[r] = out
-        if self.cfg.pooling_method == "STEP":
-            pooled = self._select(pooled)
-        return pooled
+        return self._select(pooled)
 
     def _pool_last(self, step: ScheduledStep) -> dict[int, Handle]:
         # LastPool gathers the last scheduled row of every request: [n_requests, W], owned.
@@ -193,24 +192,20 @@ class CountingEngine(EngineLoop):
         return pooled
 
     def _select(self, pooled: dict[int, Handle]) -> dict[int, Handle]:
-        """STEP: columns, then tag rows; the AllPool outputs die when StepPool returns."""
-        cfg = self.cfg
+        """The pooling kind's selection (STEP: columns, then tag rows), each tensor dying once
+        the next is made; the AllPool outputs die when the pooler returns. Without a
+        selection the pooler returns AllPool's tensor itself."""
+        cfg, kind = self.cfg, self.kind
         s, host = cfg.dtype_size, self.offload
-        columns = cfg.selected_columns
-        tag = cfg.effective_step_tag_id
         out: dict[int, Handle] = {}
         for r, data in pooled.items():
             n = self.lens[r]
-            width = cfg.width
-            col = None
-            if columns is not None:
-                width = len(columns)
-                col = self._alloc(n * width * s, host)  # [prompt_len, k]
-                data = col
-            if tag is not None:
-                data = self._alloc(self.kept.count(r, 0, n) * width * s, host)  # [n_tags, k]
-                self._drop(col)  # the column selection dies once rows are picked from it
-            elif col is None:
+            previous = None
+            for rows, width in kind.selection_shapes(cfg, n, self.kept.count(r, 0, n)):
+                data = self._alloc(rows * width * s, host)  # [rows, width]
+                self._drop(previous)
+                previous = data
+            if previous is None:
                 self._hold(data)  # no selection: StepPool returns AllPool's tensor itself
             out[r] = data
         for t in pooled.values():
@@ -243,10 +238,7 @@ class CountingEngine(EngineLoop):
         return outs
 
     def _out_shape(self, request: int) -> tuple[int, int]:
-        cfg = self.cfg
-        if cfg.pooling_method == "LAST":
-            return 1, cfg.width
-        return self.kept.count(request, 0, self.lens[request]), cfg.output_width
+        return self.kind.delivered_shape(self.cfg, self.kept, request, self.lens[request])
 
     def preempt(self, request: int) -> None:
         state = self.states.pop(request)
@@ -303,7 +295,7 @@ def run_counting(
 ) -> tuple[list[StepRecord], list[RequestRecord], set[int], CountingEngine]:
     """Counting-mode ledger of a schedule: ``(step records, request records, corrupted,
     engine)``; the engine holds ``chunks``."""
-    kept = KeptRows.for_config(config, source, len(prompt_lens))
+    kept = config.pooling_kind.kept_rows(config, source, len(prompt_lens))
     engine = CountingEngine(prompt_lens, config, kept)
     records = engine.run(steps)
     engine.finish(engine.judged)

@@ -91,6 +91,9 @@ def explain(result: SimResult) -> list[str]:
         pinned = int(getattr(rec, "stranded_bytes", 0))
         if pinned > 0:
             verdict += f"; its views stranded {pinned:,} bytes of other rows"
+        if result.looked_past:
+            verdict += ("; simulated AS IF vLLM accepted the run, which it refuses "
+                        "(SimResult.looked_past)")
         lines.append(head + verdict + ".")
     return lines
 
@@ -112,7 +115,7 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
 
     Args:
         result: a tensor-mode ``tp.simulate(...)`` result run with the default synthetic source,
-            ALL pooling and no activation (``use_activation=False``, the default).
+            one row per position (ALL pooling) and no activation (``use_activation=False``).
         request: which request's output to inspect.
         column: which hidden-state column to print the values of.
 
@@ -129,8 +132,11 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
     cfg = result.config
     if result.outputs is None:
         raise ValueError("corruption_table needs a tensor-mode result (mode='tensor')")
-    if cfg.pooling_method != "ALL" or cfg.use_activation:
-        raise ValueError("corruption_table supports ALL pooling without activation only")
+    kind = cfg.pooling_kind
+    if not kind.token_level or kind.selects(cfg) or cfg.use_activation:
+        raise ValueError("corruption_table needs one delivered row per prompt position (ALL "
+                         "pooling, or STEP without a selection) and no activation "
+                         "(use_activation=False)")
     if not 0 <= request < len(result.prompt_lens):
         raise ValueError(f"request {request} is not in 0..{len(result.prompt_lens) - 1}")
     source = default_source(cfg)  # the source simulate used for this config

@@ -34,6 +34,8 @@ class SimResult:
         chunks: one row per (step, request) chunk: what the keep rule did with it, when it
             was read, which step overwrote it (columns in ``tokpool.sim.CHUNK_COLUMNS``).
         closed_form: ``mode="closed_form"`` only: the formula's numbers (``summary()``).
+        looked_past: what vLLM would have refused of this run and the config looked past on
+            purpose (``SimConfig(as_if=True)``), one message each; empty: vLLM runs it.
     """
 
     config: SimConfig
@@ -49,6 +51,7 @@ class SimResult:
     outputs: list[Tensor] | None = field(default=None, repr=False)
     chunks: pd.DataFrame | None = field(default=None, repr=False)
     closed_form: dict | None = field(default=None, repr=False)
+    looked_past: list[str] = field(default_factory=list, repr=False)
 
     def __repr__(self) -> str:
         c = self.config
@@ -56,7 +59,9 @@ class SimResult:
             f"SimResult(mode={self.mode!r}, requests={len(self.prompt_lens)}, "
             f"steps={len(self.steps)}, policy={c.policy!r}, async={c.async_scheduling}, "
             f"peak_pooling_bytes={self.peak_pooling_bytes:,}, "
-            f"peak_device_bytes={self.peak_device_bytes:,}, corrupted={self.corrupted})"
+            f"peak_device_bytes={self.peak_device_bytes:,}, corrupted={self.corrupted}"
+            + (f", AS IF: {len(self.looked_past)} vLLM refusals looked past" if self.looked_past
+               else "") + ")"
         )
 
     def summary(self) -> dict:

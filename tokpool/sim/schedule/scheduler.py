@@ -48,6 +48,8 @@ import collections
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# Called through the module, never copied: the refusal tests swap the checks there.
+from ..vllm_rules import engine_checks
 from ..vllm_rules.engine import step_order
 
 
@@ -86,7 +88,7 @@ class ScheduledStep:
         return sum((stop * (stop + 1) - start * (start + 1)) // 2 for _, start, stop in self.chunks)
 
 
-def check_prompt_lens(prompt_lens: object) -> list[int]:
+def validate_prompt_lens(prompt_lens: object) -> list[int]:
     """Validate prompt lengths: a non-empty sequence of positive ints.
 
     Raises:
@@ -164,21 +166,11 @@ def schedule(
             than the budget; a prompt needing more KV blocks than the cache holds (it is never
             admitted); a cache of fewer than 2 blocks. The message names the flag to change.
     """
-    lens = check_prompt_lens(prompt_lens)
+    lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
     budget_per_step = max_num_batched_tokens
-    if not enable_chunked_prefill:
-        too_long = [(i, n) for i, n in enumerate(lens) if n > budget_per_step]
-        if too_long:
-            i, n = too_long[0]
-            raise ValueError(
-                f"request {i} has {n} prompt tokens but max_num_batched_tokens is "
-                f"{budget_per_step} and chunked prefill is disabled, so it can never be "
-                f"scheduled ({len(too_long)} such requests; vLLM 0.33 refuses a "
-                "max_model_len above the budget without chunking, an engine that accepts it "
-                "spins forever). Set enable_chunked_prefill=True (--enable-chunked-prefill) "
-                "or raise max_num_batched_tokens (--max-num-batched-tokens)"
-            )
+    engine_checks.check_unchunked_prompts_schedulable(
+        lens, budget_per_step, enable_chunked_prefill=enable_chunked_prefill)
     threshold = long_prefill_token_threshold or 0  # 0/None: no cap
     kv = _KVCache(kv_cache_blocks, block_size, lens)
     queue_size = 2 if async_scheduling else 1  # VllmConfig.max_concurrent_batches

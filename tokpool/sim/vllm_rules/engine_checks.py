@@ -1,84 +1,307 @@
-"""What vLLM 0.33.0 refuses at start-up, refused here with vLLM's words and its flag.
+"""Every refusal of vLLM 0.33.0 that tokpool models, each written once, with vLLM's words.
 
-- ``check_tensor_parallel``: ``ModelConfig.verify_with_parallel_config``
-  (vllm/config/model.py): "Total number of attention heads (H) must be divisible by tensor
-  parallel size (T)."; and ``QKVParallelLinear`` (vllm/model_executor/layers/linear.py): with
-  ``T >= KV heads`` each KV head is replicated ``T / KV`` times (``divide`` asserts it is whole),
-  else the KV heads are split ``KV / T`` per rank (whole again).
-- ``check_kv_cache_holds_one_sequence``: ``_check_enough_kv_cache_memory``
-  (vllm/v1/core/kv_cache_planning.py): the KV cache sized from ``gpu_memory_utilization`` must
-  hold one request of ``max_model_len`` tokens, else vLLM refuses to start and estimates the
-  longest ``max_model_len`` that fits.
+vLLM refuses a configuration inside its config classes, which every way in builds, so no path
+slips past; here each refusal is one function, and every entry path calls it: a directly built
+``SimConfig``, ``for_model``, ``from_hf_config`` and ``from_vllm_args`` through the one
+resolution step (``resolve.resolve_engine``); ``simulate`` (every mode, both schedulers),
+``sweep``, the CLI and the explorers through ``check_prompts_fit`` and the schedulers
+(``tests/test_refusals.py`` swaps each function and sees every path raise through it).
+
+Start-up refusals (the engine never starts):
+
+- ``check_tensor_parallel``: ``ModelConfig.verify_with_parallel_config`` (vllm/config/model.py)
+  and ``QKVParallelLinear`` (vllm/model_executor/layers/linear.py);
+- ``check_user_max_model_len``: ``_get_and_verify_max_len`` (vllm/config/model.py);
+- ``check_scheduler_limits``: ``SchedulerConfig.verify_max_model_len``
+  (vllm/config/scheduler.py): the budget below ``max_model_len`` without chunked prefill, below
+  ``max_num_seqs``, and ``long_prefill_token_threshold`` above ``max_model_len``;
+- ``check_kv_cache_holds_one_sequence``: ``check_enough_kv_cache_memory`` /
+  ``_check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_planning.py): the cache, less the
+  null block the ``BlockPool`` keeps, must hold one ``max_model_len`` request, whether it was
+  sized from memory or given (``--num-gpu-blocks-override``, ``get_kv_cache_configs``).
+
+Request refusals:
+
+- ``check_prompts_fit``: ``InputProcessor._validate_prompt_len``
+  (vllm/v1/engine/input_processor.py): an empty prompt, a prompt over ``max_model_len``;
+- ``check_unchunked_prompts_schedulable``: a prompt over the budget without chunked prefill can
+  never be scheduled (vLLM refuses such a ``max_model_len`` at start-up; tokpool, which may run
+  without a ``max_model_len``, refuses the prompt).
+
+Each raises ``EngineRefusal`` (a ``ValueError``). ``SimConfig(as_if=True)`` looks past the ones
+that leave a simulation meaning something (``EngineRefusal.can_look_past``): the run goes on and
+``SimConfig.looked_past`` / ``SimResult.looked_past`` list what vLLM would have refused.
 """
 
 from __future__ import annotations
 
-__all__ = ["check_kv_cache_holds_one_sequence", "check_tensor_parallel"]
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "EngineRefusal",
+    "Refusals",
+    "check_kv_cache_holds_one_sequence",
+    "check_prompts_fit",
+    "check_scheduler_limits",
+    "check_tensor_parallel",
+    "check_unchunked_prompts_schedulable",
+    "check_user_max_model_len",
+]
 
 _GIB = 1 << 30
 
 
+class EngineRefusal(ValueError):
+    """vLLM refuses this configuration or request.
+
+    Attributes:
+        follows: the vLLM function whose refusal this is.
+        can_look_past: ``SimConfig(as_if=True)`` may simulate past it (``False``: the
+            simulation would have no meaning, e.g. heads that do not split over the ranks).
+    """
+
+    def __init__(self, message: str, *, follows: str, can_look_past: bool = True) -> None:
+        super().__init__(message)
+        self.follows = follows
+        self.can_look_past = can_look_past
+
+
+class Refusals:
+    """Runs refusal checks: raises, or with ``as_if`` records the refusals that can be looked
+    past (``EngineRefusal.can_look_past``) in ``looked_past`` and goes on.
+
+    Example:
+        >>> refusals = Refusals(as_if=True)
+        >>> refusals(check_prompts_fit, [5000], 4096)
+        >>> refusals.looked_past[0][:60]
+        'request 0 has 5000 prompt tokens, longer than max_model_len='
+    """
+
+    def __init__(self, *, as_if: bool) -> None:
+        self.as_if = as_if
+        self.looked_past: list[str] = []
+
+    def __call__(self, check, *args, **kwargs) -> None:
+        try:
+            check(*args, **kwargs)
+        except EngineRefusal as err:
+            if not (self.as_if and err.can_look_past):
+                raise
+            self.looked_past.append(str(err))
+
+
+# --- start-up ---------------------------------------------------------------------------------
+
+
 def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int,
                           tp: int) -> None:
-    """Raise ``ValueError`` as vLLM does when ``tp`` does not split the heads evenly.
+    """Refuse a ``tp`` that does not split the heads evenly, as vLLM does.
 
     Args:
         name: the model, for the message.
         num_attention_heads, num_kv_heads: the model's query and key/value heads.
         tp: ``--tensor-parallel-size``.
+
+    Raises:
+        EngineRefusal: "Total number of attention heads (H) must be divisible by tensor
+            parallel size (T)." (``ModelConfig.verify_with_parallel_config``), or KV heads that
+            cannot be split (``T < KV``: ``KV / T`` per rank) or replicated (``T >= KV``: each
+            ``T / KV`` times) evenly (``QKVParallelLinear``'s ``divide``).
     """
     if tp == 1:
         return
     if num_attention_heads % tp:
         fits = [t for t in range(1, num_attention_heads + 1) if num_attention_heads % t == 0
                 and (num_kv_heads % t == 0 if t < num_kv_heads else t % num_kv_heads == 0)]
-        raise ValueError(
+        raise EngineRefusal(
             f"vLLM refuses to start {name} with --tensor-parallel-size {tp}: \"Total number of "
             f"attention heads ({num_attention_heads}) must be divisible by tensor parallel size "
-            f"({tp}).\" (ModelConfig.verify_with_parallel_config). Use -tp in {fits}"
-        )
+            f"({tp}).\" (ModelConfig.verify_with_parallel_config). Use -tp in {fits}",
+            follows="ModelConfig.verify_with_parallel_config", can_look_past=False)
     if (tp >= num_kv_heads and tp % num_kv_heads) or (tp < num_kv_heads and num_kv_heads % tp):
         heads, over = (tp, num_kv_heads) if tp >= num_kv_heads else (num_kv_heads, tp)
-        raise ValueError(
+        raise EngineRefusal(
             f"vLLM fails to load {name} with --tensor-parallel-size {tp}: its {num_kv_heads} KV "
             f"heads cannot be split or replicated evenly over {tp} ranks (QKVParallelLinear: "
             f"\"{heads} is not divisible by {over}\"). Use a -tp that divides "
-            f"{num_kv_heads} or is a multiple of it"
-        )
+            f"{num_kv_heads} or is a multiple of it",
+            follows="QKVParallelLinear", can_look_past=False)
+
+
+def check_user_max_model_len(max_model_len: int, derived: int | None, *,
+                             allow_long: bool) -> None:
+    """Refuse a ``--max-model-len`` above the length derived from the model's files unless
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` (``allow_long``): positions past it give NaN with
+    RoPE and out-of-bounds reads with absolute positions (vllm/config/model.py,
+    ``_get_and_verify_max_len``).
+
+    Raises:
+        EngineRefusal: naming both lengths and the environment variable.
+    """
+    if derived is not None and max_model_len > derived and not allow_long:
+        raise EngineRefusal(
+            f"User-specified max_model_len ({max_model_len}) is greater than the derived "
+            f"max_model_len ({derived}) in the model's config.json: vLLM refuses it "
+            "(_get_and_verify_max_len). Set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            "(allow_long_max_model_len=True) if the model really takes that context, lower "
+            "--max-model-len, or simulate it on purpose with as_if=True",
+            follows="_get_and_verify_max_len")
+
+
+def check_scheduler_limits(
+    *, max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int | None,
+    enable_chunked_prefill: bool, long_prefill_token_threshold: int | None,
+) -> None:
+    """vLLM's scheduler start-up refusals (vllm/config/scheduler.py,
+    ``SchedulerConfig.verify_max_model_len``), in its order. Without a ``max_model_len`` (no
+    model: no context limit) only the ``max_num_seqs`` one applies.
+
+    Raises:
+        EngineRefusal: without chunked prefill a budget below ``max_model_len``; a budget below
+            ``max_num_seqs``; a ``long_prefill_token_threshold`` above ``max_model_len``.
+    """
+    follows = "SchedulerConfig.verify_max_model_len"
+    tokens = max_num_batched_tokens
+    if max_model_len is not None and tokens < max_model_len and not enable_chunked_prefill:
+        raise EngineRefusal(
+            f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_model_len})"
+            " with chunked prefill off: vLLM refuses to start, since longer prompts could never "
+            f"be scheduled ({follows}). Raise --max-num-batched-tokens "
+            "(max_num_batched_tokens=), lower --max-model-len (max_model_len=), or turn on "
+            "--enable-chunked-prefill (enable_chunked_prefill=True)", follows=follows)
+    if tokens < max_num_seqs:
+        raise EngineRefusal(
+            f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs "
+            f"({max_num_seqs}) ({follows}); raise --max-num-batched-tokens "
+            "(max_num_batched_tokens=) or lower --max-num-seqs (max_num_seqs=)", follows=follows)
+    threshold = long_prefill_token_threshold or 0  # None / 0: no cap
+    if max_model_len is not None and threshold > max_model_len:
+        raise EngineRefusal(
+            f"long_prefill_token_threshold ({threshold}) cannot be greater than the "
+            f"max_model_len ({max_model_len}) ({follows}); lower "
+            "--long-prefill-token-threshold (long_prefill_token_threshold=) to at most "
+            f"{max_model_len}", follows=follows)
 
 
 def check_kv_cache_holds_one_sequence(
     *, name: str, kv_cache_blocks: int, block_size: int, kv_bytes_per_token: int,
-    max_model_len: int | None, available_bytes: int | None = None,
+    max_model_len: int | None, available_bytes: int | None = None, given: bool = False,
 ) -> None:
-    """Raise ``ValueError`` as vLLM does when one ``max_model_len`` request does not fit the KV
-    cache sized from ``gpu_memory_utilization``.
+    """Refuse a KV cache that cannot hold one ``max_model_len`` request, as vLLM does: the
+    ``BlockPool`` keeps one block back as its null block, so ``kv_cache_blocks - 1`` must hold
+    ``ceil(max_model_len / block_size)`` blocks (``check_enough_kv_cache_memory`` plans against
+    the memory less one block; with ``--num-gpu-blocks-override`` the memory checked is the
+    override's blocks, ``get_kv_cache_configs``).
 
     Args:
         name: the model.
-        kv_cache_blocks: blocks the memory holds on the most loaded rank.
+        kv_cache_blocks: ``num_gpu_blocks`` on the most loaded rank (the null block included).
         block_size: tokens per block.
-        kv_bytes_per_token: KV bytes per token on that rank.
+        kv_bytes_per_token: KV bytes per token on that rank (0: no KV cache, nothing to check).
         max_model_len: the engine's ``max_model_len`` (``None``: nothing to check).
-        available_bytes: the KV memory left on that rank (default: the whole blocks').
+        available_bytes: the KV memory vLLM found on that rank (default: the blocks').
+        given: the block count was given (``kv_cache_blocks=``, vLLM's
+            ``--num-gpu-blocks-override``) rather than sized from memory.
+
+    Raises:
+        EngineRefusal: with vLLM's message and the longest ``max_model_len`` that fits.
     """
     if max_model_len is None or kv_bytes_per_token == 0:
         return
+    usable = kv_cache_blocks - 1  # BlockPool.null_block
     blocks_needed = -(-max_model_len // block_size)
-    if blocks_needed <= kv_cache_blocks:
+    if blocks_needed <= usable:
         return
     per_block = block_size * kv_bytes_per_token
     needed = blocks_needed * per_block
-    available = kv_cache_blocks * per_block if available_bytes is None else available_bytes
-    longest = kv_cache_blocks * block_size
+    available = (kv_cache_blocks * per_block if available_bytes is None else available_bytes)
+    available -= per_block  # the null block is planned away first
+    longest = max(usable, 0) * block_size
     estimate = (f"Based on the available memory, the estimated maximum model length is "
                 f"{longest}. " if longest > 0 else "")
-    raise ValueError(
-        f"vLLM refuses to start {name}: \"To serve at least one request with the model's max "
-        f"seq len ({max_model_len}), ({needed / _GIB:.2f} GiB KV cache is needed, which is "
-        f"larger than the available KV cache memory ({available / _GIB:.2f} GiB). {estimate}"
-        "Try increasing `gpu_memory_utilization` ... or decreasing `max_model_len`\" "
-        "(kv_cache_planning._check_enough_kv_cache_memory). Raise --gpu-memory-utilization "
-        "(gpu_memory_utilization=), add GPUs (--tensor-parallel-size), or lower "
-        f"--max-model-len (max_model_len=) to at most {longest}"
-    )
+    if available <= 0:
+        quoted = ("No available memory for the cache blocks. Try increasing "
+                  "`gpu_memory_utilization` ...")
+    else:
+        quoted = (f"To serve at least one request with the model's max seq len "
+                  f"({max_model_len}), ({needed / _GIB:.2f} GiB KV cache is needed, which is "
+                  f"larger than the available KV cache memory ({available / _GIB:.2f} GiB). "
+                  f"{estimate}Try increasing `gpu_memory_utilization` ... or decreasing "
+                  "`max_model_len`")
+    fix = ("give more blocks (kv_cache_blocks=, vLLM's --num-gpu-blocks-override)" if given
+           else "raise --gpu-memory-utilization (gpu_memory_utilization=), add GPUs "
+           "(--tensor-parallel-size)")
+    raise EngineRefusal(
+        f"vLLM refuses to start {name}: \"{quoted}\" (kv_cache_planning."
+        f"check_enough_kv_cache_memory; {kv_cache_blocks} blocks of {block_size} tokens, one "
+        f"of them the null block). {fix[0].upper() + fix[1:]}, simulate it on purpose with "
+        f"as_if=True, or lower --max-model-len (max_model_len=) to at most {longest}",
+        follows="kv_cache_planning.check_enough_kv_cache_memory")
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+def check_prompts_fit(prompt_lens: Sequence[int], max_model_len: int | None, *,
+                      name: str | None = None) -> None:
+    """Refuse prompts vLLM rejects (vllm/v1/engine/input_processor.py,
+    ``InputProcessor._validate_prompt_len``): an empty prompt, or one longer than
+    ``max_model_len`` (a pooling prompt of exactly ``max_model_len`` is accepted: only
+    generative models need room for an output token).
+
+    Args:
+        prompt_lens: per request, its prompt length (ints, or a numpy array).
+        max_model_len: the engine's ``max_model_len`` (``None``: no limit).
+        name: the model, for the message.
+
+    Raises:
+        EngineRefusal: naming the first such request, its length, how many there are, and what
+            to change.
+    """
+    lens = np.asarray(prompt_lens, dtype=np.int64).reshape(-1)
+    empty = np.flatnonzero(lens == 0)
+    if empty.size:
+        raise EngineRefusal(
+            f"request {empty[0]} is empty (0 prompt tokens); vLLM rejects empty prompts "
+            "(InputProcessor._validate_prompt_len)",
+            follows="InputProcessor._validate_prompt_len", can_look_past=False)
+    if max_model_len is None:
+        return
+    too_long = np.flatnonzero(lens > max_model_len)
+    if too_long.size:
+        i, n, count = int(too_long[0]), int(lens[too_long[0]]), too_long.size
+        whose = f"{name}'s " if name else ""
+        raise EngineRefusal(
+            f"request {i} has {n} prompt tokens, longer than {whose}max_model_len="
+            f"{max_model_len} ({count:,} such request{'s' if count > 1 else ''}); vLLM "
+            "rejects it (InputProcessor._validate_prompt_len). Pass max_model_len >= "
+            f"{n} (vLLM's --max-model-len) if the model supports that context, shorten the "
+            "prompt, or simulate it on purpose with as_if=True",
+            follows="InputProcessor._validate_prompt_len")
+
+
+def check_unchunked_prompts_schedulable(prompt_lens: Sequence[int], max_num_batched_tokens: int,
+                                        *, enable_chunked_prefill: bool) -> None:
+    """Refuse prompts that can never be scheduled: longer than the budget with chunked prefill
+    off (vLLM refuses a ``max_model_len`` above the budget at start-up,
+    ``check_scheduler_limits``; an engine that accepted it would spin forever).
+
+    Raises:
+        EngineRefusal: naming the first such request and the two flags to change.
+    """
+    if enable_chunked_prefill:
+        return
+    too_long = [(i, int(n)) for i, n in enumerate(prompt_lens) if n > max_num_batched_tokens]
+    if too_long:
+        i, n = too_long[0]
+        raise EngineRefusal(
+            f"request {i} has {n} prompt tokens but max_num_batched_tokens is "
+            f"{max_num_batched_tokens} and chunked prefill is disabled, so it can never be "
+            f"scheduled ({len(too_long)} such request{'s' if len(too_long) > 1 else ''}; vLLM "
+            "refuses a max_model_len above the budget without chunking, "
+            "SchedulerConfig.verify_max_model_len). Set enable_chunked_prefill=True "
+            "(--enable-chunked-prefill) or raise max_num_batched_tokens "
+            "(--max-num-batched-tokens)",
+            follows="SchedulerConfig.verify_max_model_len", can_look_past=False)

@@ -49,7 +49,7 @@ from ...vllm_bridge import (
     VllmUnavailableError,
     prepare_vllm_environment,
 )
-from ..schedule.scheduler import ScheduledStep, check_arrival_steps, check_prompt_lens
+from ..schedule.scheduler import ScheduledStep, check_arrival_steps, validate_prompt_lens
 from ..vllm_rules import step_order
 
 __all__ = ["vllm_schedule", "vllm_scheduler_available", "vllm_scheduler_unavailable_reason"]
@@ -217,7 +217,7 @@ def vllm_schedule(
         ValueError: bad prompt lengths or flags, or a workload vLLM's scheduler can never
             finish (it would spin forever): the message names the flag to change.
     """
-    lens = check_prompt_lens(prompt_lens)
+    lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
     threshold = long_prefill_token_threshold or 0
     if not enable_chunked_prefill and max(lens) > max_num_batched_tokens:
