@@ -17,8 +17,8 @@ import json
 import pytest
 
 from tokpool.sim import SimConfig
-from tokpool.sim.vllm_rules.serve_line import declared_tasks
 from tokpool.sim.vllm_rules import select_pooling_task
+from tokpool.sim.vllm_rules.serve_line import declared_tasks
 from tokpool.sim.vllm_run import vllm_scheduler_unavailable_reason
 
 pytestmark = pytest.mark.parity

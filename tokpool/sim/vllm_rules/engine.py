@@ -56,8 +56,8 @@ __all__ = [
 ]
 
 from ..._deprecation import deprecated_alias
-from .engine_checks import check_scheduler_limits
 from .devices import DEVICES, DeviceFacts, GiB, Hardware, resolve_device
+from .engine_checks import check_scheduler_limits
 from .pooling_kind import POOLING_KINDS
 
 #: ``max_cudagraph_capture_size`` when none is given (vllm/config/vllm.py,
