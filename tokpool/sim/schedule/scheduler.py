@@ -307,23 +307,7 @@ class _KVCache:
         self.held: dict[int, int] = {}
         self.used = 0
         if blocks is not None:
-            if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 2:
-                raise ValueError(
-                    f"kv_cache_blocks must be an int >= 2 (vLLM keeps one as its null block), "
-                    f"got {blocks!r}; give the KV cache more memory"
-                )
-            need = [(i, -(-n // block_size)) for i, n in enumerate(lens)]
-            too_big = [(i, b) for i, b in need if b > blocks - 1]
-            if too_big:
-                i, b = too_big[0]
-                raise ValueError(
-                    f"request {i} has {lens[i]} prompt tokens: {b} KV blocks of {block_size} "
-                    f"tokens, but the KV cache has {blocks} blocks, {blocks - 1} usable (one "
-                    "is vLLM's null block): vLLM never admits it (its whole prompt must fit) "
-                    "and refuses a max_model_len the cache cannot hold. Give more KV cache "
-                    "(kv_cache_blocks, gpu_memory_utilization, tensor_parallel_size) or "
-                    "shorter prompts"
-                )
+            engine_checks.check_prompts_fit_kv_cache(lens, blocks, block_size)
 
     def grow(self, request: int, tokens: int) -> bool:
         """Hold blocks for ``tokens`` computed tokens of ``request``; False if they don't fit."""

@@ -26,7 +26,10 @@ Request refusals:
   (vllm/v1/engine/input_processor.py): an empty prompt, a prompt over ``max_model_len``;
 - ``check_unchunked_prompts_schedulable``: a prompt over the budget without chunked prefill can
   never be scheduled (vLLM refuses such a ``max_model_len`` at start-up; tokpool, which may run
-  without a ``max_model_len``, refuses the prompt).
+  without a ``max_model_len``, refuses the prompt);
+- ``check_prompts_fit_kv_cache``: a prompt whose blocks exceed the cache is never admitted
+  (``Scheduler.schedule`` reserves the whole prompt; vLLM refuses such a ``max_model_len`` at
+  start-up, ``check_kv_cache_holds_one_sequence``).
 
 Each raises ``EngineRefusal`` (a ``ValueError``). ``SimConfig(as_if=True)`` looks past the ones
 that leave a simulation meaning something (``EngineRefusal.can_look_past``): the run goes on and
@@ -44,6 +47,7 @@ __all__ = [
     "Refusals",
     "check_kv_cache_holds_one_sequence",
     "check_prompts_fit",
+    "check_prompts_fit_kv_cache",
     "check_scheduler_limits",
     "check_tensor_parallel",
     "check_unchunked_prompts_schedulable",
@@ -305,3 +309,36 @@ def check_unchunked_prompts_schedulable(prompt_lens: Sequence[int], max_num_batc
             "(--enable-chunked-prefill) or raise max_num_batched_tokens "
             "(--max-num-batched-tokens)",
             follows="SchedulerConfig.verify_max_model_len", can_look_past=False)
+
+
+def check_prompts_fit_kv_cache(prompt_lens: Sequence[int], kv_cache_blocks: int,
+                               block_size: int) -> None:
+    """Refuse prompts the KV cache can never admit: vLLM's scheduler reserves a waiting
+    request's WHOLE prompt (``SchedulerConfig.scheduler_reserve_full_isl``) in
+    ``kv_cache_blocks - 1`` usable blocks (one is the ``BlockPool``'s null block), so a longer
+    prompt waits forever; vLLM refuses such a ``max_model_len`` at start-up.
+
+    Raises:
+        ValueError: ``kv_cache_blocks`` below 2 (no usable block).
+        EngineRefusal: the first prompt that does not fit, with its blocks and the cache's.
+    """
+    if isinstance(kv_cache_blocks, bool) or not isinstance(kv_cache_blocks, int) \
+            or kv_cache_blocks < 2:
+        raise ValueError(
+            f"kv_cache_blocks must be an int >= 2 (vLLM keeps one as its null block), "
+            f"got {kv_cache_blocks!r}; give the KV cache more memory"
+        )
+    lens = np.asarray(prompt_lens, dtype=np.int64).reshape(-1)
+    need = -(-lens // block_size)  # blocks per prompt
+    too_big = np.flatnonzero(need > kv_cache_blocks - 1)
+    if too_big.size:
+        i = int(too_big[0])
+        raise EngineRefusal(
+            f"request {i} has {int(lens[i])} prompt tokens: {int(need[i])} KV blocks of "
+            f"{block_size} tokens, but the KV cache has {kv_cache_blocks} blocks, "
+            f"{kv_cache_blocks - 1} usable (one is vLLM's null block): vLLM never admits it "
+            "(its whole prompt must fit, Scheduler.schedule) and refuses a max_model_len the "
+            "cache cannot hold. "
+            "Give more KV cache (kv_cache_blocks, gpu_memory_utilization, "
+            "tensor_parallel_size) or shorter prompts",
+            follows="Scheduler.schedule", can_look_past=False)
