@@ -102,6 +102,11 @@ def prm_memory_table(
     Example:
         >>> t = tp.prm_memory_table([4_096])
         >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: KB, others bytes
+        convention
+        two_class      1024
+        token_pair    16640
+        value_head      512
+        Name: peak_pooling_bytes, dtype: int64
     """
     lens = [prompt_lens] if isinstance(prompt_lens, int) else list(prompt_lens)
     unknown = [c for c in conventions if c not in CONVENTIONS]

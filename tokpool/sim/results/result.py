@@ -107,7 +107,7 @@ class SimResult:
     def explain(self) -> list[str]:
         """One sentence per request: how its chunks were kept (the keep rule's actions), which
         step rewrote a kept view before it was read, whether it was corrupted, what it
-        stranded. Drawn from ``chunks``; see ``tokpool.sim.analysis.explain``."""
+        stranded. Drawn from ``chunks``; see ``tokpool.sim.results.analysis.explain``."""
         self._needs_steps("explain()")
         return explain(self)
 

@@ -52,8 +52,7 @@ from ...vllm_bridge import (
 from ..schedule.scheduler import ScheduledStep, check_arrival_steps, validate_prompt_lens
 
 # Called through the module, never copied: the refusal tests swap the checks there.
-from ..vllm_rules import engine_checks
-from ..vllm_rules import step_order
+from ..vllm_rules import engine_checks, step_order
 
 __all__ = ["vllm_schedule", "vllm_scheduler_available", "vllm_scheduler_unavailable_reason"]
 
