@@ -143,8 +143,8 @@ def test_a_cache_too_small_for_a_prompt_is_refused_by_one_function(swap):
     with pytest.raises(_Asked):
         tp.simulate([100], cfg, mode="analytic")
     with pytest.raises(_Asked):
-        tp.sim.schedule([100], max_num_batched_tokens=64, max_num_seqs=4, enable_chunked_prefill=True,
-                    kv_cache_blocks=4)
+        tp.sim.schedule([100], max_num_batched_tokens=64, max_num_seqs=4,
+                        enable_chunked_prefill=True, kv_cache_blocks=4)
 
 
 # --- one definition -------------------------------------------------------------------------

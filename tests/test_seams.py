@@ -204,7 +204,7 @@ def _step_config(**changes):
 
 def _three_modes_agree(cfg, lens):
     tensor = _agree(cfg, lens)
-    for i, n in enumerate(lens):
+    for n in lens:
         row = simulate([n], cfg, mode="analytic").summary()
         closed = simulate([n], cfg, mode="closed_form").summary()
         for name, value in closed.items():

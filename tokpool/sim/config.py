@@ -117,8 +117,8 @@ class SimConfig:
             pooling bytes are per rank as they are; weights and KV split over the ranks
             (``kv_bytes`` is per rank).
         data_parallel_size: engines side by side, each with its own requests (the least-loaded
-            engine gets the next; ``vllm_rules.kv_cache.data_parallel_split``). A run simulates ONE engine:
-            give it that engine's requests.
+            engine gets the next; ``vllm_rules.kv_cache.data_parallel_split``). A run
+            simulates ONE engine: give it that engine's requests.
         max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
             the model preset's context, else no limit. A longer prompt raises ``ValueError``.
         allow_long_max_model_len: vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``: a
