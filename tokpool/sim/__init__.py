@@ -47,6 +47,7 @@ from .schedule.scheduler import ScheduledStep, schedule
 from .simulation import simulate
 from .sweeps import SWEEP_COLUMNS, sweep
 from .vllm_rules.devices import DEVICES, HARDWARE_PRESETS, Hardware
+from .vllm_rules.engine_checks import EngineRefusal
 from .vllm_rules.models import MODEL_PRESETS, ModelPreset
 
 _moved_modules.install()  # the old flat module paths warn and still work (_moved_modules)
@@ -61,6 +62,7 @@ __all__ = [
     "STEP_COLUMNS",
     "SWEEP_COLUMNS",
     "SYNTHETIC_STEP_TAG_ID",
+    "EngineRefusal",
     "Hardware",
     "HiddenStateSource",
     "KeepRule",
