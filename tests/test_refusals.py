@@ -158,6 +158,7 @@ MESSAGES = {
     "check_prompts_fit": "prompt tokens, longer than",
     "check_unchunked_prompts_schedulable": "can never be scheduled",
     "check_prompts_fit_kv_cache": "never admits it",
+    "check_step_pooling_sees_whole_prompts": "of the whole prompt in one chunk's rows",
 }
 
 
@@ -197,6 +198,10 @@ def test_each_refusal_says_which_vllm_function_it_follows():
         "check_unchunked_prompts_schedulable": lambda: (
             checks.check_unchunked_prompts_schedulable([200], 100, enable_chunked_prefill=False)),
         "check_prompts_fit_kv_cache": lambda: checks.check_prompts_fit_kv_cache([200], 4, 16),
+        "check_step_pooling_sees_whole_prompts": lambda: (
+            checks.check_step_pooling_sees_whole_prompts(
+                [tp.sim.ScheduledStep(0, ((0, 0, 16),), ())], [24], step_tag_id=7,
+                enable_chunked_prefill=False)),
     }
     assert set(cases) == set(MESSAGES)
     for name, call in cases.items():

@@ -117,6 +117,9 @@ def simulate(
                                long_prefill_token_threshold=config.long_prefill_token_threshold)
     else:
         steps = _scheduled_steps(lens, config, arrival_steps, scheduler)
+    engine_checks.check_step_pooling_sees_whole_prompts(
+        steps, lens, step_tag_id=config.pooling_kind.row_tag(config),
+        enable_chunked_prefill=config.enable_chunked_prefill)
     outputs = None
     if source is not None:
         check_source(source, width=config.width, dtype=config.dtype)

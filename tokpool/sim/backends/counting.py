@@ -71,6 +71,8 @@ class CountingEngine(EngineLoop):
         self.delivered_bytes = 0
         self.cache_pinned = 0  # device bytes of eager outputs that cached views pin
         self._step_output: _Storage | None = None
+        self._selects = self.kind.selects(config)
+        self._spans: dict[int, tuple[int, int]] = {}  # this step's pooled outputs' positions
 
     # --- storage bookkeeping ---------------------------------------------------------------
 
@@ -120,7 +122,7 @@ class CountingEngine(EngineLoop):
         self._step_output = (_Storage(out.rows * self.row_bytes, False, counted=False)
                              if out.fresh else None)
         for r, start, _ in step.chunks:
-            if start == 0:
+            if start == 0 or r not in self.states:  # (unchunked: every chunk starts afresh)
                 self.states[r] = _State()
 
     def end_iteration(self, index: int) -> None:
@@ -163,9 +165,12 @@ class CountingEngine(EngineLoop):
                     self.peak_step = max(self.peak_step, self.device_live)
         # 2. hand finished requests their output (AllPool's second pass).
         pooled: dict[int, Handle] = {}
-        for (r, _, _), rule in zip(step.chunks, rules, strict=True):
+        self._spans = {}
+        for (r, start, stop), rule in zip(step.chunks, rules, strict=True):
             if rule.returns is None:
                 continue
+            # the prompt positions the output holds: the whole prompt, or (unchunked) the chunk
+            self._spans[r] = (start, stop) if rule.returns == "chunk" else (0, self.lens[r])
             state = self.states[r]
             if rule.returns == "cat":
                 out = self._alloc(self.lens[r] * rb)  # [prompt_len, W], held by the output
@@ -196,12 +201,15 @@ class CountingEngine(EngineLoop):
         the next is made; the AllPool outputs die when the pooler returns. Without a
         selection the pooler returns AllPool's tensor itself."""
         cfg, kind = self.cfg, self.kind
+        if not self._selects:
+            return pooled  # held by the pooler and returned as they are
         s, host = cfg.dtype_size, self.offload
         out: dict[int, Handle] = {}
         for r, data in pooled.items():
-            n = self.lens[r]
+            start, stop = self._spans[r]
             previous = None
-            for rows, width in kind.selection_shapes(cfg, n, self.kept.count(r, 0, n)):
+            for rows, width in kind.selection_shapes(cfg, stop - start,
+                                                     self.kept.count(r, start, stop)):
                 data = self._alloc(rows * width * s, host)  # [rows, width]
                 self._drop(previous)
                 previous = data
@@ -238,7 +246,8 @@ class CountingEngine(EngineLoop):
         return outs
 
     def _out_shape(self, request: int) -> tuple[int, int]:
-        return self.kind.delivered_shape(self.cfg, self.kept, request, self.lens[request])
+        return self.kind.delivered_shape(self.cfg, self.kept, request,
+                                         self.delivered_from.get(request, 0), self.lens[request])
 
     def preempt(self, request: int) -> None:
         state = self.states.pop(request)

@@ -113,6 +113,9 @@ class EngineLoop(ABC):
         self.chunks: list[ChunkRecord] = []
         self.tracker = ViewTracker()
         self.judged: set[int] = set()  # corrupted, judged from the views the loop tracked
+        # request -> first prompt position its delivered output holds (0 unless a split prompt
+        # without chunked prefill delivers its last chunk alone)
+        self.delivered_from: dict[int, int] = {}
         self.pending: list[tuple[int, Any, str]] = []  # awaiting the host copy (async)
         self._views: dict[int, list[tuple[KeptView, ChunkRecord]]] = {}
         # Eager outputs pinned by views: region -> [rows, rows covered by live views], and per
@@ -127,6 +130,12 @@ class EngineLoop(ABC):
         self._copies_at_finish = copies_at_finish(config)
         self._persistent_rows = config.buffer_rows
         self._step_outputs_by_size: dict[int, StepOutput] = {}  # the rule, asked once a size
+        # The kind's rule and label per (finished, first chunk), asked once a run (hot path)
+        self._chunk_rules = {
+            (finished, first): (rule, self.kind.chunk_label(rule))
+            for finished in (False, True) for first in (False, True)
+            for rule in [self.kind.chunk_rule(config, finished=finished, first_chunk=first)]
+        }
         # The policy keeps chunks in host memory (offload): pooling's outputs live there too.
         self.outputs_on_host = self.kind.token_level and keep_rule(
             config.policy, async_scheduling=False, finished=True, first_chunk=True
@@ -261,7 +270,6 @@ class EngineLoop(ABC):
 
     def _plan(self, index: int, step: ScheduledStep, out: StepOutput) -> list[KeepRule]:
         """The keep rule of every chunk; records chunks and registers kept views."""
-        cfg = self.cfg
         rules: list[KeepRule] = []
         row = 0
         for r, start, stop in step.chunks:
@@ -269,16 +277,22 @@ class EngineLoop(ABC):
             rec.num_chunks += 1
             if start == 0:
                 rec.first_step = index
-            rule = self.kind.chunk_rule(cfg, finished=stop == self.lens[r],
-                                        first_chunk=start == 0)
-            label = self.kind.chunk_label(rule)
+            finished = stop == self.lens[r]
+            rule, label = self._chunk_rules[finished, start == 0]
             if rule is None:  # nothing kept: the step gathers its row
                 chunk = ChunkRecord(index, r, start, stop, row, out.fresh, label, True, index)
             else:
                 rules.append(rule)
                 chunk = ChunkRecord(index, r, start, stop, row, out.fresh, label, rule.owned)
-                if rule.owned or rule.returns == "cat":
-                    chunk.read_at_step = index  # copied (or cat) within its own step
+                if finished and rule.returns == "chunk" and start > 0:
+                    # Chunked prefill off, the prompt split anyway: the final chunk alone is
+                    # handed over (vLLM's AllPool keeps nothing), so rows [0, start) are missing.
+                    self.delivered_from[r] = start
+                    self.judged.add(r)
+                if rule.owned or rule.returns == "cat" or (not finished and rule.returns):
+                    # copied (or cat) within its own step; or, unchunked and unfinished, handed
+                    # to the head and dropped by the runner within the step
+                    chunk.read_at_step = index
                 else:
                     view = KeptView(r, out.region, row, row + stop - start, start, index)
                     self.tracker.keep(view)
@@ -296,8 +310,9 @@ class EngineLoop(ABC):
             return
         left = []
         for view, chunk in kept:
-            one_shot = chunk.token_start == 0 and chunk.token_end == self.lens[request]
-            if at_finish and one_shot and not self._copies_at_finish:
+            handed_over = chunk.token_end == self.lens[request] and (
+                chunk.token_start == 0 or not self.cfg.enable_chunked_prefill)  # no cat
+            if at_finish and handed_over and not self._copies_at_finish:
                 left.append((view, chunk))  # handed over as is: the host copy reads it
                 continue
             chunk.read_at_step = index

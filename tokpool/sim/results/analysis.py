@@ -81,6 +81,14 @@ def explain(result: SimResult) -> list[str]:
                        f"as views and rewritten from step {int(first['overwritten_at_step'])} "
                        f"before {reader} read them")
             verdict += " → CORRUPTED" if rec.request in corrupted else " (no delivered row hit)"
+        elif not result.config.enable_chunked_prefill and len(mine) > 1:
+            last = mine.iloc[-1]
+            verdict = (f"; chunked prefill is off, yet long_prefill_token_threshold split it: "
+                       "pooling keeps no chunk without chunked prefill and hands each over, and "
+                       "the engine drops an unfinished request's output (vLLM 0.33.0's AllPool "
+                       "and finished_mask), so only its last chunk, tokens "
+                       f"{format_range(int(last['token_start']), int(last['token_end']))}, is "
+                       "delivered → CORRUPTED")
         else:
             verdict = " → corrupted" if rec.request in corrupted else " → intact"
         restarts = int(getattr(rec, "num_preemptions", 0))

@@ -27,6 +27,8 @@ Request refusals:
 - ``check_unchunked_prompts_schedulable``: a prompt over the budget without chunked prefill can
   never be scheduled (vLLM refuses such a ``max_model_len`` at start-up; tokpool, which may run
   without a ``max_model_len``, refuses the prompt);
+- ``check_step_pooling_sees_whole_prompts``: without chunked prefill, STEP pooling with a step
+  tag fails on a prompt the long-prefill threshold split (``StepPool.forward``, run);
 - ``check_prompts_fit_kv_cache``: a prompt whose blocks exceed the cache is never admitted
   (``Scheduler.schedule`` reserves the whole prompt; vLLM refuses such a ``max_model_len`` at
   start-up, ``check_kv_cache_holds_one_sequence``).
@@ -49,6 +51,7 @@ __all__ = [
     "check_prompts_fit",
     "check_prompts_fit_kv_cache",
     "check_scheduler_limits",
+    "check_step_pooling_sees_whole_prompts",
     "check_tensor_parallel",
     "check_unchunked_prompts_schedulable",
     "check_user_max_model_len",
@@ -342,3 +345,36 @@ def check_prompts_fit_kv_cache(prompt_lens: Sequence[int], kv_cache_blocks: int,
             "Give more KV cache (kv_cache_blocks, gpu_memory_utilization, "
             "tensor_parallel_size) or shorter prompts",
             follows="Scheduler.schedule", can_look_past=False)
+
+
+def check_step_pooling_sees_whole_prompts(steps, prompt_lens: Sequence[int], *,
+                                          step_tag_id: int | None,
+                                          enable_chunked_prefill: bool) -> None:
+    """Refuse a run vLLM's STEP pooling crashes on: with chunked prefill off its ``AllPool``
+    keeps nothing, so a prompt that ``long_prefill_token_threshold`` split reaches
+    ``StepPool.forward`` as its last chunk alone, and the step-tag mask of the whole prompt
+    indexes past that chunk's rows (an ``IndexError`` in vLLM 0.33.0's own code, run by
+    ``tests/test_parity_vllm.py``).
+
+    Args:
+        steps: the schedule (``ScheduledStep``s).
+        prompt_lens: per request, its prompt length.
+        step_tag_id: the tag STEP selects rows by (``None``: no row selection, no crash).
+        enable_chunked_prefill: chunked prefill is on (then chunks are cached and joined).
+
+    Raises:
+        EngineRefusal: naming the first split request and what to change.
+    """
+    if enable_chunked_prefill or step_tag_id is None:
+        return
+    for step in steps:
+        for r, start, stop in step.chunks:
+            if (start, stop) != (0, prompt_lens[r]):
+                raise EngineRefusal(
+                    f"request {r} is split (tokens {start}..{stop - 1} of {prompt_lens[r]} in "
+                    f"step {step.index}) with chunked prefill off: vLLM 0.33.0's StepPool then "
+                    f"selects the step-tag rows (step_tag_id={step_tag_id}) of the whole "
+                    "prompt in one chunk's rows and fails with an IndexError "
+                    "(StepPool.forward). Enable chunked prefill (--enable-chunked-prefill) or "
+                    "drop --long-prefill-token-threshold",
+                    follows="StepPool.forward", can_look_past=False)

@@ -140,10 +140,12 @@ class PoolingKind:
         columns = self.columns(config)
         return config.width if columns is None else len(columns)
 
-    def delivered_shape(self, config, kept: KeptRows, request: int,
-                        prompt_len: int) -> tuple[int, int]:
-        """``(rows, width)`` of the output pooling hands the head for one request."""
-        return kept.count(request, 0, prompt_len), self.output_width(config)
+    def delivered_shape(self, config, kept: KeptRows, request: int, start: int,
+                        stop: int) -> tuple[int, int]:
+        """``(rows, width)`` of the output pooling hands the head for one request whose
+        prompt positions ``[start, stop)`` it holds (the whole prompt, but for a split prompt
+        without chunked prefill: its last chunk)."""
+        return kept.count(request, start, stop), self.output_width(config)
 
     def selects(self, config) -> bool:
         """Whether the pooler copies a finished output within its step (a selection)."""
@@ -267,8 +269,8 @@ class LastKind(PoolingKind):
     def chunk_label(self, rule: KeepRule | None) -> str:
         return "gather"
 
-    def delivered_shape(self, config, kept: KeptRows, request: int,
-                        prompt_len: int) -> tuple[int, int]:
+    def delivered_shape(self, config, kept: KeptRows, request: int, start: int,
+                        stop: int) -> tuple[int, int]:
         return 1, config.width
 
     def reference(self, config, source, request: int) -> Tensor:
