@@ -61,7 +61,8 @@ def test_the_cache_holds_more_32k_requests(model, usage, ratio):
     the same memory with every layer attending fully. The ratio falls with the budget: the
     window keeps the tokens of the steps in flight too."""
     kw = {"hardware": "H100 SXM", "usage": usage, "gpu_memory_utilization": 0.92,
-          "max_model_len": 32_768, "task": "embed"}
+          "max_model_len": 32_768, "allow_long_max_model_len": True,  # Gemma-2's is 8,192
+          "task": "embed"}
     concurrency = []
     for cfg in (tp.SimConfig.from_hf_config(model, **kw),
                 tp.SimConfig.from_hf_config(_as_full_attention(model), **kw)):
@@ -100,7 +101,7 @@ def test_vllm_plans_these_caches_the_same(tmp_path, parity_count):
     for name, model in (("e5", E5_MISTRAL), ("gemma2", GEMMA2_9B), ("gemma3", GEMMA3_27B)):
         ours = tp.SimConfig.from_hf_config(model, hardware="H100 SXM", usage="server",
                                            gpu_memory_utilization=0.92, max_model_len=32_768,
-                                           task="embed")
+                                           allow_long_max_model_len=True, task="embed")
         folder = tmp_path / name
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps(model))

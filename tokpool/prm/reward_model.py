@@ -168,6 +168,7 @@ class ProcessRewardModel:
             >>> prm = tp.load_prm()
             >>> prm.score("Mia has 3 apples. She buys 4 more. How many?",
             ...           ["3 + 4 = 8.", "So the answer is 8."]).first_error
+            -1
         """
         formatted = self.format(problem, steps)
         per_token = self.per_token(formatted.token_ids, chunk_size=chunk_size)

@@ -21,8 +21,9 @@ from .config import SimConfig
 from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule
-from .schedule.scheduler import ScheduledStep, check_prompt_lens, check_prompt_token_ids
+from .schedule.scheduler import ScheduledStep, check_prompt_token_ids, validate_prompt_lens
 from .schedule.scheduler import schedule as tokpool_schedule
+from .vllm_rules import engine_checks
 from .vllm_rules.prefix_cache import reads_prefix_cache
 from .vllm_run import vllm_schedule
 
@@ -76,16 +77,21 @@ def simulate(
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
 
     Raises:
-        ValueError: bad prompt lengths, mode or scheduler, or a prompt that can never be
-            scheduled.
+        EngineRefusal: a prompt vLLM rejects (longer than ``max_model_len``; looked past with
+            ``SimConfig(as_if=True)``, then listed in ``SimResult.looked_past``) or one that
+            can never be scheduled.
+        ValueError: bad prompt lengths, mode or scheduler.
         VllmUnavailableError: ``scheduler="vllm"`` without vLLM (says how to install it).
         TypeError: non-integer prompt lengths, or a source missing part of the protocol.
 
     Example:
-        >>> r = simulate([3000], SimConfig(hidden_size=8, max_num_batched_tokens=1024),
-        ...              mode="analytic")
+        >>> cfg = SimConfig(hidden_size=8, max_num_batched_tokens=1024,
+        ...                 head_dtype=None, use_activation=False)  # pooling alone, no head
+        >>> r = simulate([3000], cfg, mode="analytic")
         >>> r.peak_pooling_bytes == (2 * 3000 - 952) * 8 * 2  # clone: (2T - L)·W·s
         True
+        >>> simulate([3000], cfg.replace(head_dtype="float32"), mode="analytic").peak_pooling_bytes
+        144000
     """
     config = SimConfig() if config is None else config
     if not isinstance(config, SimConfig):
@@ -96,14 +102,17 @@ def simulate(
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
     lens, token_ids = split_prompts(prompt_lens)
-    config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
+    refuse = engine_checks.Refusals(as_if=config.as_if)  # vLLM rejects prompts over the limit
+    refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
     check_work(lens, config, mode=mode)  # a run that ends, refused before it starts
     if mode == "closed_form":
         if schedule is not None:
             raise ValueError("closed forms solve tokpool's own schedule of one request by "
                              "formula; run a given schedule with mode='tensor' or 'analytic'")
-        return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
+        result = _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
+        result.looked_past = [*config.looked_past, *refuse.looked_past]
+        return result
     if schedule is not None:
         if arrival_steps is not None:
             raise ValueError("give arrival_steps or a schedule, not both: a schedule already "
@@ -116,6 +125,9 @@ def simulate(
                                and reads_prefix_cache(config.task))
     else:
         steps = _scheduled_steps(lens, config, arrival_steps, scheduler, token_ids)
+    engine_checks.check_step_pooling_sees_whole_prompts(
+        steps, lens, step_tag_id=config.pooling_kind.row_tag(config),
+        enable_chunked_prefill=config.enable_chunked_prefill)
     outputs = None
     if source is not None:
         check_source(source, width=config.width, dtype=config.dtype)
@@ -154,6 +166,7 @@ def simulate(
         schedule=steps,
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
+        looked_past=[*config.looked_past, *refuse.looked_past],
         prompt_token_ids=token_ids,
     )
 
@@ -190,9 +203,9 @@ def split_prompts(prompts) -> tuple[list[int], list[list[int]] | None]:
         if not all(is_ids(p) for p in items):
             raise TypeError("give every prompt as a length (an int) or every prompt as token "
                             "ids (a list of ints), not a mix")
-        lens = check_prompt_lens([len(p) for p in items])
+        lens = validate_prompt_lens([len(p) for p in items])
         return lens, check_prompt_token_ids(items, lens)
-    return check_prompt_lens(prompts), None
+    return validate_prompt_lens(prompts), None
 
 
 def _scheduled_steps(lens, config: SimConfig, arrival_steps, scheduler: str,

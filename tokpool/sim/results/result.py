@@ -34,6 +34,8 @@ class SimResult:
         chunks: one row per (step, request) chunk: what the keep rule did with it, when it
             was read, which step overwrote it (columns in ``tokpool.sim.CHUNK_COLUMNS``).
         closed_form: ``mode="closed_form"`` only: the formula's numbers (``summary()``).
+        looked_past: what vLLM would have refused of this run and the config looked past on
+            purpose (``SimConfig(as_if=True)``), one message each; empty: vLLM runs it.
         prompt_token_ids: the prompts' token ids when they were given as token ids (they
             decide the prefix-cache hits), else ``None``.
     """
@@ -51,6 +53,7 @@ class SimResult:
     outputs: list[Tensor] | None = field(default=None, repr=False)
     chunks: pd.DataFrame | None = field(default=None, repr=False)
     closed_form: dict | None = field(default=None, repr=False)
+    looked_past: list[str] = field(default_factory=list, repr=False)
     prompt_token_ids: list[list[int]] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
@@ -59,7 +62,9 @@ class SimResult:
             f"SimResult(mode={self.mode!r}, requests={len(self.prompt_lens)}, "
             f"steps={len(self.steps)}, policy={c.policy!r}, async={c.async_scheduling}, "
             f"peak_pooling_bytes={self.peak_pooling_bytes:,}, "
-            f"peak_device_bytes={self.peak_device_bytes:,}, corrupted={self.corrupted})"
+            f"peak_device_bytes={self.peak_device_bytes:,}, corrupted={self.corrupted}"
+            + (f", AS IF: {len(self.looked_past)} vLLM refusals looked past" if self.looked_past
+               else "") + ")"
         )
 
     def summary(self) -> dict:
@@ -107,7 +112,7 @@ class SimResult:
         step rewrote a kept view before it was read, whether it was corrupted, what it
         stranded, which of its tokens came from the prefix cache (and, for a token task that
         could have hit it, why vLLM recomputed them). Drawn from ``chunks`` and ``requests``;
-        see ``tokpool.sim.analysis.explain``."""
+        see ``tokpool.sim.results.analysis.explain``."""
         self._needs_steps("explain()")
         return explain(self)
 

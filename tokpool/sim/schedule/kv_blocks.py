@@ -31,6 +31,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
+from ..vllm_rules.kv_spec import KVGroup
+
 __all__ = ["KVBlocks", "block_keys", "unlimited_blocks"]
 
 NULL = 0  # vLLM's null block (block 0, never handed out, never freed)
@@ -183,8 +185,10 @@ class KVBlocks:
         self.windows = tuple(windows)
         self.caching = caching
         self.max_model_len = max_model_len
-        self.caps = [None if w is None else
-                     _cdiv(min(w - 1 + max_in_flight_tokens, max_model_len), block_size) + 1
+        self.max_in_flight_tokens = max_in_flight_tokens
+        self.caps = [KVGroup(w, ()).admission_cap(block_size=block_size,
+                                                  max_model_len=max_model_len,
+                                                  max_in_flight_tokens=max_in_flight_tokens)
                      for w in self.windows]
         self.lens = list(lens)
         self.keys = keys
@@ -202,12 +206,6 @@ class KVBlocks:
     def used(self) -> int:
         """Blocks held by requests (the null block not counted)."""
         return self.pool.total - self.pool.num_free
-
-    def admission_blocks(self, num_tokens: int) -> int:
-        """Blocks a request of ``num_tokens`` tokens must find free to be admitted, with no
-        cache hit (every group, the sliding windows capped)."""
-        n = _cdiv(min(num_tokens, self.max_model_len), self.size)
-        return sum(n if cap is None else min(n, cap) for cap in self.caps)
 
     # --- allocation ------------------------------------------------------------------------
 

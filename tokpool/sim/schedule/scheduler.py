@@ -58,6 +58,8 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# Called through the module, never copied: the refusal tests swap the checks there.
+from ..vllm_rules import engine_checks
 from ..vllm_rules.engine import step_order
 from ..vllm_rules.kv_spec import max_in_flight_tokens
 from ..vllm_rules.prefix_cache import reads_prefix_cache
@@ -102,7 +104,7 @@ class ScheduledStep:
         return sum((stop * (stop + 1) - start * (start + 1)) // 2 for _, start, stop in self.chunks)
 
 
-def check_prompt_lens(prompt_lens: object) -> list[int]:
+def validate_prompt_lens(prompt_lens: object) -> list[int]:
     """Validate prompt lengths: a non-empty sequence of positive ints.
 
     Raises:
@@ -228,22 +230,12 @@ def schedule(
             than the budget; a prompt needing more KV blocks than the cache holds (it is never
             admitted); a cache of fewer than 2 blocks. The message names the flag to change.
     """
-    lens = check_prompt_lens(prompt_lens)
+    lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
     token_ids = check_prompt_token_ids(prompt_token_ids, lens)
     budget_per_step = max_num_batched_tokens
-    if not enable_chunked_prefill:
-        too_long = [(i, n) for i, n in enumerate(lens) if n > budget_per_step]
-        if too_long:
-            i, n = too_long[0]
-            raise ValueError(
-                f"request {i} has {n} prompt tokens but max_num_batched_tokens is "
-                f"{budget_per_step} and chunked prefill is disabled, so it can never be "
-                f"scheduled ({len(too_long)} such requests; vLLM 0.33 refuses a "
-                "max_model_len above the budget without chunking, an engine that accepts it "
-                "spins forever). Set enable_chunked_prefill=True (--enable-chunked-prefill) "
-                "or raise max_num_batched_tokens (--max-num-batched-tokens)"
-            )
+    engine_checks.check_unchunked_prompts_schedulable(
+        lens, budget_per_step, enable_chunked_prefill=enable_chunked_prefill)
     threshold = long_prefill_token_threshold or 0  # 0/None: no cap
     queue_size = 2 if async_scheduling else 1  # VllmConfig.max_concurrent_batches
     reads_cache = enable_prefix_caching and reads_prefix_cache(task)
@@ -321,41 +313,42 @@ def _finishes(step: ScheduledStep, r: int, lens: list[int]) -> bool:
     return any(q == r and stop == lens[r] for q, _, stop in step.chunks)
 
 
+def refuse_what_the_cache_never_admits(
+    lens: Sequence[int], kv_cache_blocks: int | None, *, block_size: int,
+    kv_cache_groups: Sequence[int | None], max_model_len: int | None, in_flight: int,
+    reads_cache: bool, token_ids: Sequence[Sequence[int]] | None,
+) -> None:
+    """The KV refusal both schedulers apply before they run (vLLM itself would spin):
+    ``engine_checks.check_prompts_fit_kv_cache`` over the groups; with prefix caching read and
+    prompts that may share blocks, only a cache of fewer than two blocks (a hit can make room
+    vLLM then admits with)."""
+    if kv_cache_blocks is None:
+        return
+    if reads_cache and token_ids is not None:
+        engine_checks.check_prompts_fit_kv_cache([], kv_cache_blocks, block_size)
+        return
+    engine_checks.check_prompts_fit_kv_cache(
+        lens, kv_cache_blocks, block_size, kv_cache_groups=kv_cache_groups,
+        max_model_len=max_model_len, max_in_flight_tokens=in_flight)
+
+
 def _kv_blocks(lens, blocks, block_size, groups, max_model_len, in_flight, caching,
                token_ids) -> KVBlocks:
-    """The block manager, after vLLM's start-up refusals of a cache too small."""
+    """The block manager, after vLLM's refusal of prompts the cache never admits."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
     groups = tuple(groups)
     if not groups:
         raise ValueError("kv_cache_groups needs at least one group (None: full attention)")
-    limit = max_model_len if max_model_len is not None else 1 << 62
-    keys = block_keys(lens, block_size, token_ids) if caching else [[] for _ in lens]
+    refuse_what_the_cache_never_admits(
+        lens, blocks, block_size=block_size, kv_cache_groups=groups, max_model_len=max_model_len,
+        in_flight=in_flight, reads_cache=caching, token_ids=token_ids)
     if blocks is None:
         blocks = unlimited_blocks(lens, block_size, len(groups))
-    elif isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 2:
-        raise ValueError(
-            f"kv_cache_blocks must be an int >= 2 (vLLM keeps one as its null block), "
-            f"got {blocks!r}; give the KV cache more memory"
-        )
-    kv = KVBlocks(blocks, block_size, groups, caching=caching, max_model_len=limit,
-                  max_in_flight_tokens=in_flight, lens=lens, keys=keys)
-    if not (caching and token_ids is not None):  # a shared prefix can make room: vLLM spins
-        need = [(i, kv.admission_blocks(n)) for i, n in enumerate(lens)]
-        too_big = [(i, b) for i, b in need if b > blocks - 1]
-        if too_big:
-            i, b = too_big[0]
-            window = ("" if all(w is None for w in groups) else
-                      " (its sliding-window groups at most their window's blocks)")
-            raise ValueError(
-                f"request {i} has {lens[i]} prompt tokens: {b} KV blocks of {block_size} "
-                f"tokens{window}, but the KV cache has {blocks} blocks, {blocks - 1} usable "
-                "(one is vLLM's null block): vLLM never admits it (its whole prompt must fit) "
-                "and refuses a max_model_len the cache cannot hold. Give more KV cache "
-                "(kv_cache_blocks, gpu_memory_utilization, tensor_parallel_size) or "
-                "shorter prompts"
-            )
-    return kv
+    keys = block_keys(lens, block_size, token_ids) if caching else [[] for _ in lens]
+    return KVBlocks(blocks, block_size, groups, caching=caching,
+                    max_model_len=max_model_len if max_model_len is not None else 1 << 62,
+                    max_in_flight_tokens=in_flight, lens=lens, keys=keys)
 
 
 def _raise_stuck(waiting, lens: list[int], index: int) -> None:
@@ -363,10 +356,11 @@ def _raise_stuck(waiting, lens: list[int], index: int) -> None:
     r = waiting[0] if waiting else None
     detail = f"request {r} ({lens[r]} prompt tokens)" if r is not None else "no request"
     raise ValueError(
-        f"the scheduler makes no progress at step {index}: {detail} can never be scheduled "
+        f"the scheduler makes no progress at step {index}: {detail} is not scheduled again "
         "(its blocks never fit the KV cache), and vLLM's engine would spin forever with no "
-        "error. Give the KV cache more blocks (kv_cache_blocks / gpu_memory_utilization) or "
-        "raise max_num_batched_tokens / enable chunked prefill"
+        "error (vLLM's own scheduler does the same). Give the KV cache more blocks "
+        "(kv_cache_blocks / gpu_memory_utilization) or raise max_num_batched_tokens / enable "
+        "chunked prefill"
     )
 
 

@@ -1,53 +1,199 @@
-"""What vLLM 0.33.0 refuses at start-up, refused here with vLLM's words and its flag.
+"""Every refusal of vLLM 0.33.0 that tokpool models, each written once, with vLLM's words.
 
-- ``check_tensor_parallel``: ``ModelConfig.verify_with_parallel_config``
-  (vllm/config/model.py): "Total number of attention heads (H) must be divisible by tensor
-  parallel size (T)."; and ``QKVParallelLinear`` (vllm/model_executor/layers/linear.py): with
-  ``T >= KV heads`` each KV head is replicated ``T / KV`` times (``divide`` asserts it is whole),
-  else the KV heads are split ``KV / T`` per rank (whole again).
-- ``check_kv_cache_holds_one_sequence``: ``get_kv_cache_configs`` and
-  ``_check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_planning.py): the KV cache sized from
-  ``gpu_memory_utilization``, less vLLM's null block, must hold one request of
-  ``max_model_len`` tokens in every KV-cache group (a sliding-window group only its window),
-  else vLLM refuses to start and estimates the longest ``max_model_len`` that fits.
+vLLM refuses a configuration inside its config classes, which every way in builds, so no path
+slips past; here each refusal is one function, and every entry path calls it: a directly built
+``SimConfig``, ``for_model``, ``from_hf_config`` and ``from_vllm_args`` through the one
+resolution step (``resolve.resolve_engine``); ``simulate`` (every mode, both schedulers),
+``sweep``, the CLI and the explorers through ``check_prompts_fit`` and the schedulers
+(``tests/test_refusals.py`` swaps each function and sees every path raise through it).
+
+Start-up refusals (the engine never starts):
+
+- ``check_tensor_parallel``: ``ModelConfig.verify_with_parallel_config`` (vllm/config/model.py)
+  and ``QKVParallelLinear`` (vllm/model_executor/layers/linear.py);
+- ``check_user_max_model_len``: ``_get_and_verify_max_len`` (vllm/config/model.py);
+- ``check_scheduler_limits``: ``SchedulerConfig.verify_max_model_len``
+  (vllm/config/scheduler.py): the budget below ``max_model_len`` without chunked prefill, below
+  ``max_num_seqs``, and ``long_prefill_token_threshold`` above ``max_model_len``;
+- ``check_kv_cache_holds_one_sequence``: ``get_kv_cache_configs`` /
+  ``_check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_planning.py): the cache, less the
+  null block the ``BlockPool`` keeps, must hold one ``max_model_len`` request in every KV-cache
+  group (a sliding-window group only its window, ``SlidingWindowSpec.max_memory_usage_bytes``),
+  whether it was sized from memory or given (``--num-gpu-blocks-override``).
+
+Request refusals:
+
+- ``check_prompts_fit``: ``InputProcessor._validate_prompt_len``
+  (vllm/v1/engine/input_processor.py): an empty prompt, a prompt over ``max_model_len``;
+- ``check_unchunked_prompts_schedulable``: a prompt over the budget without chunked prefill can
+  never be scheduled (vLLM refuses such a ``max_model_len`` at start-up; tokpool, which may run
+  without a ``max_model_len``, refuses the prompt);
+- ``check_step_pooling_sees_whole_prompts``: without chunked prefill, STEP pooling with a step
+  tag fails on a prompt the long-prefill threshold split (``StepPool.forward``, run);
+- ``check_prompts_fit_kv_cache``: a prompt whose blocks exceed the cache is never admitted
+  (``Scheduler.schedule`` reserves the whole prompt, a sliding-window group its window's
+  blocks; vLLM refuses such a ``max_model_len`` at start-up,
+  ``check_kv_cache_holds_one_sequence``).
+
+Each raises ``EngineRefusal`` (a ``ValueError``). ``SimConfig(as_if=True)`` looks past the ones
+that leave a simulation meaning something (``EngineRefusal.can_look_past``): the run goes on and
+``SimConfig.looked_past`` / ``SimResult.looked_past`` list what vLLM would have refused.
 """
 
 from __future__ import annotations
 
-from .kv_spec import KVCacheSpec
+from collections.abc import Sequence
 
-__all__ = ["check_kv_cache_holds_one_sequence", "check_tensor_parallel"]
+import numpy as np
+
+from .kv_spec import KVCacheSpec, admission_blocks
+
+__all__ = [
+    "EngineRefusal",
+    "Refusals",
+    "check_kv_cache_holds_one_sequence",
+    "check_prompts_fit",
+    "check_prompts_fit_kv_cache",
+    "check_scheduler_limits",
+    "check_step_pooling_sees_whole_prompts",
+    "check_tensor_parallel",
+    "check_unchunked_prompts_schedulable",
+    "check_user_max_model_len",
+]
 
 _GIB = 1 << 30
 
 
+class EngineRefusal(ValueError):
+    """vLLM refuses this configuration or request.
+
+    Attributes:
+        follows: the vLLM function whose refusal this is.
+        can_look_past: ``SimConfig(as_if=True)`` may simulate past it (``False``: the
+            simulation would have no meaning, e.g. heads that do not split over the ranks).
+    """
+
+    def __init__(self, message: str, *, follows: str, can_look_past: bool = True) -> None:
+        super().__init__(message)
+        self.follows = follows
+        self.can_look_past = can_look_past
+
+
+class Refusals:
+    """Runs refusal checks: raises, or with ``as_if`` records the refusals that can be looked
+    past (``EngineRefusal.can_look_past``) in ``looked_past`` and goes on.
+
+    Example:
+        >>> refusals = Refusals(as_if=True)
+        >>> refusals(check_prompts_fit, [5000], 4096)
+        >>> refusals.looked_past[0][:60]
+        'request 0 has 5000 prompt tokens, longer than max_model_len='
+    """
+
+    def __init__(self, *, as_if: bool) -> None:
+        self.as_if = as_if
+        self.looked_past: list[str] = []
+
+    def __call__(self, check, *args, **kwargs) -> None:
+        try:
+            check(*args, **kwargs)
+        except EngineRefusal as err:
+            if not (self.as_if and err.can_look_past):
+                raise
+            self.looked_past.append(str(err))
+
+
+# --- start-up ---------------------------------------------------------------------------------
+
+
 def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int,
                           tp: int) -> None:
-    """Raise ``ValueError`` as vLLM does when ``tp`` does not split the heads evenly.
+    """Refuse a ``tp`` that does not split the heads evenly, as vLLM does.
 
     Args:
         name: the model, for the message.
         num_attention_heads, num_kv_heads: the model's query and key/value heads.
         tp: ``--tensor-parallel-size``.
+
+    Raises:
+        EngineRefusal: "Total number of attention heads (H) must be divisible by tensor
+            parallel size (T)." (``ModelConfig.verify_with_parallel_config``), or KV heads that
+            cannot be split (``T < KV``: ``KV / T`` per rank) or replicated (``T >= KV``: each
+            ``T / KV`` times) evenly (``QKVParallelLinear``'s ``divide``).
     """
     if tp == 1:
         return
     if num_attention_heads % tp:
         fits = [t for t in range(1, num_attention_heads + 1) if num_attention_heads % t == 0
                 and (num_kv_heads % t == 0 if t < num_kv_heads else t % num_kv_heads == 0)]
-        raise ValueError(
+        raise EngineRefusal(
             f"vLLM refuses to start {name} with --tensor-parallel-size {tp}: \"Total number of "
             f"attention heads ({num_attention_heads}) must be divisible by tensor parallel size "
-            f"({tp}).\" (ModelConfig.verify_with_parallel_config). Use -tp in {fits}"
-        )
+            f"({tp}).\" (ModelConfig.verify_with_parallel_config). Use -tp in {fits}",
+            follows="ModelConfig.verify_with_parallel_config", can_look_past=False)
     if (tp >= num_kv_heads and tp % num_kv_heads) or (tp < num_kv_heads and num_kv_heads % tp):
         heads, over = (tp, num_kv_heads) if tp >= num_kv_heads else (num_kv_heads, tp)
-        raise ValueError(
+        raise EngineRefusal(
             f"vLLM fails to load {name} with --tensor-parallel-size {tp}: its {num_kv_heads} KV "
             f"heads cannot be split or replicated evenly over {tp} ranks (QKVParallelLinear: "
             f"\"{heads} is not divisible by {over}\"). Use a -tp that divides "
-            f"{num_kv_heads} or is a multiple of it"
-        )
+            f"{num_kv_heads} or is a multiple of it",
+            follows="QKVParallelLinear", can_look_past=False)
+
+
+def check_user_max_model_len(max_model_len: int, derived: int | None, *,
+                             allow_long: bool) -> None:
+    """Refuse a ``--max-model-len`` above the length derived from the model's files unless
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` (``allow_long``): positions past it give NaN with
+    RoPE and out-of-bounds reads with absolute positions (vllm/config/model.py,
+    ``_get_and_verify_max_len``).
+
+    Raises:
+        EngineRefusal: naming both lengths and the environment variable.
+    """
+    if derived is not None and max_model_len > derived and not allow_long:
+        raise EngineRefusal(
+            f"User-specified max_model_len ({max_model_len}) is greater than the derived "
+            f"max_model_len ({derived}) in the model's config.json: vLLM refuses it "
+            "(_get_and_verify_max_len). Set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            "(allow_long_max_model_len=True) if the model really takes that context, lower "
+            "--max-model-len, or simulate it on purpose with as_if=True",
+            follows="_get_and_verify_max_len")
+
+
+def check_scheduler_limits(
+    *, max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int | None,
+    enable_chunked_prefill: bool, long_prefill_token_threshold: int | None,
+) -> None:
+    """vLLM's scheduler start-up refusals (vllm/config/scheduler.py,
+    ``SchedulerConfig.verify_max_model_len``), in its order. Without a ``max_model_len`` (no
+    model: no context limit) only the ``max_num_seqs`` one applies.
+
+    Raises:
+        EngineRefusal: without chunked prefill a budget below ``max_model_len``; a budget below
+            ``max_num_seqs``; a ``long_prefill_token_threshold`` above ``max_model_len``.
+    """
+    follows = "SchedulerConfig.verify_max_model_len"
+    tokens = max_num_batched_tokens
+    if max_model_len is not None and tokens < max_model_len and not enable_chunked_prefill:
+        raise EngineRefusal(
+            f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_model_len})"
+            " with chunked prefill off: vLLM refuses to start, since longer prompts could never "
+            f"be scheduled ({follows}). Raise --max-num-batched-tokens "
+            "(max_num_batched_tokens=), lower --max-model-len (max_model_len=), or turn on "
+            "--enable-chunked-prefill (enable_chunked_prefill=True)", follows=follows)
+    if tokens < max_num_seqs:
+        raise EngineRefusal(
+            f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs "
+            f"({max_num_seqs}) ({follows}); raise --max-num-batched-tokens "
+            "(max_num_batched_tokens=) or lower --max-num-seqs (max_num_seqs=)", follows=follows)
+    threshold = long_prefill_token_threshold or 0  # None / 0: no cap
+    if max_model_len is not None and threshold > max_model_len:
+        raise EngineRefusal(
+            f"long_prefill_token_threshold ({threshold}) cannot be greater than the "
+            f"max_model_len ({max_model_len}) ({follows}); lower "
+            "--long-prefill-token-threshold (long_prefill_token_threshold=) to at most "
+            f"{max_model_len}", follows=follows)
 
 
 def _gib(num_bytes: int) -> str:
@@ -56,29 +202,40 @@ def _gib(num_bytes: int) -> str:
 
 def check_kv_cache_holds_one_sequence(
     *, name: str, spec: KVCacheSpec | None, kv_cache_blocks: int, max_model_len: int | None,
-    max_in_flight_tokens: int, available_bytes: int | None = None,
+    max_in_flight_tokens: int, available_bytes: int | None = None, given: bool = False,
 ) -> None:
-    """Raise ``ValueError`` as vLLM does when one ``max_model_len`` request does not fit the KV
-    cache: ``get_kv_cache_configs`` keeps the null block back (``available - bytes_per_block``)
-    and ``_check_enough_kv_cache_memory`` compares the rest with one request's blocks in every
-    group (``_max_memory_usage_bytes_from_groups``; a sliding-window group needs its window's
-    blocks only, ``SlidingWindowSpec.max_admission_blocks_per_request``).
+    """Refuse a KV cache that cannot hold one ``max_model_len`` request, as vLLM does:
+    ``get_kv_cache_configs`` keeps the null block back (``available - bytes_per_block``, the
+    pipeline stages' workers in order) and ``_check_enough_kv_cache_memory`` compares the rest
+    with one request's blocks in every group (``_max_memory_usage_bytes_from_groups``; a
+    sliding-window group needs its window's blocks only,
+    ``SlidingWindowSpec.max_memory_usage_bytes``). With ``--num-gpu-blocks-override`` the
+    memory checked is the override's blocks.
 
     Args:
         name: the model.
         spec: its KV cache on the most loaded rank (``kv_cache.kv_cache_spec``; ``None``:
             no KV cache, nothing to check).
-        kv_cache_blocks: the pool's blocks on that rank (the null block included).
+        kv_cache_blocks: ``num_gpu_blocks`` on that rank (the null block included).
         max_model_len: the engine's ``max_model_len`` (``None``: nothing to check).
         max_in_flight_tokens: ``kv_spec.max_in_flight_tokens`` (sliding windows hold them).
-        available_bytes: the KV memory left on that rank (default: the whole blocks').
+        available_bytes: the KV memory vLLM found on that rank (default: the blocks').
+        given: the block count was given (``kv_cache_blocks=``, vLLM's
+            ``--num-gpu-blocks-override``) rather than sized from memory.
+
+    Raises:
+        EngineRefusal: with vLLM's message and its estimated longest ``max_model_len``.
     """
     if max_model_len is None or spec is None:
         return
     flight = {"max_model_len": max_model_len, "max_in_flight_tokens": max_in_flight_tokens}
     if spec.fits_one_sequence(kv_cache_blocks, **flight):
         return
-    if available_bytes is None:  # an explicit block count: the most loaded rank's blocks
+    follows = "kv_cache_planning._check_enough_kv_cache_memory"
+    fix = ("Give more blocks (kv_cache_blocks=, vLLM's --num-gpu-blocks-override)" if given
+           else "Raise --gpu-memory-utilization (gpu_memory_utilization=), add GPUs "
+           "(--tensor-parallel-size)")
+    if available_bytes is None:  # a block count: the most loaded rank's blocks
         available_bytes = kv_cache_blocks * spec.bytes_per_block
         stages: tuple[int, ...] = (spec.bytes_per_block,)
     else:  # get_kv_cache_configs checks the pipeline stages' workers in order
@@ -86,16 +243,14 @@ def check_kv_cache_holds_one_sequence(
     for per_block in stages:
         if per_block == 0:
             continue  # a stage without KV layers
-        check = available_bytes - per_block  # the null block BlockPool holds back
+        check = available_bytes - per_block  # the null block the BlockPool holds back
         if check <= 0:
-            raise ValueError(
+            raise EngineRefusal(
                 f"vLLM refuses to start {name}: \"No available memory for the cache blocks. "
                 "Try increasing `gpu_memory_utilization` when initializing the engine\" "
-                f"(kv_cache_planning._check_enough_kv_cache_memory: {available_bytes:,} B for "
-                f"the KV cache, less than one block of {per_block:,} B besides vLLM's null "
-                "block). Raise --gpu-memory-utilization (gpu_memory_utilization=) or add GPUs "
-                "(--tensor-parallel-size)"
-            )
+                f"({follows}: {available_bytes:,} B for the KV cache, less than one block of "
+                f"{per_block:,} B besides vLLM's null block). {fix}, or simulate it on "
+                "purpose with as_if=True", follows=follows)
         blocks = available_bytes // per_block
         if spec.fits_one_sequence(blocks, **flight):
             continue
@@ -103,13 +258,160 @@ def check_kv_cache_holds_one_sequence(
         longest = spec.estimate_max_model_len(blocks, **flight)
         estimate = (f"Based on the available memory, the estimated maximum model length is "
                     f"{longest}. " if longest > 0 else "")
-        raise ValueError(
+        raise EngineRefusal(
             f"vLLM refuses to start {name}: \"To serve at least one request with the model's "
             f"max seq len ({max_model_len}), ({_gib(needed)} GiB KV cache is needed, which is "
             f"larger than the available KV cache memory ({_gib(check)} GiB). {estimate}"
             "Try increasing `gpu_memory_utilization` ... or decreasing `max_model_len`\" "
-            "(kv_cache_planning._check_enough_kv_cache_memory; one block is vLLM's null "
-            "block). Raise --gpu-memory-utilization (gpu_memory_utilization=), add GPUs "
-            f"(--tensor-parallel-size), or lower --max-model-len (max_model_len=) to at most "
-            f"{longest}"
+            f"({follows}; {blocks} blocks of {spec.block_size} tokens, one of them the null "
+            f"block). {fix}, simulate it on purpose with as_if=True, or lower --max-model-len "
+            f"(max_model_len=) to at most {longest}", follows=follows)
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+def check_prompts_fit(prompt_lens: Sequence[int], max_model_len: int | None, *,
+                      name: str | None = None) -> None:
+    """Refuse prompts vLLM rejects (vllm/v1/engine/input_processor.py,
+    ``InputProcessor._validate_prompt_len``): an empty prompt, or one longer than
+    ``max_model_len`` (a pooling prompt of exactly ``max_model_len`` is accepted: only
+    generative models need room for an output token).
+
+    Args:
+        prompt_lens: per request, its prompt length (ints, or a numpy array).
+        max_model_len: the engine's ``max_model_len`` (``None``: no limit).
+        name: the model, for the message.
+
+    Raises:
+        EngineRefusal: naming the first such request, its length, how many there are, and what
+            to change.
+    """
+    lens = np.asarray(prompt_lens, dtype=np.int64).reshape(-1)
+    empty = np.flatnonzero(lens == 0)
+    if empty.size:
+        raise EngineRefusal(
+            f"request {empty[0]} is empty (0 prompt tokens); vLLM rejects empty prompts "
+            "(InputProcessor._validate_prompt_len)",
+            follows="InputProcessor._validate_prompt_len", can_look_past=False)
+    if max_model_len is None:
+        return
+    too_long = np.flatnonzero(lens > max_model_len)
+    if too_long.size:
+        i, n, count = int(too_long[0]), int(lens[too_long[0]]), too_long.size
+        whose = f"{name}'s " if name else ""
+        raise EngineRefusal(
+            f"request {i} has {n} prompt tokens, longer than {whose}max_model_len="
+            f"{max_model_len} ({count:,} such request{'s' if count > 1 else ''}); vLLM "
+            "rejects it (InputProcessor._validate_prompt_len). Pass max_model_len >= "
+            f"{n} (vLLM's --max-model-len) if the model supports that context, shorten the "
+            "prompt, or simulate it on purpose with as_if=True",
+            follows="InputProcessor._validate_prompt_len")
+
+
+def check_unchunked_prompts_schedulable(prompt_lens: Sequence[int], max_num_batched_tokens: int,
+                                        *, enable_chunked_prefill: bool) -> None:
+    """Refuse prompts that can never be scheduled: longer than the budget with chunked prefill
+    off (vLLM refuses a ``max_model_len`` above the budget at start-up,
+    ``check_scheduler_limits``; an engine that accepted it would spin forever).
+
+    Raises:
+        EngineRefusal: naming the first such request and the two flags to change.
+    """
+    if enable_chunked_prefill:
+        return
+    too_long = [(i, int(n)) for i, n in enumerate(prompt_lens) if n > max_num_batched_tokens]
+    if too_long:
+        i, n = too_long[0]
+        raise EngineRefusal(
+            f"request {i} has {n} prompt tokens but max_num_batched_tokens is "
+            f"{max_num_batched_tokens} and chunked prefill is disabled, so it can never be "
+            f"scheduled ({len(too_long)} such request{'s' if len(too_long) > 1 else ''}; vLLM "
+            "refuses a max_model_len above the budget without chunking, "
+            "SchedulerConfig.verify_max_model_len). Set enable_chunked_prefill=True "
+            "(--enable-chunked-prefill) or raise max_num_batched_tokens "
+            "(--max-num-batched-tokens)",
+            follows="SchedulerConfig.verify_max_model_len", can_look_past=False)
+
+
+def check_prompts_fit_kv_cache(prompt_lens: Sequence[int], kv_cache_blocks: int,
+                               block_size: int, *,
+                               kv_cache_groups: Sequence[int | None] = (None,),
+                               max_model_len: int | None = None,
+                               max_in_flight_tokens: int = 0) -> None:
+    """Refuse prompts the KV cache can never admit: vLLM's scheduler reserves a waiting
+    request's WHOLE prompt (``SchedulerConfig.scheduler_reserve_full_isl``) in every KV-cache
+    group — a sliding-window group its window's blocks
+    (``get_num_blocks_to_allocate(apply_admission_cap=True)``) — in ``kv_cache_blocks - 1``
+    usable blocks (one is the ``BlockPool``'s null block), so a longer prompt waits forever;
+    vLLM refuses such a ``max_model_len`` at start-up.
+
+    Args:
+        prompt_lens: per request, its prompt length.
+        kv_cache_blocks: ``num_gpu_blocks``.
+        block_size: tokens per block.
+        kv_cache_groups: each group's sliding window (``None``: full attention).
+        max_model_len, max_in_flight_tokens: what a sliding window's cap depends on
+            (``kv_spec.admission_blocks``).
+
+    Raises:
+        ValueError: ``kv_cache_blocks`` below 2 (no usable block).
+        EngineRefusal: the first prompt that does not fit, with its blocks and the cache's.
+    """
+    if isinstance(kv_cache_blocks, bool) or not isinstance(kv_cache_blocks, int) \
+            or kv_cache_blocks < 2:
+        raise ValueError(
+            f"kv_cache_blocks must be an int >= 2 (vLLM keeps one as its null block), "
+            f"got {kv_cache_blocks!r}; give the KV cache more memory"
         )
+    for i, n in enumerate(prompt_lens):
+        need = admission_blocks(int(n), kv_cache_groups, block_size=block_size,
+                                max_model_len=max_model_len,
+                                max_in_flight_tokens=max_in_flight_tokens)
+        if need <= kv_cache_blocks - 1:
+            continue
+        window = ("" if all(w is None for w in kv_cache_groups) else
+                  f" in its {len(kv_cache_groups)} KV-cache groups (the sliding-window ones at "
+                  "most their window's)")
+        raise EngineRefusal(
+            f"request {i} has {int(n)} prompt tokens: {need} KV blocks of {block_size} "
+            f"tokens{window}, but the KV cache has {kv_cache_blocks} blocks, "
+            f"{kv_cache_blocks - 1} usable (one is vLLM's null block): vLLM never admits it "
+            "(its whole prompt must fit, Scheduler.schedule) and refuses a max_model_len the "
+            "cache cannot hold. "
+            "Give more KV cache (kv_cache_blocks, gpu_memory_utilization, "
+            "tensor_parallel_size) or shorter prompts",
+            follows="Scheduler.schedule", can_look_past=False)
+
+
+def check_step_pooling_sees_whole_prompts(steps, prompt_lens: Sequence[int], *,
+                                          step_tag_id: int | None,
+                                          enable_chunked_prefill: bool) -> None:
+    """Refuse a run vLLM's STEP pooling crashes on: with chunked prefill off its ``AllPool``
+    keeps nothing, so a prompt that ``long_prefill_token_threshold`` split reaches
+    ``StepPool.forward`` as its last chunk alone, and the step-tag mask of the whole prompt
+    indexes past that chunk's rows (an ``IndexError`` in vLLM 0.33.0's own code, run by
+    ``tests/test_parity_vllm.py``).
+
+    Args:
+        steps: the schedule (``ScheduledStep``s).
+        prompt_lens: per request, its prompt length.
+        step_tag_id: the tag STEP selects rows by (``None``: no row selection, no crash).
+        enable_chunked_prefill: chunked prefill is on (then chunks are cached and joined).
+
+    Raises:
+        EngineRefusal: naming the first split request and what to change.
+    """
+    if enable_chunked_prefill or step_tag_id is None:
+        return
+    for step in steps:
+        for r, start, stop in step.chunks:
+            if (start, stop) != (0, prompt_lens[r]):
+                raise EngineRefusal(
+                    f"request {r} is split (tokens {start}..{stop - 1} of {prompt_lens[r]} in "
+                    f"step {step.index}) with chunked prefill off: vLLM 0.33.0's StepPool then "
+                    f"selects the step-tag rows (step_tag_id={step_tag_id}) of the whole "
+                    "prompt in one chunk's rows and fails with an IndexError "
+                    "(StepPool.forward). Enable chunked prefill (--enable-chunked-prefill) or "
+                    "drop --long-prefill-token-threshold",
+                    follows="StepPool.forward", can_look_past=False)

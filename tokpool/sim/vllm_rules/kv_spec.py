@@ -58,6 +58,7 @@ __all__ = [
     "KVCacheSpec",
     "KVGroup",
     "LayerKV",
+    "admission_blocks",
     "attention_head_size",
     "check_kv_layout",
     "kv_cache_groups",
@@ -385,6 +386,29 @@ class KVGroup:
             return None
         tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
         return _cdiv(tokens, block_size) + 1
+
+
+def admission_blocks(num_tokens: int, windows: Sequence[int | None], *, block_size: int,
+                     max_model_len: int | None = None, max_in_flight_tokens: int = 0) -> int:
+    """Blocks a waiting request of ``num_tokens`` tokens must find free to be admitted with
+    no prefix-cache hit, all groups together: its whole prompt in a full-attention group, at
+    most the window's cap in a sliding one (``SingleTypeKVCacheManager.
+    get_num_blocks_to_allocate(apply_admission_cap=True)``; ``max_model_len`` ``None``: no
+    limit).
+
+    Example:
+        >>> admission_blocks(16_000, [4096], block_size=16, max_model_len=16_384,
+        ...                  max_in_flight_tokens=2048)
+        385
+    """
+    limit = max_model_len if max_model_len is not None else num_tokens
+    blocks = _cdiv(min(num_tokens, limit), block_size)
+    total = 0
+    for window in windows:
+        cap = KVGroup(window, ()).admission_cap(block_size=block_size, max_model_len=limit,
+                                                max_in_flight_tokens=max_in_flight_tokens)
+        total += blocks if cap is None else min(blocks, cap)
+    return total
 
 
 def kv_cache_groups(windows: Sequence[int | None]) -> tuple[KVGroup, ...]:

@@ -22,7 +22,7 @@
 
 from __future__ import annotations
 
-from .engine import AttnType, SeqPoolingType, TokPoolingType
+from .engine import AttnType, SeqPoolingType, TokPoolingType, chunked_prefill_supported
 
 __all__ = ["TOKEN_TASK_SKIP_REASON", "default_prefix_caching", "prefix_caching_supported",
            "reads_prefix_cache"]
@@ -53,7 +53,9 @@ def prefix_caching_supported(
     """
     if attn_type != "decoder":  # encoder-only; vLLM has no hybrid/encoder-decoder poolers
         return False
-    return not (seq_pooling_type in ("MEAN", "CLS") or tok_pooling_type == "STEP")
+    # the decoder branch is is_chunked_prefill_supported's, word for word: one rule
+    return chunked_prefill_supported(attn_type, seq_pooling_type=seq_pooling_type,
+                                     tok_pooling_type=tok_pooling_type)
 
 
 def default_prefix_caching(

@@ -59,10 +59,15 @@ from ..schedule.kv_blocks import unlimited_blocks
 from ..schedule.scheduler import (
     ScheduledStep,
     check_arrival_steps,
-    check_prompt_lens,
     check_prompt_token_ids,
+    refuse_what_the_cache_never_admits,
+    validate_prompt_lens,
 )
-from ..vllm_rules import step_order
+
+# Called through the module, never copied: the refusal tests swap the checks there.
+from ..vllm_rules import engine_checks, step_order
+from ..vllm_rules.kv_spec import max_in_flight_tokens
+from ..vllm_rules.prefix_cache import reads_prefix_cache
 
 __all__ = ["vllm_schedule", "vllm_scheduler_available", "vllm_scheduler_unavailable_reason"]
 
@@ -246,19 +251,19 @@ def vllm_schedule(
         ValueError: bad prompt lengths or flags, or a workload vLLM's scheduler can never
             finish (it would spin forever): the message names the flag to change.
     """
-    lens = check_prompt_lens(prompt_lens)
+    lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
     token_ids = check_prompt_token_ids(prompt_token_ids, lens)
     groups = tuple(kv_cache_groups)
     threshold = long_prefill_token_threshold or 0
-    if not enable_chunked_prefill and max(lens) > max_num_batched_tokens:
-        i = max(range(len(lens)), key=lambda j: lens[j])
-        raise ValueError(
-            f"request {i} has {lens[i]} prompt tokens but max_num_batched_tokens is "
-            f"{max_num_batched_tokens} and chunked prefill is disabled: vLLM refuses a "
-            "max_model_len above the budget without chunking (SchedulerConfig."
-            "verify_max_model_len). Raise max_num_batched_tokens or enable chunked prefill"
-        )
+    # the refusals tokpool's scheduler applies, from the same functions (vLLM would spin)
+    engine_checks.check_unchunked_prompts_schedulable(
+        lens, max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill)
+    refuse_what_the_cache_never_admits(
+        lens, kv_cache_blocks, block_size=block_size, kv_cache_groups=groups,
+        max_model_len=max_model_len, reads_cache=enable_prefix_caching and reads_prefix_cache(task),
+        in_flight=max_in_flight_tokens(max_num_batched_tokens, async_scheduling=async_scheduling),
+        token_ids=token_ids)
     m = _vllm()
     config = _engine_config(max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
                             threshold, block_size, async_scheduling, enable_prefix_caching,
@@ -389,13 +394,14 @@ def _chunk_stop(records: dict[int, dict[str, Any]], step: int, request: int) -> 
 
 
 def _raise_stuck(scheduler: Any, lens: list[int], index: int) -> None:
-    """vLLM's scheduler schedules nothing, again and again: the real engine would spin."""
+    """vLLM's scheduler schedules nothing, again and again: the real engine would spin. A
+    guard: the refusals checked before the run (``engine_checks``) rule the known cases out."""
     waiting = [int(r.request_id) for r in scheduler.waiting]
     r = waiting[0] if waiting else None
     detail = f"request {r} ({lens[r]} prompt tokens)" if r is not None else "no request"
     raise ValueError(
-        f"vLLM's scheduler makes no progress at step {index}: {detail} can never be "
-        "scheduled, and the real engine would spin forever with no error. Give the KV cache "
+        f"vLLM's scheduler makes no progress at step {index}: {detail} is not scheduled "
+        "again, and the real engine would spin forever with no error. Give the KV cache "
         "more blocks (kv_cache_blocks / gpu_memory_utilization) or raise "
         "max_num_batched_tokens / enable chunked prefill"
     )
