@@ -16,7 +16,9 @@ from .vllm_rules import step_memory as step_memory_rule
 from .vllm_rules.args import parse_vllm_args
 from .vllm_rules.devices import Hardware, resolve_hardware
 from .vllm_rules.engine import select_pooling_task
+from .vllm_rules.engine_checks import check_engine_sizes
 from .vllm_rules.hf_config import simconfig_fields_from_hf
+from .vllm_rules.kv_cache import check_kv_cache_dtype
 from .vllm_rules.models import MODEL_PRESETS, ModelPreset, resolve_model
 from .vllm_rules.resolve import resolve_engine
 
@@ -265,6 +267,11 @@ class SimConfig:
             if getattr(self, name) is not None:
                 _check_bool(name, getattr(self, name))
         _check_bool("enforce_eager", self.enforce_eager)
+        _check_bool("allow_long_max_model_len", self.allow_long_max_model_len)
+        check_kv_cache_dtype(self.kv_cache_dtype)
+        if self.dtype is None:
+            raise TypeError("dtype must be the hidden states' dtype ('bfloat16', "
+                            "torch.float16, ...), got None (None is for head_dtype: no cast)")
         if self.task not in SIM_TASKS:
             raise ValueError(f"unknown task {self.task!r}; the simulator runs {list(SIM_TASKS)}")
         check_policy(self.policy, allowed=SIM_POLICIES)
@@ -295,6 +302,7 @@ class SimConfig:
                              "'server' (the API server)")
         if self.enable_chunked_prefill is not None:
             _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
+        check_engine_sizes(vars(self))  # given sizes vLLM's int32 tensors cannot hold
         self._check_pooling()
         # The one resolution step: vLLM's rules fill what was left None.
         resolved = resolve_engine(self)
@@ -344,6 +352,9 @@ class SimConfig:
             raise ValueError(f"{given} only apply to STEP pooling; set pooling='STEP'")
         if self.num_returned_columns is not None and self.returned_token_ids is not None:
             raise ValueError("give num_returned_columns or returned_token_ids, not both")
+        if self.num_returned_columns is not None and self.num_returned_columns > self.width:
+            raise ValueError(f"num_returned_columns={self.num_returned_columns:,} is more than "
+                             f"the pooled width {self.width:,}; keep at most {self.width:,}")
         columns = self.selected_columns
         if columns is not None:
             bad = [c for c in columns if not 0 <= c < self.width]
@@ -570,6 +581,9 @@ def _declared_tasks(kind_task: str, convert: str | None) -> tuple[str, ...]:
 
 def _env_prefix(argv) -> list[str]:
     """``VAR=value`` words before ``vllm serve`` (the line's environment)."""
+    if not isinstance(argv, str | list | tuple):
+        raise TypeError(f"argv (the vLLM line) must be a command line string or a list of "
+                        f"strings, got {argv!r}")
     words = argv.split() if isinstance(argv, str) else list(argv)
     prefix = []
     for word in words:

@@ -105,7 +105,11 @@ def simulate(
         steps = check_schedule(schedule, lens,
                                max_num_batched_tokens=config.max_num_batched_tokens,
                                enable_chunked_prefill=config.enable_chunked_prefill,
-                               long_prefill_token_threshold=config.long_prefill_token_threshold)
+                               long_prefill_token_threshold=config.long_prefill_token_threshold,
+                               max_num_seqs=config.max_num_seqs,
+                               kv_cache_blocks=config.kv_cache_blocks,
+                               block_size=config.block_size,
+                               async_scheduling=config.async_scheduling)
     else:
         steps = _scheduled_steps(lens, config, arrival_steps, scheduler)
     outputs = None

@@ -180,7 +180,7 @@ def schedule(
                 "or raise max_num_batched_tokens (--max-num-batched-tokens)"
             )
     threshold = long_prefill_token_threshold or 0  # 0/None: no cap
-    kv = _KVCache(kv_cache_blocks, block_size, lens)
+    kv = KVCache(kv_cache_blocks, block_size, lens)
     queue_size = 2 if async_scheduling else 1  # VllmConfig.max_concurrent_batches
     pending = collections.deque(sorted(range(len(lens)), key=lambda i: (arrival[i], i)))
     waiting: collections.deque[int] = collections.deque()
@@ -245,14 +245,36 @@ def schedule(
     ]
 
 
+def long_prefill_cap(threshold: int | None, eligible: int) -> int:
+    """Most tokens one request may take in a step (0: no cap): vLLM's
+    ``long_prefill_token_threshold``, lifted when at most one request runs or waits
+    (``Scheduler.schedule``: nobody to starve). ``eligible``: requests running or waiting
+    when the step is scheduled."""
+    return (threshold or 0) if eligible > 1 else 0
+
+
+def may_admit(running: int, max_num_seqs: int) -> bool:
+    """Whether a waiting request may join ``running`` running requests (vLLM's
+    ``len(self.running) == max_num_seqs: break``). Under async scheduling a request finished
+    in the step before still counts (``holds_slot``)."""
+    return running < max_num_seqs
+
+
+def holds_slot(finished_step: int, step: int, *, async_scheduling: bool) -> bool:
+    """Whether a request whose last prompt token was computed in ``finished_step`` still
+    holds its KV blocks and its ``max_num_seqs`` slot while ``step`` is scheduled: its output
+    is processed (``update_from_output``) before the next step is scheduled, or, under async
+    scheduling (a batch queue of two), after it."""
+    return step <= finished_step + (1 if async_scheduling else 0)
+
+
 def _schedule_step(
     index: int, lens: list[int], computed: list[int], running: list[int],
-    waiting: collections.deque[int], kv: _KVCache, threshold: int, budget: int,
+    waiting: collections.deque[int], kv: KVCache, threshold: int, budget: int,
     max_num_seqs: int, chunked: bool,
 ) -> ScheduledStep:
     """One ``Scheduler.schedule()`` call: mutates the queues, ``computed`` and the cache."""
-    # vLLM lifts long_prefill_token_threshold when only one request runs or waits
-    cap = threshold if len(running) + len(waiting) > 1 else 0
+    cap = long_prefill_cap(threshold, len(running) + len(waiting))
     chunks: list[tuple[int, int, int]] = []
     preempted: list[int] = []
     i = 0
@@ -280,7 +302,7 @@ def _schedule_step(
             continue
         break  # this request cannot run: nothing after it does
     # vLLM admits no waiting request in a step that preempted one (``if not preempted_reqs``)
-    while not preempted and waiting and budget > 0 and len(running) < max_num_seqs:
+    while not preempted and waiting and budget > 0 and may_admit(len(running), max_num_seqs):
         r = waiting[0]
         take = lens[r]
         if 0 < cap < take:
@@ -300,11 +322,12 @@ def _schedule_step(
     return ScheduledStep(index, tuple(rows), (), tuple(preempted), kv.used)
 
 
-class _KVCache:
+class KVCache:
     """KV-cache blocks per request (``None`` blocks: unlimited, only counted).
 
     ``blocks`` is vLLM's ``num_gpu_blocks``: its ``BlockPool`` keeps block 0 as the null
-    block, so ``blocks - 1`` are free to hold KV.
+    block, so ``blocks - 1`` are free to hold KV. ``schedule`` and the check of a given
+    schedule (``given.check_schedule``) both keep their blocks here.
     """
 
     def __init__(self, blocks: int | None, block_size: int, lens: list[int]) -> None:

@@ -9,13 +9,66 @@
   (vllm/v1/core/kv_cache_planning.py): the KV cache sized from ``gpu_memory_utilization`` must
   hold one request of ``max_model_len`` tokens, else vLLM refuses to start and estimates the
   longest ``max_model_len`` that fits.
+- ``check_engine_sizes``: NOT a check vLLM makes — its int32 tensors would wrap instead. Token
+  offsets, sequence lengths, request indices and KV block ids live in int32 tensors (Model
+  Runner V2's ``InputBuffers``, vllm/v1/worker/gpu/input_batch.py; ``BlockTable``,
+  vllm/v1/worker/block_table.py), and ranks are C ints in ``torch.distributed``; tokpool refuses
+  a size they cannot hold rather than simulate an engine that cannot exist.
 """
 
 from __future__ import annotations
 
-__all__ = ["check_kv_cache_holds_one_sequence", "check_tensor_parallel"]
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ENGINE_SIZE_LIMITS", "check_engine_sizes", "check_kv_cache_holds_one_sequence",
+           "check_tensor_parallel"]
 
 _GIB = 1 << 30
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+_INT32_TENSORS = ("vLLM's Model Runner V2 keeps token offsets, sequence lengths, request "
+                  "indices and KV block ids in int32 tensors (InputBuffers, "
+                  "vllm/v1/worker/gpu/input_batch.py; BlockTable, vllm/v1/worker/block_table.py)")
+_RANKS = "torch.distributed numbers ranks with C ints (int32)"
+#: The largest value each size may take, and why (SimConfig field -> (bound, reason)).
+ENGINE_SIZE_LIMITS: dict[str, tuple[int, str]] = {
+    **dict.fromkeys(("max_num_batched_tokens", "max_num_seqs", "max_model_len",
+                     "long_prefill_token_threshold", "max_cudagraph_capture_size",
+                     "kv_cache_blocks", "step_tag_id", "step_tag_every"),
+                    (INT32_MAX, _INT32_TENSORS)),
+    **dict.fromkeys(("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"),
+                    (INT32_MAX, _RANKS)),
+    **dict.fromkeys(("hidden_size", "num_labels"),
+                    (INT32_MAX, "tokpool's bound on a row's width (the widest models have "
+                                "about 10^5 columns)")),
+    "activation_peak_bytes": (INT64_MAX, "byte counts are int64"),
+}
+
+
+def check_engine_sizes(values: Mapping[str, Any], *, flags: bool = False) -> None:
+    """Raise ``ValueError`` for a size above ``ENGINE_SIZE_LIMITS`` (the field, or with
+    ``flags`` vLLM's flag, the bound and why). Values that are not ints are left to the
+    type checks; ``None`` means unset.
+
+    Example:
+        >>> check_engine_sizes({"max_num_batched_tokens": 10**30}, flags=True)
+        Traceback (most recent call last):
+        ValueError: --max-num-batched-tokens must be at most 2,147,483,647, got 1.0e+30: ...
+    """
+    for name, (bound, why) in ENGINE_SIZE_LIMITS.items():
+        value = values.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= bound:
+            continue
+        shown = f"--{name.replace('_', '-')}" if flags else name
+        got = f"{value:,}" if value < 10**18 else f"{float(value):.1e}"
+        raise ValueError(f"{shown} must be at most {bound:,}, got {got}: {why}; tokpool "
+                         "refuses a value they cannot hold")
+    sizes = [values.get(n) for n in ("tensor_parallel_size", "pipeline_parallel_size",
+                                     "data_parallel_size")]
+    if all(isinstance(n, int) for n in sizes) and sizes[0] * sizes[1] * sizes[2] > INT32_MAX:
+        raise ValueError(f"tensor x pipeline x data parallel = {sizes[0]} x {sizes[1]} x "
+                         f"{sizes[2]} GPUs is over {INT32_MAX:,}: {_RANKS}")
 
 
 def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int,
