@@ -92,7 +92,12 @@ def simulate(
     lens = check_prompt_lens(prompt_lens)
     config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
-    check_work(lens, config, mode=mode)  # a run that ends, refused before it starts
+    if mode == "closed_form" and scheduler != "tokpool":
+        raise ValueError(f"mode='closed_form' solves tokpool's own schedule of one request by "
+                         f"formula, so it takes no scheduler={scheduler!r}; use "
+                         "mode='analytic' with it")
+    work_scheduler = scheduler if schedule is None else "tokpool"  # a given one: no scheduler
+    check_work(lens, config, mode=mode, scheduler=work_scheduler)  # refused before it starts
     if mode == "closed_form":
         if schedule is not None:
             raise ValueError("closed forms solve tokpool's own schedule of one request by "

@@ -48,6 +48,7 @@ import collections
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..._args import as_whole, items
 from ..vllm_rules.engine import step_order
 
 
@@ -120,14 +121,16 @@ def check_arrival_steps(arrival_steps: Sequence[int] | None, n: int) -> list[int
     """Validate per-request arrival steps (default: all at step 0)."""
     if arrival_steps is None:
         return [0] * n
-    steps = list(arrival_steps)
-    if len(steps) != n:
-        raise ValueError(f"arrival_steps has {len(steps)} entries for {n} requests")
-    bad = [(i, s) for i, s in enumerate(steps)
-           if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    given = items("arrival_steps", arrival_steps, empty=True,
+                  what="a list of steps, one per request")
+    if len(given) != n:
+        raise ValueError(f"arrival_steps has {len(given)} entries for {n} requests")
+    steps = [as_whole(s) for s in given]  # NumPy and tensor integers too, as prompt_lens
+    bad = [(i, given[i]) for i, s in enumerate(steps) if s is None or s < 0]
     if bad:
-        raise ValueError(f"arrival_steps must be ints >= 0; got (request, value) {bad[:5]}")
-    return steps
+        raise ValueError(f"arrival_steps must be whole numbers >= 0 (the first step each "
+                         f"request may run in); got (request, value) {bad[:5]}")
+    return steps  # type: ignore[return-value]
 
 
 def schedule(
