@@ -55,6 +55,9 @@ class ModelSource:
         layer: int = -1,
         task: Literal["token_embed", "token_classify"] = "token_embed",
     ) -> None:
+        from .pooling_model import require_pooling_model  # pooling_model imports this module
+
+        require_pooling_model(model)
         self.model = model
         self.layer = layer
         self.task = task

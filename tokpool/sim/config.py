@@ -458,6 +458,11 @@ class SimConfig:
         """A copy with some fields changed (validated again). Fields that were filled from
         defaults (the hidden size from ``model``; vLLM's budget, ``max_num_seqs``, chunking,
         ``max_model_len``) are filled again for the new values unless given."""
+        fields = {f.name for f in dataclasses.fields(self) if f.init}
+        unknown = sorted(set(changes) - fields)
+        if unknown:
+            raise TypeError(f"SimConfig has no field(s) {unknown}; its fields are "
+                            f"{sorted(fields)}")
         for name in self._defaulted:
             changes.setdefault(name, "auto" if name == "head_dtype" else None)
         return dataclasses.replace(self, **changes)

@@ -84,10 +84,10 @@ def simulate(
     config = SimConfig() if config is None else config
     if not isinstance(config, SimConfig):
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
-    if mode not in SIM_MODES:
+    if not isinstance(mode, str) or mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
     _check_device(device)
-    if scheduler not in SCHEDULERS:
+    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
     lens = check_prompt_lens(prompt_lens)
     config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len

@@ -365,13 +365,9 @@ MAX_TEXT_TOKENS = 1_024
 
 def _check_model(model: Any) -> None:
     """A ``PoolingModel`` (``tp.load_model(...)``), not its name or path."""
-    from ..models import PoolingModel
+    from ..models.pooling_model import require_pooling_model
 
-    if not isinstance(model, PoolingModel):
-        hint = (f"; load it first: tp.token_explorer(tp.load_model({model!r}), text)"
-                if isinstance(model, str) else "")
-        raise TypeError(f"model must be a tp.PoolingModel (tp.load_model(...)), got "
-                        f"{type(model).__name__} {model!r:.60}{hint}")
+    require_pooling_model(model)
 
 
 class TokenExplorer(Explorer):

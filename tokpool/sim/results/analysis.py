@@ -12,11 +12,23 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..._args import whole
 from ..._text import format_range
 from ..backends.source import default_source
 
 if TYPE_CHECKING:
     from .result import SimResult
+
+
+def _check_result(result: object, what: str) -> None:
+    """``TypeError`` unless ``result`` is a ``SimResult``; ``ValueError`` for a closed form."""
+    from .result import SimResult
+
+    if not isinstance(result, SimResult):
+        raise TypeError(f"{what}: result must be a SimResult (tp.simulate(...)), got "
+                        f"{type(result).__name__}")
+    if result.mode == "closed_form":
+        result._needs_steps(what)
 
 
 def schedule_frame(result: SimResult) -> pd.DataFrame:
@@ -31,6 +43,7 @@ def schedule_frame(result: SimResult) -> pd.DataFrame:
         ``overwritten_step`` (first step that rewrote such a view's rows before that read;
         ``-1`` when none did).
     """
+    _check_result(result, "schedule_frame")
     chunks = result.chunks
     read = chunks["read_at_step"].fillna(-1).astype("int64")
     kept_past_step = (~chunks["owned"]) & (read > chunks["step"])
@@ -126,13 +139,16 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
     """
     import torch  # imported on use: the frames above need no torch
 
+    _check_result(result, "corruption_table")
     cfg = result.config
     if result.outputs is None:
         raise ValueError("corruption_table needs a tensor-mode result (mode='tensor')")
     if cfg.pooling_method != "ALL" or cfg.use_activation:
         raise ValueError("corruption_table supports ALL pooling without activation only")
-    if not 0 <= request < len(result.prompt_lens):
-        raise ValueError(f"request {request} is not in 0..{len(result.prompt_lens) - 1}")
+    whole("request", request, minimum=0, maximum=len(result.prompt_lens) - 1,
+          why=f" (the result has {len(result.prompt_lens)} requests)")
+    whole("column", column, minimum=0, maximum=cfg.width - 1,
+          why=f" (the hidden states are {cfg.width} wide)")
     source = default_source(cfg)  # the source simulate used for this config
     source.prepare(result.prompt_lens)
 

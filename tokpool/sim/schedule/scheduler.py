@@ -94,6 +94,9 @@ def check_prompt_lens(prompt_lens: object) -> list[int]:
         TypeError: not a sequence of ints.
         ValueError: empty, or a length < 1 (naming the request and value).
     """
+    if isinstance(prompt_lens, set | frozenset | dict):
+        raise TypeError(f"prompt_lens must be an ordered sequence of ints (request i has "
+                        f"prompt_lens[i] tokens), got a {type(prompt_lens).__name__}")
     if isinstance(prompt_lens, (str, bytes)) or not isinstance(prompt_lens, Sequence):
         try:  # numpy arrays, tensors, ranges
             prompt_lens = list(prompt_lens)  # type: ignore[call-overload]
