@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import Any, Literal
 
 import numpy as np
@@ -79,8 +80,6 @@ def check_target_device(value: str | None) -> None:
         return
     device = value.lower()
     if device not in VLLM_DEVICES:
-        from importlib.metadata import entry_points
-
         plugins = {ep.name for ep in entry_points(group="vllm.platform_plugins")}
         if device in plugins:
             return

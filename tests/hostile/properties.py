@@ -129,32 +129,37 @@ def _mutate(steps: list[ScheduledStep], lens: list[int], how: str, rng: random.R
     elif how == "two_number_chunk":
         chunks[j] = (r, stop)
     elif how == "drop_step":
-        return steps[:k] + steps[k + 1:]
+        return _splice(steps, k, 1)
     elif how == "double_step":
-        return steps[:k + 1] + [dataclasses.replace(s, index=s.index + 1)] + [
-            dataclasses.replace(t, index=t.index + 1) for t in steps[k + 1:]]
+        later = [dataclasses.replace(t, index=t.index + 1) for t in steps[k + 1:]]
+        return [*steps[:k + 1], dataclasses.replace(s, index=s.index + 1), *later]
     elif how == "merge_steps" and k + 1 < len(steps):
-        nxt = steps[k + 1]
         merged = {c[0]: c for c in s.chunks}
-        for c in nxt.chunks:
+        for c in steps[k + 1].chunks:
             merged[c[0]] = (c[0], merged[c[0]][1], c[2]) if c[0] in merged else c
         both = tuple(merged.values())
         finished = tuple(x for x, _, e in both if e == lens[x])
-        return steps[:k] + [ScheduledStep(s.index, both, finished, s.preempted)] + steps[k + 2:]
+        return _splice(steps, k, 2, ScheduledStep(s.index, both, finished, s.preempted))
     elif how == "move_chunk" and k + 1 < len(steps):
         nxt = steps[k + 1]
         moved = ScheduledStep(nxt.index, (*nxt.chunks, chunks[j]), (*nxt.finished,))
         rest = tuple(c for i, c in enumerate(chunks) if i != j)
-        return steps[:k] + [ScheduledStep(s.index, rest, s.finished)] + [moved] + steps[k + 2:]
+        return _splice(steps, k, 2, ScheduledStep(s.index, rest, s.finished), moved)
     elif how == "wrong_finished":
-        return steps[:k] + [dataclasses.replace(s, finished=tuple(reversed(s.finished)) + (r,))
-                            ] + steps[k + 1:]
+        return _splice(steps, k, 1, dataclasses.replace(
+            s, finished=(*reversed(s.finished), r)))
     elif how == "extra_preempt":
-        return steps[:k] + [dataclasses.replace(s, preempted=(*s.preempted, r))] + steps[k + 1:]
+        return _splice(steps, k, 1, dataclasses.replace(s, preempted=(*s.preempted, r)))
     elif how == "kv_blocks":
-        return steps[:k] + [dataclasses.replace(s, kv_blocks=s.kv_blocks + rng.choice(
-            [-1, 1, 7]))] + steps[k + 1:]
-    return steps[:k] + [dataclasses.replace(s, chunks=tuple(chunks))] + steps[k + 1:]
+        return _splice(steps, k, 1, dataclasses.replace(
+            s, kv_blocks=s.kv_blocks + rng.choice([-1, 1, 7])))
+    return _splice(steps, k, 1, dataclasses.replace(s, chunks=tuple(chunks)))
+
+
+def _splice(steps: list[ScheduledStep], k: int, drop: int, *new: ScheduledStep
+            ) -> list[ScheduledStep]:
+    """``steps`` with ``drop`` steps from ``k`` on replaced by ``new``."""
+    return [*steps[:k], *new, *steps[k + drop:]]
 
 
 def _run_schedule(example: dict[str, Any]) -> tuple[str, Any]:

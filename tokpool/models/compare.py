@@ -11,8 +11,9 @@ from torch import Tensor
 
 from .._args import items
 from ..heads import resolve_dtype
-from .pooling_model import PoolingModel, require_pooling_model
+from .pooling_model import PoolingModel
 from .prompts import Prompt, as_prompt_list
+from .source import require_pooling_model
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -31,15 +31,6 @@ from .source import ModelSource
 SequencePooling = Literal["LAST", "MEAN", "CLS"]
 
 
-def require_pooling_model(model: object, name: str = "model") -> None:
-    """``TypeError`` unless ``model`` is a loaded ``PoolingModel`` (not its name or path)."""
-    if not isinstance(model, PoolingModel):
-        hint = (f"; load it first with tp.load_model({model!r})" if isinstance(model, str)
-                else "")
-        raise TypeError(f"{name} must be a tp.PoolingModel (tp.load_model(...)), got "
-                        f"{type(model).__name__} {model!r:.60}{hint}")
-
-
 class PoolingModel:
     """A transformers model served for pooling tasks. Build one with ``tp.load_model``.
 

@@ -6,6 +6,7 @@ Nothing here touches global rcParams or calls ``plt.show()``: every plot functio
 
 from __future__ import annotations
 
+import difflib
 import functools
 import io
 from collections.abc import Callable
@@ -95,9 +96,7 @@ def new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
         TypeError: ``ax`` is neither ``None`` nor a matplotlib ``Axes``.
     """
     if ax is not None:
-        from matplotlib.axes import Axes as _Axes
-
-        if not isinstance(ax, _Axes):
+        if not isinstance(ax, Axes):
             raise TypeError(f"ax must be a matplotlib Axes (or None for a new figure), got "
                             f"{type(ax).__name__}")
         return ax
@@ -158,8 +157,6 @@ def check_cmap(cmap: Any) -> None:
     if isinstance(cmap, mpl.colors.Colormap):
         return
     if not isinstance(cmap, str) or cmap not in mpl.colormaps:
-        import difflib
-
         close = difflib.get_close_matches(str(cmap), list(mpl.colormaps), n=3)
         raise ValueError(f"cmap={cmap!r} is not a matplotlib colormap"
                          f"{f'; did you mean {close}' if close else ''} (e.g. 'viridis', "

@@ -365,7 +365,7 @@ MAX_TEXT_TOKENS = 1_024
 
 def _check_model(model: Any) -> None:
     """A ``PoolingModel`` (``tp.load_model(...)``), not its name or path."""
-    from ..models.pooling_model import require_pooling_model
+    from ..models.source import require_pooling_model  # tokpool.models: transformers
 
     require_pooling_model(model)
 

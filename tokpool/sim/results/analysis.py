@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 
 
 def _check_result(result: object, what: str) -> None:
-    """``TypeError`` unless ``result`` is a ``SimResult``; ``ValueError`` for a closed form."""
-    from .result import SimResult
-
-    if not isinstance(result, SimResult):
+    """``TypeError`` unless ``result`` is a ``SimResult`` (its fields: ``result.py`` imports
+    this module); ``ValueError`` for a closed form."""
+    if not all(hasattr(result, a) for a in ("config", "chunks", "steps", "mode")):
         raise TypeError(f"{what}: result must be a SimResult (tp.simulate(...)), got "
                         f"{type(result).__name__}")
     if result.mode == "closed_form":
