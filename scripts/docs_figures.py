@@ -57,7 +57,7 @@ def task_gate():
 IDENTITY_HEAD = {"head_dtype": None, "use_activation": False}
 # Long-prompt figures go to 1M tokens, past Qwen3-Embedding-8B's 40,960-token context: they
 # are drawn as if served with vLLM's --max-model-len raised that far, and say so.
-LIFTED = {"max_model_len": 1 << 20}
+LIFTED = {"max_model_len": 1 << 20, "as_if": True}  # vLLM would refuse: on purpose
 
 
 def ownership_schedule():

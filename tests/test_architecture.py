@@ -4,6 +4,8 @@ included), and the simulator's rooms import downward only."""
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tokpool"
@@ -193,3 +195,48 @@ def test_function_level_imports_keep_import_light_or_say_why():
                     continue
                 silent.append(f"{name}:{node.lineno}: {here.strip()}")
     assert not silent, "function-level imports without a reason:\n" + "\n".join(silent)
+
+
+_CITED = re.compile(r"\btokpool(?:\.[A-Za-z_]\w*)+")
+#: ``room.module`` (or ``room.module.name``) cited inside the simulator's docs.
+_ROOM_CITED = re.compile(r"``((?:vllm_rules|schedule|vllm_run|memory|backends|results)"
+                         r"(?:\.[A-Za-z_]\w*)+)``")
+
+
+def _resolves(dotted: str) -> bool:
+    """``dotted`` names a real module (not an old path kept by ``sim._moved_modules``) or an
+    attribute of one."""
+    from tokpool.sim._moved_modules import MOVED_MODULES
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        module = ".".join(parts[:i])
+        if i == 3 and parts[1] == "sim" and parts[2] in MOVED_MODULES:
+            return False  # an old flat path: it imports, with a deprecation warning
+        try:
+            obj = importlib.import_module(module)
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_cited_module_path_exists():
+    """A docstring or comment that names ``tokpool.x.y`` (or, in the simulator, a room's
+    ``backends.loop``) names a real module or attribute, not a path that moved."""
+    stale = []
+    for name, path in MODULES.items():
+        if name == "tokpool.sim._moved_modules":  # it lists the old paths on purpose
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            cited = [m.group(0).rstrip(".") for m in _CITED.finditer(line)]
+            if name.startswith("tokpool.sim"):
+                cited += ["tokpool.sim." + m.group(1) for m in _ROOM_CITED.finditer(line)]
+            stale += [f"{path.relative_to(PACKAGE.parent)}:{n}: {c}" for c in cited
+                      if not _resolves(c)]
+    assert not stale, "cited paths that do not exist (any more):\n" + "\n".join(stale)
+    assert not _resolves("tokpool.sim.hardware") and _resolves("tokpool.sim.backends.loop")

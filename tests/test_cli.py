@@ -88,10 +88,11 @@ def test_sweep_writes_csv_and_plot(capsys, tmp_path):
     out_csv, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"
     code, out, _ = run(capsys, "sweep", "--prompt-lens", "1K..64K:7", "--policies",
                        "clone,prealloc,offload", "--model-preset", "Qwen3-Embedding-0.6B",
-                       "--max-model-len", "64K",  # past the model's 32,768, as vLLM's flag
-                       "--hardware", "L4", "--out", str(out_csv), "--plot", str(png),
+                       "--max-model-len", "64K",  # past the model's 32,768, on purpose
+                       "--as-if", "--hardware", "L4", "--out", str(out_csv), "--plot", str(png),
                        "--no-progress")
     assert code == 0
+    assert "AS IF (--as-if): vLLM would refuse this run: User-specified max_model_len" in out
     assert out_csv.read_text().count("\n") == 1 + 7 * 3 * 2
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "peak pooling bytes" in out

@@ -41,17 +41,26 @@ def test_every_cell_of_the_table(policy, async_scheduling, situation):
                          finished=True, first_chunk=True) == rule
 
 
-def test_partial_chunk_without_chunked_prefill_is_refused():
-    with pytest.raises(ValueError, match="chunked prefill is disabled"):
-        keep_rule("clone", chunked=False, async_scheduling=False, finished=False,
-                  first_chunk=True)
+def test_a_split_without_chunked_prefill_keeps_nothing_and_hands_each_chunk_over():
+    """vLLM 0.33.0's AllPool with enable_chunked_prefill=False returns every request's split,
+    finished or not (cloned under async): a prompt the long-prefill threshold split keeps no
+    chunk (tests/test_parity_vllm.py runs vLLM's own AllPool on such a split)."""
+    for policy in ("legacy", "clone", "prealloc", "offload"):
+        for finished, first in ((False, True), (False, False), (True, False)):
+            sync = keep_rule(policy, chunked=False, async_scheduling=False, finished=finished,
+                             first_chunk=first)
+            late = keep_rule(policy, chunked=False, async_scheduling=True, finished=finished,
+                             first_chunk=first)
+            assert (sync.keep, sync.returns) == ("view", "chunk")
+            assert (late.keep, late.returns) == (
+                ("view" if policy == "legacy" else "clone"), "chunk")
     with pytest.raises(ValueError, match="unknown retention policy 'copy'"):
         keep_rule("copy", async_scheduling=False, finished=True, first_chunk=True)
 
 
 def test_ownership_table_lists_every_cell_once():
     rows = ownership_table()
-    assert len(rows) == 4 * 2 * (3 + 1)  # policies × async × (3 chunked + 1 unchunked cells)
+    assert len(rows) == 4 * 2 * (3 + 3)  # policies × async × (3 chunked + 3 unchunked cells)
     assert {(r["policy"], r["chunked"], r["async_scheduling"], r["situation"]) for r in rows} \
         .__len__() == len(rows)
     assert KeepRule("view", "cat").label == "view + cat"

@@ -102,3 +102,16 @@ def test_viz_has_every_plot_and_explorer():
     assert set(tp.viz.__all__) == set(plots.__all__) | set(widgets.__all__)
     for name in tp.viz.__all__:
         assert getattr(tp.viz, name) is not None, name
+
+
+def test_renamed_functions_still_work_and_warn():
+    """Round 4's renames: each old name works, warns, and names the new one."""
+    rules = tp.sim.vllm_rules
+    with pytest.warns(DeprecationWarning, match="check_request_task is now check_selected_task"):
+        rules.check_request_task("token_embed", selected_task="token_embed",
+                                 supported_tasks=("token_embed",))
+    cfg = tp.SimConfig(model="SmolLM2-135M")
+    with pytest.warns(DeprecationWarning, match="check_prompt_lens is now .*check_prompts_fit"):
+        cfg.check_prompt_lens([100])
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="max_model_len=8192"):
+        cfg.check_prompt_lens([9000])

@@ -294,7 +294,7 @@ def test_owning_policies_give_identical_outputs_and_legacy_says_it_corrupts(
         decoder, async_scheduling):
     """encode runs the simulator's engine loop: 12-token steps replay CUDA graphs into memory
     the next step rewrites, so legacy's kept views break, and encode says which prompts."""
-    from tokpool.models.engine import CorruptedOutputWarning
+    from tokpool.models import CorruptedOutputWarning
 
     def encode(policy):
         return decoder.encode([IDS, IDS2], task="token_embed", chunk_size=6, policy=policy,

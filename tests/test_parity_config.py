@@ -17,8 +17,8 @@ import json
 import pytest
 
 from tokpool.sim import SimConfig
-from tokpool.sim.config import _declared_tasks
 from tokpool.sim.vllm_rules import select_pooling_task
+from tokpool.sim.vllm_rules.serve_line import declared_tasks
 from tokpool.sim.vllm_run import vllm_scheduler_unavailable_reason
 
 pytestmark = pytest.mark.parity
@@ -96,7 +96,7 @@ FLAGS = list(itertools.product(
 def test_resolution_matches_create_engine_config(name, folders, parity_count):
     folder = folders[name]
     natural = SimConfig.from_hf_config(folder, hardware="CPU")
-    declared = _declared_tasks(natural.task, None)
+    declared = declared_tasks(natural.task, None)
     differences = []
     for usage, tokens, seqs, chunked, max_len, pooler in FLAGS:
         if tokens is not None and seqs is not None and tokens < seqs:

@@ -522,7 +522,7 @@ def test_prompt_length_and_request_task_checks_match_vllm(parity_count):
         except VLLMError as err:  # VLLMValidationError
             theirs = err
         try:
-            R.check_prompt_fits(prompt_len, max_model_len, chunked=True)
+            R.check_prompts_fit([prompt_len], max_model_len)
             ours = None
         except ValueError as err:
             ours = err
@@ -538,7 +538,7 @@ def test_prompt_length_and_request_task_checks_match_vllm(parity_count):
         messages = []
         checks = (
             (PoolingOfflineMixin._verify_pooling_task, (llm, task), {}),
-            (R.check_request_task, (task,),
+            (R.check_selected_task, (task,),
              {"selected_task": "token_embed", "supported_tasks": supported}),
         )
         for check, args, kwargs in checks:
@@ -600,3 +600,32 @@ def test_simulator_policy_vllm_runs_the_installed_vllm(parity_count, async_, poo
     assert ours.steps["pool_bytes"].tolist() == clone.steps["pool_bytes"].tolist()
     counted = tp.simulate(lens, cfg, mode="analytic")
     assert counted.steps["pool_bytes"].tolist() == ours.steps["pool_bytes"].tolist()
+
+
+def test_a_split_without_chunked_prefill_matches_vllms_own_allpool(parity_count):
+    """Chunked prefill off, prompts split by long_prefill_token_threshold (vLLM's scheduler does
+    it): vLLM's own AllPool (policy="vllm", run through the bridge) and tokpool's deliver the
+    same tensors — each request's last chunk alone — and the same verdicts; vLLM's StepPool
+    with a step tag fails (IndexError), which tokpool refuses up front."""
+    rng = random.Random(11)
+    for _ in range(12):
+        lens = [rng.randint(1, 40) for _ in range(rng.randint(1, 4))]
+        base = tp.SimConfig(hidden_size=3, max_num_batched_tokens=max(lens), max_num_seqs=2,
+                            long_prefill_token_threshold=rng.randint(1, 16),
+                            enable_chunked_prefill=False, head_dtype=None, use_activation=False,
+                            async_scheduling=rng.random() < 0.5, dtype="float32")
+        ours = tp.simulate(lens, base, mode="tensor")
+        theirs = tp.simulate(lens, base.replace(policy="vllm"), mode="tensor")
+        assert ours.schedule == theirs.schedule and ours.corrupted == theirs.corrupted
+        for a, b in zip(ours.outputs, theirs.outputs, strict=True):
+            assert torch.equal(a, b)
+            parity_count("pooling outputs (torch.equal)")
+    hidden = torch.arange(48, dtype=torch.float32).reshape(24, 2)
+    ids = torch.zeros(1, 24, dtype=torch.int64)
+    ids[0, 3::4] = 7
+    pool = VllmPool("STEP", enable_chunked_prefill=False)
+    first = tp.build_metadata([24], num_scheduled_tokens=[16], seq_lens=[16],
+                              prompt_token_ids=ids, step_tag_id=7)
+    with pytest.raises(IndexError):
+        pool(hidden[:16], first)
+    parity_count("engine-rule cases")

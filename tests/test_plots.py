@@ -326,7 +326,7 @@ def _assert_legend_outside(ax) -> None:
 
 def test_time_plot_draws_the_forward_estimate_beside_pooling() -> None:
     config = tp.SimConfig.for_model("Qwen3-Embedding-0.6B", hardware="H100 SXM",
-                                    max_model_len=65536)  # past its 40,960 context, on purpose
+                                    max_model_len=65536, as_if=True)  # past its context, on purpose
     df = tp.sweep([1024, 8192, 65536], config, progress=False)
     ax = plots.plot_time_vs_prompt_length(df, y="est_pool_s", forward=True)
     forward = next(line for line in ax.lines if line.get_label() == "forward pass (ESTIMATE)")

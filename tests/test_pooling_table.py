@@ -30,11 +30,25 @@ def test_not_chunked_async_clones():
     assert not tp.shares_storage(out[0], out[1])
 
 
-def test_not_chunked_rejects_partial_chunks():
-    with pytest.raises(ValueError, match="chunked prefill is disabled"):
-        tp.AllPool(enable_chunked_prefill=False)(
-            hidden(2), tp.build_metadata([4], num_scheduled_tokens=[2], seq_lens=[2])
-        )
+def test_not_chunked_hands_a_split_over_chunk_by_chunk_as_vllm_does():
+    """Chunked prefill off, a prompt split anyway (long_prefill_token_threshold): nothing is
+    kept, every chunk is returned; the engine delivers the finished request's last chunk."""
+    pool = tp.AllPool(enable_chunked_prefill=False)
+    h = hidden(4)
+    first = tp.build_metadata([4], num_scheduled_tokens=[2], seq_lens=[2])
+    out = pool(h[:2], first)
+    assert torch.equal(out[0], h[:2]) and tp.shares_storage(out[0], h)
+    assert first.pooling_states[0].hidden_states_cache == []  # nothing kept
+    last = tp.build_metadata([4], num_scheduled_tokens=[2], seq_lens=[4],
+                             states=first.pooling_states)
+    out = pool(h[2:], last)
+    assert torch.equal(out[0], h[2:])  # the last chunk alone: rows 0-1 are gone
+    step = tp.StepPool(enable_chunked_prefill=False)
+    ids = torch.tensor([[0, 7, 0, 7]])
+    meta = tp.build_metadata([4], num_scheduled_tokens=[2], seq_lens=[4], prompt_token_ids=ids,
+                             step_tag_id=7)
+    with pytest.raises(ValueError, match=r"vLLM 0\.33\.0's StepPool fails here too"):
+        step(h[2:], meta)
 
 
 # --- chunked -----------------------------------------------------------------------------

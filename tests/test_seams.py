@@ -5,11 +5,16 @@
   closed forms still agree on every column, with the new answers.
 - The schedule (``simulate(..., schedule=...)``): the backends run any given schedule, checked
   first.
+- The pooling kind (``tokpool.sim.vllm_rules.pooling_kind``): swapping one kind's rule (a STEP
+  that keeps every row) is ONE edit, and every mode follows; no pooling name is compared
+  anywhere else.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,9 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_sim_property import configs
 
+import tokpool as tp
 import tokpool.sim.vllm_rules.step_memory as step_memory_module
 from tokpool.sim import ScheduledStep, SimConfig, simulate
 from tokpool.sim.backends.closed_form import single_request
+from tokpool.sim.vllm_rules.pooling_kind import StepKind
 
 vllm_033_rule = step_memory_module.step_memory
 
@@ -156,7 +163,7 @@ class _Asked(Exception):
 
 @pytest.mark.parametrize("rule", [
     "default_head_dtype", "default_use_activation", "default_async_scheduling",
-    "chunked_prefill_supported", "batch_defaults", "pooling_cudagraph_mode",
+    "chunked_prefill_supported", "derive_batch_limits", "pooling_cudagraph_mode",
     "resolve_cudagraph_sizes", "kv_cache_capacity_tokens",
 ])
 def test_the_simulator_asks_the_rules_the_parity_tests_check(monkeypatch, rule):
@@ -169,7 +176,7 @@ def test_the_simulator_asks_the_rules_the_parity_tests_check(monkeypatch, rule):
 
     monkeypatch.setattr(resolve, rule, asked)
     with pytest.raises(_Asked):
-        SimConfig(model="SmolLM2-135M" if rule != "batch_defaults" else None,
+        SimConfig(model="SmolLM2-135M" if rule != "derive_batch_limits" else None,
                   gpu_memory_utilization=0.9 if rule == "kv_cache_capacity_tokens" else None)
 
 
@@ -182,3 +189,96 @@ def test_the_step_memory_rule_reads_vllms_dispatch(monkeypatch):
     monkeypatch.setattr(sm, "padded_step_sizes", asked)
     with pytest.raises(_Asked):
         simulate([10], SimConfig(hidden_size=2, max_num_batched_tokens=8), mode="analytic")
+
+
+# --- the pooling kind: ALL / STEP / LAST decided once (vllm_rules.pooling_kind) -----------------
+
+
+def _every_row(self, config):
+    """A hypothetical STEP kind that keeps every row (no step-tag selection)."""
+    return None
+
+
+def _step_config(**changes):
+    fields = dict(task="token_classify", num_labels=5, pooling="STEP", num_returned_columns=2,
+                  step_tag_every=4, hidden_size=8, max_num_batched_tokens=8, max_num_seqs=2,
+                  enable_chunked_prefill=True, use_activation=False, head_dtype="float32")
+    return SimConfig(**{**fields, **changes})
+
+
+def _three_modes_agree(cfg, lens):
+    tensor = _agree(cfg, lens)
+    for n in lens:
+        row = simulate([n], cfg, mode="analytic").summary()
+        closed = simulate([n], cfg, mode="closed_form").summary()
+        for name, value in closed.items():
+            if not name.startswith("est_"):
+                assert value == row[name], name
+    return tensor
+
+
+def test_the_swapped_pooling_kind_changes_the_answers(monkeypatch):
+    """ONE edit in the rules room (STEP keeps every row) and tensor, counting and closed forms
+    all follow it, on every column."""
+    lens = [20, 13]
+    old = _three_modes_agree(_step_config(), lens)
+    # STEP delivers the tag rows: 20 // 4 = 5 and 13 // 4 = 3 rows of 2 float32 columns
+    assert old.requests["output_bytes"].tolist() == [5 * 2 * 4, 3 * 2 * 4]
+    assert [tuple(t.shape) for t in old.outputs] == [(5, 2), (3, 2)]
+
+    monkeypatch.setattr(StepKind, "row_tag", _every_row)  # ONE edit
+    new = _three_modes_agree(_step_config(), lens)
+    assert new.requests["output_bytes"].tolist() == [20 * 2 * 4, 13 * 2 * 4]
+    assert [tuple(t.shape) for t in new.outputs] == [(20, 2), (13, 2)]
+    assert int(new.steps["host_bytes"].iloc[-1]) == (20 + 13) * 2 * 4  # what reaches the host
+    assert new.corrupted == old.corrupted == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cfg=configs(tasks=("token_classify",)), lens=st.lists(st.integers(1, 40), min_size=1,
+                                                             max_size=4))
+def test_every_backend_follows_the_swapped_pooling_kind(monkeypatch, cfg, lens):
+    monkeypatch.setattr(StepKind, "row_tag", _every_row)
+    if not cfg.enable_chunked_prefill:
+        cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, max(lens)))
+    tensor = _agree(cfg, lens)
+    for r, n in enumerate(lens):  # every row delivered, whatever the kind
+        assert tensor.outputs[r].shape[0] == n
+    table = single_request(np.array(lens), cfg)
+    for i, n in enumerate(lens):
+        row = simulate([n], cfg, mode="analytic").summary()
+        for name, values in table.items():
+            if not name.startswith("est_"):
+                assert values[i] == row[name] if np.ndim(values) else values == row[name], name
+
+
+_KIND_NAMES = {"ALL", "STEP", "LAST"}
+_KIND_HOME = Path(tp.__file__).parent / "sim" / "vllm_rules" / "pooling_kind.py"
+
+
+def _kind_comparisons(path: Path) -> list[str]:
+    """Comparisons (==, !=, in, not in) of anything with a pooling-kind name in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in (node.left, *node.comparators):
+            values = [side] + (list(side.elts) if isinstance(side, (ast.Tuple, ast.List,
+                                                                      ast.Set)) else [])
+            if any(isinstance(v, ast.Constant) and v.value in _KIND_NAMES for v in values):
+                found.append(f"{path}:{node.lineno}")
+    return found
+
+
+def test_no_pooling_kind_is_compared_outside_its_record(tmp_path):
+    """The backends, closed forms, results, rules and vLLM bridge ask the kind's record; none
+    compares a pooling name (the finder itself is tested on lines that do)."""
+    package = _KIND_HOME.parents[2]
+    paths = [*(package / "sim").rglob("*.py"), package / "vllm_bridge.py"]
+    found = [hit for p in paths if p != _KIND_HOME for hit in _kind_comparisons(p)]
+    assert not found, found
+    assert _kind_comparisons(_KIND_HOME) == []  # the record itself looks names up in a table
+    probe = tmp_path / "probe.py"
+    probe.write_text('if config.pooling_method == "LAST" or kind in ("ALL", "STEP"):\n    pass\n')
+    assert len(_kind_comparisons(probe)) == 2

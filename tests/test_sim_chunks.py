@@ -195,8 +195,10 @@ def test_kv_cache_preempts_the_last_running_request_worked_by_hand():
 
 @pytest.mark.parametrize("policy", ["legacy", "clone", "prealloc", "offload"])
 def test_preemption_cleans_pooling_state_in_both_backends(policy):
+    # max_model_len=80: vLLM refuses a cache whose 5 usable blocks cannot hold one 8,192-token
+    # request (the preset's context), so the engine is started with the context they hold
     cfg = _SimConfig.for_model("SmolLM2-135M", max_num_batched_tokens=32,
-                               long_prefill_token_threshold=16, kv_cache_blocks=6,
+                               long_prefill_token_threshold=16, kv_cache_blocks=6, max_model_len=80,
                                policy=policy, head_dtype=None, use_activation=False)
     tensor, counted = simulate([40, 40], cfg, mode="tensor"), simulate([40, 40], cfg)
     pd.testing.assert_frame_equal(tensor.steps, counted.steps)
@@ -225,3 +227,42 @@ def test_tensor_equals_analytic_under_kv_pressure(lens, budget, threshold, extra
     pd.testing.assert_frame_equal(tensor.requests, counted.requests)
     pd.testing.assert_frame_equal(tensor.chunks, counted.chunks)
     assert tensor.corrupted == counted.corrupted
+
+
+def _unchunked_split(policy="clone", **changes):
+    fields = dict(hidden_size=2, max_num_batched_tokens=24, max_num_seqs=1,
+                  long_prefill_token_threshold=16, enable_chunked_prefill=False, policy=policy,
+                  head_dtype=None, use_activation=False)
+    return SimConfig(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_split_without_chunked_prefill_runs_and_delivers_its_last_chunk(async_scheduling):
+    """Chunked prefill off and a long-prefill threshold: vLLM's scheduler splits the prompts,
+    (0,0,16) (0,16,24) (1,0,24) for two 24-token prompts at threshold 16, and runs them; its
+    AllPool keeps no chunk, so request 0 is delivered as its last 8 rows. Both modes say so,
+    byte for byte, in every mode (a given schedule too)."""
+    cfg = _unchunked_split(async_scheduling=async_scheduling)
+    tensor = simulate([24, 24], cfg, mode="tensor")
+    counted = simulate([24, 24], cfg, mode="analytic")
+    assert [s.chunks for s in tensor.schedule] == [((0, 0, 16),), ((0, 16, 24),), ((1, 0, 24),)]
+    pd.testing.assert_frame_equal(tensor.steps, counted.steps)
+    pd.testing.assert_frame_equal(tensor.requests, counted.requests)
+    pd.testing.assert_frame_equal(tensor.chunks, counted.chunks)
+    assert tensor.corrupted == counted.corrupted == [0]
+    assert [tuple(o.shape) for o in tensor.outputs] == [(8, 2), (24, 2)]
+    assert tensor.requests["output_bytes"].tolist() == [8 * 2 * 2, 24 * 2 * 2]
+    assert "only its last chunk, tokens 16–23, is delivered → CORRUPTED" in counted.explain()[0]
+    given = simulate([24, 24], cfg, mode="analytic", schedule=tensor.schedule)
+    pd.testing.assert_frame_equal(given.steps, counted.steps)
+
+
+def test_step_pooling_on_such_a_split_is_refused_as_vllm_fails():
+    cfg = _unchunked_split(task="token_classify", num_labels=2, pooling="STEP", step_tag_every=4,
+                           dtype="float32")
+    for mode in ("tensor", "analytic"):
+        with pytest.raises(ValueError, match=r"StepPool.*IndexError"):
+            simulate([24, 24], cfg, mode=mode)
+    # without a step tag nothing indexes the prompt: it runs (columns only)
+    simulate([24, 24], cfg.replace(step_tag_every=None, num_returned_columns=1),
+             mode="analytic")

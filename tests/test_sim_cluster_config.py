@@ -70,7 +70,8 @@ def test_per_gpu_pooling_and_kv_bytes_of_a_32k_request(cfg):
 
 def test_a_small_kv_cache_preempts_and_the_prefill_restarts(cfg):
     small = cfg.replace(gpu_memory_utilization=None, kv_cache_blocks=3 * 1024 // 16,
-                        max_num_batched_tokens=2048, long_prefill_token_threshold=512)
+                        max_num_batched_tokens=2048, long_prefill_token_threshold=512,
+                        max_model_len=2048)  # what 191 usable blocks hold: vLLM starts
     r = tp.simulate([2048, 2048], small, mode="analytic")
     assert r.requests["num_preemptions"].sum() >= 1 and r.corrupted == []
     assert int(r.steps["kv_bytes"].max()) <= 3 * 1024 * 36_864

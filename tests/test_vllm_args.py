@@ -176,5 +176,9 @@ def test_a_max_model_len_past_the_context_needs_vllms_env_var():
         SimConfig.from_vllm_args(line)
     assert SimConfig.from_vllm_args("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 " + line).max_model_len \
         == 8192
-    # a SimConfig built directly looks past the context on purpose (the documented default)
-    assert SimConfig.for_model("Qwen2.5-Math-PRM-7B", max_model_len=8192).max_model_len == 8192
+    # a SimConfig built directly is refused the same way; as_if=True looks past it, saying so
+    with pytest.raises(ValueError, match="VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"):
+        SimConfig.for_model("Qwen2.5-Math-PRM-7B", max_model_len=8192)
+    as_if = SimConfig.for_model("Qwen2.5-Math-PRM-7B", max_model_len=8192, as_if=True)
+    assert as_if.max_model_len == 8192
+    assert as_if.looked_past[0].startswith("User-specified max_model_len (8192)")

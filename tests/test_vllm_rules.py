@@ -178,39 +178,14 @@ def test_chunked_prefill_support_by_model_kind():
 
 
 def test_prompt_over_max_model_len_names_both_numbers():
-    with pytest.raises(ValueError, match=r"1000000 tokens.*max_model_len=40960"):
-        R.check_prompt_fits(1_000_000, 40960, chunked=True)
-    with pytest.raises(ValueError, match="empty"):
-        R.check_prompt_fits(0, 40960, chunked=True)
-    R.check_prompt_fits(40960, 40960, chunked=True)  # pooling: exactly the context is fine
-    R.check_prompt_fits(1_000_000, 1_000_000, chunked=True)  # a larger --max-model-len lifts it
-
-
-def test_issue_55427_exact_context_prompt_stalls_under_the_old_reservation():
-    with pytest.raises(ValueError, match="#55427"):
-        R.check_prompt_fits(4096, 4096, chunked=True, issue_55427=True)
-    R.check_prompt_fits(4096, 4096, chunked=False, issue_55427=True)
-    R.check_prompt_fits(4095, 4096, chunked=True, issue_55427=True)
-    assert R.num_sampled_tokens_per_step("pooling") == 0
-    assert R.num_sampled_tokens_per_step("pooling", issue_55427=True) == 1
-    assert R.num_sampled_tokens_per_step("generate") == 1
-    assert R.running_chunk_limit(2048, 4096, 1) == 2047
-
-    def chunks(prompt_len, budget, max_model_len, slots, max_steps=10):
-        done, out = 0, []
-        for step in range(max_steps):
-            n = min(prompt_len - done, budget)
-            if step:  # running-queue branch: the max_model_len cap applies
-                n = min(n, R.running_chunk_limit(done, max_model_len, slots))
-            if n == 0:
-                break
-            out.append(n)
-            done += n
-        return out, done
-
-    # 4096 tokens, budget 2048, max_model_len 4096: 2048, then 2047, then nothing — stuck
-    assert chunks(4096, 2048, 4096, 1) == ([2048, 2047], 4095)
-    assert chunks(4096, 2048, 4096, 0) == ([2048, 2048], 4096)  # vLLM 0.33.0 finishes
+    with pytest.raises(R.EngineRefusal, match=r"1000000 prompt tokens.*max_model_len=40960"):
+        R.check_prompts_fit([1_000_000], 40960)
+    with pytest.raises(R.EngineRefusal, match="empty"):
+        R.check_prompts_fit([5, 0], 40960)
+    R.check_prompts_fit([40960], 40960)  # pooling: exactly the context is fine (0.33.0 fixed
+    # issue #55427, whose reserved sampled-token slot stalled such a chunked prompt)
+    R.check_prompts_fit([1_000_000], 1_000_000)  # a larger --max-model-len lifts it
+    R.check_prompts_fit([1_000_000], None)  # no model: no limit
 
 
 # --- order and tasks -----------------------------------------------------------------------
@@ -229,16 +204,16 @@ def test_step_order_sorts_by_scheduled_tokens_stably():
 def test_selected_task_rule_and_step_pool_tasks():
     assert frozenset({"token_embed", "token_classify"}) == R.TOKEN_POOL_METHOD_TASKS
     supported = ("token_classify", "token_embed")
-    R.check_request_task("token_embed", selected_task="token_embed", supported_tasks=supported)
-    R.check_request_task("plugin", selected_task="token_embed", supported_tasks=supported)
+    R.check_selected_task("token_embed", selected_task="token_embed", supported_tasks=supported)
+    R.check_selected_task("plugin", selected_task="token_embed", supported_tasks=supported)
     with pytest.raises(ValueError, match=r'PoolerConfig\(task="token_classify"\)'):
-        R.check_request_task(
+        R.check_selected_task(
             "token_classify", selected_task="token_embed", supported_tasks=supported
         )
     with pytest.raises(ValueError, match=r"--pooler-config\.task token_classify"):
-        R.check_request_task(
+        R.check_selected_task(
             "token_classify", selected_task="token_embed", supported_tasks=supported,
             entrypoint="server",
         )
     with pytest.raises(ValueError, match="Unsupported task: 'embed'"):
-        R.check_request_task("embed", selected_task="token_embed", supported_tasks=supported)
+        R.check_selected_task("embed", selected_task="token_embed", supported_tasks=supported)

@@ -253,6 +253,9 @@ def _sim_config(args: argparse.Namespace, **overrides):
         "hardware": args.hardware,
         "usage": args.usage,
         "max_model_len": args.max_model_len,
+        # vLLM reads VLLM_ALLOW_LONG_MAX_MODEL_LEN from the environment: so does the CLI
+        "allow_long_max_model_len": os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1",
+        "as_if": args.as_if,
         "enforce_eager": args.enforce_eager,
         "output_memory": args.output_memory,
     }
@@ -262,7 +265,7 @@ def _sim_config(args: argparse.Namespace, **overrides):
     if getattr(args, "vllm_args", None):
         # The vLLM line decides the engine; tokpool's own options add what it cannot say.
         return tp.SimConfig.from_vllm_args(
-            args.vllm_args, model=args.model_preset, hardware=args.hardware,
+            args.vllm_args, model=args.model_preset, hardware=args.hardware, as_if=args.as_if,
             **{k: v for k, v in overrides.items() if k != "async_scheduling" or v},
         )
     if args.model_preset:
@@ -319,7 +322,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.trace:
         path = result.to_chrome_trace(args.trace)
         print(f"trace written to {path} (open in https://ui.perfetto.dev or chrome://tracing)")
+    _print_looked_past(result.looked_past)
     return 0
+
+
+def _print_looked_past(looked_past) -> None:
+    """``--as-if``: what vLLM would have refused, so a number is never read as vLLM's."""
+    for message in looked_past:
+        print(f"AS IF (--as-if): vLLM would refuse this run: {message}")
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -358,6 +368,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                              async_scheduling=modes[-1])
         ax.figure.savefig(args.plot, dpi=120)
         print(f"plot written to {args.plot}")
+    _print_looked_past(df.attrs.get("looked_past", ()))
     return 0
 
 
@@ -483,7 +494,12 @@ def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "anal
     p.add_argument("--usage", choices=("llm", "server"), default="llm",
                    help="vLLM's usage context for the defaults: the LLM class or the server")
     p.add_argument("--max-model-len", type=_arg(parse_size), default=None,
-                   help="longest prompt accepted (default: the model preset's context)")
+                   help="longest prompt accepted (default: the model preset's context; past "
+                        "it vLLM needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the environment)")
+    p.add_argument("--as-if", action="store_true",
+                   help="simulate past vLLM's refusals on purpose (a prompt or max_model_len "
+                        "past the context, a KV cache too small): the result says what vLLM "
+                        "would refuse")
     p.add_argument("--enforce-eager", action="store_true",
                    help="no CUDA graphs: every step writes a fresh output tensor")
     p.add_argument("--vllm-args", default=None,

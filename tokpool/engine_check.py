@@ -49,7 +49,7 @@ from .models.integrity import MARKER, file_manifest, sha256_file, verify_entry
 from .models.registry import builtin_files, model_cache_dir
 from .prm.dataset import default_data_dir
 from .prm.finetuned import load_finetuned
-from .prm.probe import SHIPPED_PRMS
+from .prm.loading import SHIPPED_PRMS
 from .sim import SimConfig, simulate
 
 #: The vLLM build ``make engine`` installs (CPU wheels; it pins torch 2.13.0+cpu).

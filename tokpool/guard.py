@@ -18,7 +18,7 @@ Example:
     >>> from tokpool.guard import ensure_fits
     >>> ensure_fits(2**40, what="the token_embed outputs", cheaper="task='embed'")
     Traceback (most recent call last):
-    MemoryLimitError: the token_embed outputs would need about 1.00 TiB (...) but the ...
+    tokpool.guard.MemoryLimitError: the token_embed outputs would need about 1.00 TiB (...) ...
 """
 
 from __future__ import annotations

@@ -92,8 +92,15 @@ def keep_rule(
     Returns:
         The ``KeepRule`` of that cell.
 
+    Without chunked prefill pooling keeps nothing across steps (vLLM 0.33.0's ``AllPool`` with
+    ``enable_chunked_prefill=False``): every chunk is handed over as it is (``"chunk"``; cloned
+    under async), finished or not, and the runner delivers only finished requests' outputs
+    (``finished_mask``). A request that ``long_prefill_token_threshold`` split anyway is
+    delivered as its LAST chunk alone (run on vLLM's own ``AllPool``:
+    ``tests/test_parity_vllm.py``).
+
     Raises:
-        ValueError: an unknown policy, or a partial chunk with chunked prefill disabled.
+        ValueError: an unknown policy.
 
     Example:
         >>> keep_rule("clone", async_scheduling=False, finished=False, first_chunk=True)
@@ -104,10 +111,10 @@ def keep_rule(
         policy = "clone"  # vLLM 0.33.0 keeps what PR #50931's table says (see VLLM_POLICY)
     one_shot = finished and first_chunk
     if not chunked and not one_shot:
-        raise ValueError(
-            "chunked prefill is disabled, so every request runs in one chunk; a partial chunk "
-            f"(finished={finished}, first_chunk={first_chunk}) cannot happen"
-        )
+        # A split without chunked prefill (long_prefill_token_threshold): nothing is kept, the
+        # chunk itself is handed over, owned when the next step may rewrite it first.
+        owned = async_scheduling and policy != "legacy"
+        return KeepRule("clone" if owned else "view", "chunk")
     if policy == "offload":
         # Every chunk goes to the request's host buffer as it is produced.
         return KeepRule("host", "buffer" if finished else None)
@@ -136,12 +143,13 @@ def ownership_table() -> list[dict[str, object]]:
         "one shot": (True, True),
         "final chunk after earlier ones": (True, False),
     }
+    unchunked = {"one shot", "unfinished chunk", "final chunk after earlier ones"}
     rows = []
     for policy in RETENTION_POLICIES:
         for chunked in (False, True):
             for async_scheduling in (False, True):
                 for name, (finished, first) in situations.items():
-                    if not chunked and name != "one shot":
+                    if not chunked and name not in unchunked:
                         continue
                     rule = keep_rule(policy, chunked=chunked, async_scheduling=async_scheduling,
                                      finished=finished, first_chunk=first)

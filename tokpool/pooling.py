@@ -71,7 +71,10 @@ class AllPool:
     Call:
         ``pool(hidden_states, metadata)`` with ``hidden_states`` ``[n_step_tokens, hidden]``
         returns one entry per request: ``[prompt_len, hidden]`` when it finishes this step,
-        else ``None``.
+        else ``None``. Without chunked prefill nothing is kept across steps, as in vLLM: every
+        request's ``[n_scheduled, hidden]`` chunk is returned, finished or not (a request
+        split by ``long_prefill_token_threshold`` gets its last chunk only; the engine drops
+        unfinished requests' outputs).
 
     Raises:
         ValueError: unknown policy; rows that do not match the cursor; a chunk that does not
@@ -120,15 +123,14 @@ class AllPool:
         cursor = metadata.get_pooling_cursor()
         sizes = _check_hidden(hidden_states, cursor)
         chunks = list(torch.split(hidden_states, sizes))  # each [n_scheduled_i, hidden] (views)
-        if not self.enable_chunked_prefill:
-            self._check_whole_prompts(cursor)
         states = metadata.pooling_states
-        self._check_continuity(states, cursor)
+        if self.enable_chunked_prefill:  # without it nothing is kept: states are not read
+            self._check_continuity(states, cursor)
         finished = cursor.get_finished_mask()
         prompt_lens = cursor.prompt_lens_cpu.tolist()
         rules = [
-            self.rule(finished=bool(done), first_chunk=state.num_cached_tokens == 0)
-            for state, done in zip(states, finished, strict=True)
+            self.rule(finished=bool(done), first_chunk=before == 0)
+            for before, done in zip(cursor.num_computed_before.tolist(), finished, strict=True)
         ]
         # 1. Keep each chunk as the table says (clones and buffer copies happen here).
         for state, chunk, rule, prompt_len in zip(states, chunks, rules, prompt_lens,
@@ -181,21 +183,6 @@ class AllPool:
         self._notify("retain", [])
 
     @staticmethod
-    def _check_whole_prompts(cursor: PoolingCursor) -> None:
-        partial = [
-            (i, s, p)
-            for i, (s, p) in enumerate(zip(cursor.num_scheduled_tokens_cpu.tolist(),
-                                           cursor.prompt_lens_cpu.tolist(), strict=True))
-            if s != p
-        ]
-        if partial:
-            i, s, p = partial[0]
-            raise ValueError(
-                f"chunked prefill is disabled but request {i} has {s} of {p} prompt tokens "
-                "scheduled; use AllPool(enable_chunked_prefill=True) or schedule whole prompts"
-            )
-
-    @staticmethod
     def _check_continuity(states: list[PoolingStates], cursor: PoolingCursor) -> None:
         if len(states) != len(cursor):
             raise ValueError(f"{len(states)} pooling states for {len(cursor)} requests")
@@ -244,6 +231,15 @@ class StepPool(AllPool):
                 self._notify("select", [*out, selected, *pooled])
                 data = selected
             if tag is not None:
+                if data.shape[0] != ids.shape[0]:
+                    raise ValueError(
+                        f"STEP pooling with step_tag_id={tag} selects rows of the whole "
+                        f"{ids.shape[0]}-token prompt, but this request's output holds "
+                        f"{data.shape[0]} rows: chunked prefill is off and the prompt was "
+                        "split (long_prefill_token_threshold). vLLM 0.33.0's StepPool fails "
+                        "here too (IndexError); enable chunked prefill or schedule whole "
+                        "prompts"
+                    )
                 rows = (ids == tag).nonzero(as_tuple=True)[0].to(data.device)
                 selected = data[rows]  # [n_steps, n_columns], new storage
                 self._notify("select", [*out, selected, data, *pooled])

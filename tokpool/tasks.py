@@ -17,8 +17,7 @@ from typing import Literal
 import pandas as pd
 
 from ._deprecation import TokpoolDeprecationWarning
-from .sim.vllm_rules.engine import check_request_task as check_selected
-from .sim.vllm_rules.engine import select_pooling_task
+from .sim.vllm_rules.engine import check_selected_task, select_pooling_task
 from .task_names import POOLING_TASKS, SUPPORTED_TASKS, TOKEN_TASKS
 
 GatePolicy = Literal["current", "pre_50931"]
@@ -204,7 +203,7 @@ def check_request_task(
     if selected is not None:
 
         try:
-            check_selected(task, selected_task=selected, supported_tasks=served,
+            check_selected_task(task, selected_task=selected, supported_tasks=served,
                            entrypoint=entrypoint)
         except ValueError as err:
             raise UnsupportedTaskError(str(err)) from None

@@ -157,6 +157,14 @@ def _base_config():
     return mod["config"]
 
 
+#: vLLM's token pooling methods by name: (class in vllm/model_executor/layers/pooler/tokwise/
+#: methods.py, the task a request gets by default, whether it selects columns and step rows).
+_VLLM_METHODS: dict[str, tuple[str, str, bool]] = {
+    "ALL": ("AllPool", "token_embed", False),
+    "STEP": ("StepPool", "token_classify", True),
+}
+
+
 class VllmPool:
     """vLLM's own ``AllPool`` (``pooling_type="ALL"``) or ``StepPool`` (``"STEP"``).
 
@@ -190,15 +198,16 @@ class VllmPool:
         enable_chunked_prefill: bool = True,
         async_scheduling: bool = False,
     ) -> None:
-        if pooling_type not in ("ALL", "STEP"):
-            raise ValueError(f"pooling_type must be 'ALL' or 'STEP', got {pooling_type!r}")
+        if pooling_type not in _VLLM_METHODS:
+            raise ValueError(f"pooling_type must be one of {list(_VLLM_METHODS)}, got "
+                             f"{pooling_type!r}")
         mod = _import_vllm()
         config = _base_config()
         config.scheduler_config.enable_chunked_prefill = bool(enable_chunked_prefill)
         config.scheduler_config.async_scheduling = bool(async_scheduling)
+        class_name, self._default_task, self._selects = _VLLM_METHODS[pooling_type]
         with mod["set_current_vllm_config"](config):
-            cls = mod["methods"].StepPool if pooling_type == "STEP" else mod["methods"].AllPool
-            self.method = cls()
+            self.method = getattr(mod["methods"], class_name)()
         self.pooling_type = pooling_type
         self.enable_chunked_prefill = bool(enable_chunked_prefill)
         self.async_scheduling = bool(async_scheduling)
@@ -264,17 +273,16 @@ class VllmPool:
             )
         cursor = metadata.get_pooling_cursor()
         n = len(metadata)
-        default_task = "token_classify" if self.pooling_type == "STEP" else "token_embed"
         params = []
         for i in range(n):
-            kwargs: dict[str, Any] = {"task": metadata.tasks[i] or default_task}
-            if self.pooling_type == "STEP":
+            kwargs: dict[str, Any] = {"task": metadata.tasks[i] or self._default_task}
+            if self._selects:
                 kwargs["step_tag_id"] = metadata.step_tag_ids[i]
                 columns = metadata.returned_token_ids[i]
                 kwargs["returned_token_ids"] = None if columns is None else list(columns)
             params.append(mod["PoolingParams"](**kwargs))
         token_ids = None
-        if self.pooling_type == "STEP":
+        if self._selects:
             if metadata.prompt_token_ids is not None:
                 token_ids = metadata.prompt_token_ids.cpu()
             elif any(tag is not None for tag in metadata.step_tag_ids):

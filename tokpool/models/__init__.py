@@ -4,7 +4,7 @@ Importing this package does not import transformers; loading a model does.
 """
 
 from .compare import compare_chunked, summarize_chunked
-from .engine import StepTimes
+from .encode_loop import CorruptedOutputWarning, StepTimes
 from .gguf_cache import prune_stale_entries
 from .integrity import verify_entry
 from .loading import DamagedModelError, ModelNotFoundError, load_model
@@ -15,6 +15,7 @@ from .source import ModelSource
 
 __all__ = [
     "BUILTIN_MODELS",
+    "CorruptedOutputWarning",
     "DamagedModelError",
     "ModelNotFoundError",
     "ModelSource",

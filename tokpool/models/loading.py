@@ -189,8 +189,8 @@ def load_model(
 
     Example:
         >>> model = tp.load_model("smollm2-135m")  # first call converts the GGUF (cached)
-        >>> model.supported_tasks
-        frozenset({'embed', 'token_embed'})
+        >>> sorted(model.supported_tasks)
+        ['embed', 'token_embed']
     """
     torch_dtype = resolve_dtype(dtype, what="dtype") or torch.float32
     if not isinstance(name_or_path, (str, os.PathLike)):

@@ -23,7 +23,7 @@ from ..poolers import DispatchPooler, Pooler
 from ..pooling import AllPool, RetentionPolicy, check_policy, get_pooling_method
 from ..tasks import check_request_task, gate, select_task
 from .budget import ensure_encode_fits
-from .engine import StepTimes, run_encode
+from .encode_loop import StepTimes, run_encode
 from .forward import ENCODER_CHUNK_REASON, resolve_layer
 from .prompts import Prompt, to_token_ids
 from .source import ModelSource

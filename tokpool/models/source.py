@@ -54,8 +54,13 @@ class ModelSource:
         prompt_lens: tokens per request: pass these to ``tp.simulate``.
 
     Example:
+        >>> model = tp.load_model("smollm2-135m")
         >>> source = tp.ModelSource(model, ["a prompt", "another one"])
-        >>> result = tp.simulate(source.prompt_lens, config, source=source)
+        >>> source.prompt_lens, source.width
+        ([2, 2], 576)
+        >>> config = tp.SimConfig(hidden_size=576, dtype=source.dtype, max_num_batched_tokens=3)
+        >>> tp.simulate(source.prompt_lens, config, source=source).corrupted  # real rows, chunked
+        []
     """
 
     def __init__(

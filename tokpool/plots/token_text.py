@@ -249,7 +249,9 @@ def token_html(
         ValueError: ``tokens`` and ``values`` differ in length.
 
     Example:
-        >>> tp.token_html(["<b>", " hi"], [0.2, 0.9])  # doctest: +SKIP
+        >>> html = tp.viz.token_html(["<b>", " hi"], [0.2, 0.9])
+        >>> "&lt;b&gt;" in html and "<b>" not in html  # every token escaped
+        True
     """
     vals = _check_pair(tokens, values)
     scale = colour_scale(vals, vmin=vmin, vmax=vmax, cmap=cmap)

@@ -5,7 +5,9 @@
 - ``metrics``: ``processbench_f1``, ``step_auroc``.
 - ``evaluation``: a PRM's metrics on labelled records, trivial baselines, bootstrap CIs.
 - ``dataset``: the seeded step-labelled arithmetic dataset (train/test/dev/hard) and its loader.
-- ``probe``: ``ProcessRewardModel``, the probe PRM on SmolLM2 and ``load_prm``.
+- ``loading``: ``load_prm``, the shipped PRMs (fine-tuned and probe) or a local one;
+- ``probe``: the probe PRM's head (``ProbeHead``) and its file;
+- ``reward_model``: ``ProcessRewardModel`` and ``StepScores``.
 - ``finetuned``, ``adapter``: the fine-tuned PRM (SmolLM2 + merged LoRA + score head).
 - ``batched``: several prompts in one padded forward (``score_records``).
 - ``memory``: what each convention's pooled output costs, from the simulator.
@@ -33,16 +35,11 @@ from .evaluation import (
     read_report,
     up_to_first_error,
 )
+from .loading import DEFAULT_PRM, SHIPPED_PRMS, load_prm
 from .memory import MEMORY_COLUMNS, prm_memory_table
 from .metrics import ProcessBenchScores, processbench_f1, processbench_scores, step_auroc
-from .probe import (
-    DEFAULT_PRM,
-    SHIPPED_PRMS,
-    ProbeHead,
-    ProcessRewardModel,
-    StepScores,
-    load_prm,
-)
+from .probe import ProbeHead
+from .reward_model import ProcessRewardModel, StepScores
 from .steps import (
     CONVENTIONS,
     STEP_TAG_CANDIDATES,

@@ -65,6 +65,7 @@ def prm_memory_table(
     head_dtype: DTypeLike | None = "float32",
     enable_chunked_prefill: bool | None = None,
     max_model_len: int | None = None,
+    as_if: bool = False,
 ) -> pd.DataFrame:
     """Pooling memory of one PRM request per convention and prompt length.
 
@@ -89,7 +90,9 @@ def prm_memory_table(
             ``True`` shows what chunking would cost (a setup vLLM does not run).
         max_model_len: longest prompt accepted (default the preset's context: 4,096 tokens
             for Qwen2.5-Math-PRM-7B); longer prompts raise unless it is raised, as vLLM's
-            ``--max-model-len``.
+            ``--max-model-len`` (past the context vLLM refuses it too: see ``as_if``).
+        as_if: simulate past vLLM's refusals on purpose (``SimConfig(as_if=True)``): a
+            prompt past the model's context, chunking a model vLLM does not chunk.
 
     Returns:
         DataFrame with the columns of ``MEMORY_COLUMNS`` plus ``policy`` and ``model``.
@@ -100,6 +103,11 @@ def prm_memory_table(
     Example:
         >>> t = tp.prm_memory_table([4_096])
         >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: KB, others bytes
+        convention
+        two_class      1024
+        token_pair    16640
+        value_head      512
+        Name: peak_pooling_bytes, dtype: int64
     """
     lens = [prompt_lens] if isinstance(prompt_lens, int) and not isinstance(
         prompt_lens, bool) else items("prompt_lens", prompt_lens, what="a prompt length or a "
@@ -125,6 +133,7 @@ def prm_memory_table(
             rows_from=rows_from,
             head_dtype=head_dtype, use_activation=True, model=preset, hardware=hardware,
             enable_chunked_prefill=enable_chunked_prefill, max_model_len=max_model_len,
+            as_if=as_if,
         )
         for prompt_len in lens:
             result = simulate([prompt_len], config, mode="analytic")

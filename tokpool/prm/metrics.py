@@ -100,7 +100,7 @@ def processbench_f1(pred_first_error: Sequence[int], true_first_error: Sequence[
         ValueError: different lengths, or indices below -1.
 
     Example:
-        >>> tp.processbench_f1([2, -1, 0, -1], [2, -1, 1, 3])  # error acc 1/3, correct acc 1
+        >>> tp.prm.processbench_f1([2, -1, 0, -1], [2, -1, 1, 3])  # error acc 1/3, correct acc 1
         0.5
     """
     return processbench_scores(pred_first_error, true_first_error).f1

@@ -202,6 +202,7 @@ class ProcessRewardModel:
             >>> prm = tp.load_prm()
             >>> prm.score("Mia has 3 apples. She buys 4 more. How many?",
             ...           ["3 + 4 = 8.", "So the answer is 8."]).first_error
+            -1
         """
         cut = check_threshold(self.threshold if threshold is None else threshold)
         whole("chunk_size", chunk_size, minimum=1, optional=True)

@@ -171,7 +171,11 @@ def format_steps(
             in the problem or a step; the tokenized prompt does not hold one tag per step.
 
     Example:
-        >>> ids, tag_id = tp.format_steps("2+3*4?", ["3*4 = 12", "2+12 = 14"], tokenizer=tok)
+        >>> tok = tp.load_model("smollm2-135m").tokenizer
+        >>> ids, tag_id = tp.prm.format_steps("2+3*4?", ["3*4 = 12", "2+12 = 14"],
+        ...                                   tokenizer=tok)
+        >>> len(ids), tag_id, ids.count(tag_id)  # one tag token per step
+        (56, 5, 2)
     """
     if not isinstance(problem, str):
         raise TypeError(f"problem must be the question as a str, got {problem!r:.60} "
@@ -411,9 +415,12 @@ def step_rewards(
         TypeError: ``per_token`` is not a tensor, or ``token_ids`` are not integer ids.
 
     Example:
-        >>> ids, tag = tp.format_steps(problem, steps, tokenizer=tok)
-        >>> tp.step_rewards(logits, ids, step_tag_id=tag, convention="two_class")
-        tensor([0.9712, 0.1033])
+        >>> tok = tp.load_model("smollm2-135m").tokenizer
+        >>> ids, tag = tp.prm.format_steps("2+3*4?", ["3*4 = 12", "2+12 = 14"], tokenizer=tok)
+        >>> logits = torch.zeros(len(ids), 2)  # [n_tokens, 2] two-class logits
+        >>> logits[torch.tensor(ids) == tag] = torch.tensor([[-2.0, 2.0], [1.0, -1.0]])
+        >>> tp.prm.step_rewards(logits, ids, step_tag_id=tag, convention="two_class")
+        tensor([0.9820, 0.1192])
     """
     pooled = step_logits(per_token, token_ids, step_tag_id=step_tag_id, convention=convention,
                          returned_token_ids=returned_token_ids)
@@ -443,7 +450,7 @@ def first_error_from_rewards(rewards: Sequence[float] | Tensor, threshold: float
         TypeError: a threshold that is not a real number.
 
     Example:
-        >>> tp.first_error_from_rewards([0.9, 0.3, 0.8])
+        >>> tp.prm.first_error_from_rewards([0.9, 0.3, 0.8])
         1
     """
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):

@@ -4,20 +4,27 @@
 states in CUDA-graph output memory that later replays rewrite, or in a fresh eager tensor;
 async or sync host copies — pools with the core's ``AllPool``/``StepPool``/``LastPool`` and
 heads, checks every delivered output against the exact reference, and keeps a per-step memory
-ledger of the bytes pooling owns. What pooling keeps of each chunk is decided in ONE place,
-``tokpool.keep_rule``; the tensor and counting backends run ONE step loop (``loop``).
+ledger of the bytes pooling owns. Each engine rule is decided in ONE place and every backend
+asks it: what pooling keeps of a chunk (``tokpool.keep_rule``), the pooling kind
+(``vllm_rules.pooling_kind``), where a step's rows live (``vllm_rules.step_memory``), what vLLM
+refuses (``vllm_rules.engine_checks``), the schedule (``schedule``).
 
 Modes: ``"tensor"`` (real tensors, measured storages, an oracle), ``"analytic"`` (the same loop
 counting bytes: million-token prompts in milliseconds), ``"closed_form"`` (one request, by
 formula; ``sweep``'s default). All three agree to the byte.
 
-Modules: ``config`` (SimConfig), ``source`` (HiddenStateSource protocol, SyntheticSource),
-``scheduler``, ``step_memory`` (where a step's output lives; which kept views a write destroys),
-``loop`` (the step loop, ``SimResult.chunks``), ``tensor`` and ``counting`` (its backends),
-``ledger`` (columns), ``closed_form`` (one request, vectorised), ``analysis`` (frames and
-per-request stories from a result), ``vllm_rules`` (vLLM 0.33.0's engine rules), ``hardware``
-(presets, time ESTIMATES), ``result``, ``trace`` (Chrome trace), ``simulation`` (simulate),
-``sweeps`` (sweep).
+Rooms, bottom to top (a module imports only from its own room or below):
+
+- ``vllm_rules/``: what vLLM 0.33.0 does (defaults, refusals, pooling kinds, step memory,
+  devices and model presets, ``vllm serve`` lines, ``config.json``, KV-cache sizing);
+- ``config``: ``SimConfig``, plain fields resolved once by ``vllm_rules.resolve``;
+- ``schedule/``: ``ScheduledStep``, tokpool's scheduler, given schedules;
+- ``vllm_run/``: vLLM's own scheduler and config code, run (the oracle);
+- ``memory/``: kept views and the per-step ledger's columns;
+- ``backends/``: the one step loop (``backends.loop``) on tensors (``backends.tensor``) or
+  integers (``backends.counting``), the closed forms, hidden-state sources, time ESTIMATES;
+- ``results/``: ``SimResult``, analysis, the Chrome trace, pooling's share of the KV cache;
+- ``simulation`` (``simulate``) and ``sweeps`` (``sweep``).
 """
 
 from ..keep_rule import KeepRule, keep_rule, ownership_table
@@ -40,9 +47,10 @@ from .schedule.scheduler import ScheduledStep, schedule
 from .simulation import simulate
 from .sweeps import SWEEP_COLUMNS, sweep
 from .vllm_rules.devices import DEVICES, HARDWARE_PRESETS, Hardware
+from .vllm_rules.engine_checks import EngineRefusal
 from .vllm_rules.models import MODEL_PRESETS, ModelPreset
 
-_moved_modules.install()  # old module paths (tokpool.sim.hardware, ...) warn and still work
+_moved_modules.install()  # the old flat module paths warn and still work (_moved_modules)
 
 __all__ = [
     "CHUNK_COLUMNS",
@@ -54,6 +62,7 @@ __all__ = [
     "STEP_COLUMNS",
     "SWEEP_COLUMNS",
     "SYNTHETIC_STEP_TAG_ID",
+    "EngineRefusal",
     "Hardware",
     "HiddenStateSource",
     "KeepRule",

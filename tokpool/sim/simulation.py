@@ -21,8 +21,9 @@ from .config import SimConfig
 from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule
-from .schedule.scheduler import ScheduledStep, check_prompt_lens
+from .schedule.scheduler import ScheduledStep, validate_prompt_lens
 from .schedule.scheduler import schedule as tokpool_schedule
+from .vllm_rules import engine_checks
 from .vllm_run import vllm_schedule
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
@@ -70,16 +71,21 @@ def simulate(
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
 
     Raises:
-        ValueError: bad prompt lengths, mode or scheduler, or a prompt that can never be
-            scheduled.
+        EngineRefusal: a prompt vLLM rejects (longer than ``max_model_len``; looked past with
+            ``SimConfig(as_if=True)``, then listed in ``SimResult.looked_past``) or one that
+            can never be scheduled.
+        ValueError: bad prompt lengths, mode or scheduler.
         VllmUnavailableError: ``scheduler="vllm"`` without vLLM (says how to install it).
         TypeError: non-integer prompt lengths, or a source missing part of the protocol.
 
     Example:
-        >>> r = simulate([3000], SimConfig(hidden_size=8, max_num_batched_tokens=1024),
-        ...              mode="analytic")
+        >>> cfg = SimConfig(hidden_size=8, max_num_batched_tokens=1024,
+        ...                 head_dtype=None, use_activation=False)  # pooling alone, no head
+        >>> r = simulate([3000], cfg, mode="analytic")
         >>> r.peak_pooling_bytes == (2 * 3000 - 952) * 8 * 2  # clone: (2T - L)·W·s
         True
+        >>> simulate([3000], cfg.replace(head_dtype="float32"), mode="analytic").peak_pooling_bytes
+        144000
     """
     config = SimConfig() if config is None else config
     if not isinstance(config, SimConfig):
@@ -89,8 +95,9 @@ def simulate(
     _check_device(device)
     if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
-    lens = check_prompt_lens(prompt_lens)
-    config.check_prompt_lens(lens)  # vLLM rejects prompts over max_model_len
+    lens = validate_prompt_lens(prompt_lens)
+    refuse = engine_checks.Refusals(as_if=config.as_if)  # vLLM rejects prompts over the limit
+    refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
     if mode == "closed_form" and scheduler != "tokpool":
         raise ValueError(f"mode='closed_form' solves tokpool's own schedule of one request by "
@@ -102,7 +109,9 @@ def simulate(
         if schedule is not None:
             raise ValueError("closed forms solve tokpool's own schedule of one request by "
                              "formula; run a given schedule with mode='tensor' or 'analytic'")
-        return _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
+        result = _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
+        result.looked_past = [*config.looked_past, *refuse.looked_past]
+        return result
     if schedule is not None:
         if arrival_steps is not None:
             raise ValueError("give arrival_steps or a schedule, not both: a schedule already "
@@ -117,6 +126,9 @@ def simulate(
                                async_scheduling=config.async_scheduling)
     else:
         steps = _scheduled_steps(lens, config, arrival_steps, scheduler)
+    engine_checks.check_step_pooling_sees_whole_prompts(
+        steps, lens, step_tag_id=config.pooling_kind.row_tag(config),
+        enable_chunked_prefill=config.enable_chunked_prefill)
     outputs = None
     if source is not None:
         check_source(source, width=config.width, dtype=config.dtype)
@@ -155,6 +167,7 @@ def simulate(
         schedule=steps,
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
+        looked_past=[*config.looked_past, *refuse.looked_past],
     )
 
 

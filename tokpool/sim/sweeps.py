@@ -13,8 +13,9 @@ from ..pooling import RETENTION_POLICIES, check_policy
 from .backends.closed_form import single_request
 from .backends.limits import check_byte_range, check_work
 from .config import SimConfig
-from .schedule.scheduler import check_prompt_lens
+from .schedule.scheduler import validate_prompt_lens
 from .simulation import simulate
+from .vllm_rules import engine_checks
 
 #: Columns of ``tp.sweep``'s DataFrame (bytes are ints; ``est_*`` are ESTIMATES in seconds).
 SWEEP_COLUMNS: tuple[str, ...] = (
@@ -55,15 +56,24 @@ def sweep(
     Returns:
         DataFrame with ``SWEEP_COLUMNS``, ordered by prompt length, then policy, then async.
         ``est_*`` columns are roofline ESTIMATES (NaN forward without a model preset).
+        ``attrs["looked_past"]``: what vLLM would refuse (a config with ``as_if=True``).
 
     Raises:
-        ValueError: bad prompt lengths, policy or mode; prompts that can never be scheduled.
+        EngineRefusal: a prompt longer than ``max_model_len`` (unless ``as_if``), or one that
+            can never be scheduled.
+        ValueError: bad prompt lengths, policy or mode.
         TypeError: ``policies`` or ``async_scheduling`` given as one value instead of a list.
 
     Example:
-        >>> df = sweep([1_000, 100_000], SimConfig.for_model("Qwen3-Embedding-0.6B"))
-        >>> df.pivot(index="prompt_len", columns=["policy", "async_scheduling"],
-        ...          values="peak_pooling_bytes")  # doctest: +SKIP
+        >>> cfg = SimConfig.for_model("Qwen3-Embedding-0.6B", head_dtype=None,
+        ...                           use_activation=False)  # pooling alone, no head
+        >>> df = sweep([1_000, 30_000], cfg, policies=["clone", "prealloc"],
+        ...            async_scheduling=[False])
+        >>> df.pivot(index="prompt_len", columns="policy", values="peak_pooling_bytes")
+        policy         clone  prealloc
+        prompt_len
+        1000               0         0
+        30000       94994432  61440000
     """
     config = SimConfig() if config is None else config
     if not isinstance(mode, str) or mode not in _AUTO_PROGRESS_POINTS:
@@ -73,9 +83,9 @@ def sweep(
                         f"{progress!r}")
     if not isinstance(config, SimConfig):
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
-    lens = np.asarray(check_prompt_lens(prompt_lens), dtype=np.int64)
-    if config.max_model_len is not None and lens.max() > config.max_model_len:
-        config.check_prompt_lens(lens[lens > config.max_model_len][:1].tolist())
+    lens = np.asarray(validate_prompt_lens(prompt_lens), dtype=np.int64)
+    refuse = engine_checks.Refusals(as_if=config.as_if)  # vLLM rejects prompts over the limit
+    refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     if isinstance(policies, str) or not isinstance(policies, Iterable):
         raise TypeError(
             f"policies must be a list of policy names, got {policies!r}; "
@@ -102,8 +112,9 @@ def sweep(
         check_work(lens.tolist(), config, mode=mode, runs=len(combos), per_prompt=True)
     n_points = len(lens) * len(combos)
     show = n_points >= _AUTO_PROGRESS_POINTS[mode] if progress is None else progress
+    looked_past = [*config.looked_past, *refuse.looked_past]
     if mode != "closed_form":
-        return _sweep_loop(lens, config, combos, show, mode)
+        return _marked(_sweep_loop(lens, config, combos, show, mode), looked_past)
     blocks = []
     bar = _bar(n_points, show)
     for lo in range(0, len(lens), _BLOCK):
@@ -124,7 +135,15 @@ def sweep(
             bar.update(len(block) * len(combos))
     if bar is not None:
         bar.close()
-    return pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
+    frame = pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
+    return _marked(frame, looked_past)
+
+
+def _marked(frame: pd.DataFrame, looked_past: list[str]) -> pd.DataFrame:
+    """``frame.attrs["looked_past"]``: what vLLM would refuse of this sweep (``as_if=True``;
+    empty when it refuses nothing)."""
+    frame.attrs["looked_past"] = list(looked_past)
+    return frame
 
 
 def _sweep_loop(lens: np.ndarray, config: SimConfig, combos, show: bool,

@@ -12,8 +12,9 @@ Controls that recompute use ``continuous_update=False``: work happens when a sli
 A slider's value is typed into the box beside it; a value it cannot take is refused, not
 clamped. A value set from code that a control cannot take (a menu value it does not offer, a
 slider value out of range) is refused the same way (``guards.py``): the control keeps its
-value and the panel names it, the value and what it takes. Each explorer bounds its input before any work (too many steps, tokens, characters),
-and whatever the render raises clears the output and shows the message: no stale figure.
+value and the panel names it, the value and what it takes. Each explorer bounds its input
+before any work (too many steps, tokens, characters), and whatever the render raises clears
+the output and shows the message: no stale figure.
 
 Displayed, an explorer emits two outputs: the live widget, and a static snapshot of its current
 state (settings, text, figure, table) as plain HTML, updated as the controls move. The live

@@ -79,7 +79,7 @@ def render_memory(
     if prompt_len is None:
         prompt_len = (min(1024, context), context)
     lifted = prompt_len[1] > context
-    changes: dict = {"max_model_len": prompt_len[1]} if lifted else {}
+    changes: dict = {"max_model_len": prompt_len[1], "as_if": True} if lifted else {}
     # vLLM never chunks some models (PRMs' STEP pooling, encoders): their whole prompt is one
     # step and the budget is raised to max_model_len, so a chunk budget does not apply.
     if max_num_batched_tokens is not None and preset.enable_chunked_prefill:

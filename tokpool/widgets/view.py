@@ -64,8 +64,11 @@ class View:
     Example:
         >>> ex = tp.memory_explorer()
         >>> ex.view.save("memory.png")          # the figure, 200 dpi
+        PosixPath('memory.png')
         >>> ex.view.save("memory.csv")          # the table behind it
+        PosixPath('memory.csv')
         >>> ex.view.save("memory.html")         # text, figure and table in one file
+        PosixPath('memory.html')
     """
     html: str
     png: bytes | None = None

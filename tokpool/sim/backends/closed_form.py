@@ -10,7 +10,7 @@ and last chunk L = T − (n − 1)·C (unchunked: n = 1, L = T), row bytes r = W
   capture size), which pin their step's tensor: (T − L)·r before the final step;
 - the final step's pooled output P owns T·r if it is a cat/clone/prealloc buffer (else a view:
   0), and the cat coexists with the (T − L)·r of kept chunks: peak P + (T − L)·r;
-- STEP selection adds T·k·s (columns) and m·k·s (tag rows) while P is alive;
+- the pooling kind's selection (STEP: T·k·s columns, then m·k·s tag rows) is alive with P;
 - the head adds its cast and activation outputs while pooling's output Q is alive;
 - offload keeps nothing on the device: everything after the per-chunk copy lives on the host.
 
@@ -28,7 +28,8 @@ from ...heads import dtype_size
 from ...keep_rule import keep_rule
 from ..config import SimConfig
 
-# Called through the module, never copied: the seam tests swap the rule there.
+# Called through the modules, never copied: the seam and refusal tests swap the rules there.
+from ..vllm_rules import engine_checks
 from ..vllm_rules import step_memory as step_memory_rule
 from .loop import copies_at_finish
 
@@ -51,7 +52,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     """Sweep columns for one request per entry of ``prompt_lens`` (``[n]`` int64 → ``[n]``).
 
     Raises:
-        ValueError: without chunked prefill, prompts longer than the budget (listed).
+        EngineRefusal: without chunked prefill, a prompt longer than the budget.
     """
     cfg = config
     T = np.asarray(prompt_lens, dtype=np.int64)
@@ -61,19 +62,18 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     if cfg.enable_chunked_prefill:
         n = (T + C - 1) // C
     else:
-        too_long = T[T > C]
-        if too_long.size:
-            raise ValueError(
-                f"prompt lengths {too_long[:5].tolist()} exceed max_num_batched_tokens={C} and "
-                "chunked prefill is disabled; they can never be scheduled"
-            )
+        if T.max(initial=0) > C:  # the refusal names the first such prompt
+            engine_checks.check_unchunked_prompts_schedulable(
+                T[T > C][:1].tolist(), C, enable_chunked_prefill=False)
         n = np.ones_like(T)
     L = T - (n - 1) * C
     multi = n >= 2
     s, W = cfg.dtype_size, cfg.width
     rb = W * s  # bytes of one hidden row
-    pooling = cfg.pooling_method
     zero = np.zeros_like(T)
+
+    kind = cfg.pooling_kind
+    kept = kind.kept_rows(cfg)
 
     def rule(finished: bool, first: bool):
         return keep_rule(cfg.policy, chunked=cfg.enable_chunked_prefill,
@@ -85,14 +85,14 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
         unfinished, final = rule(False, True), rule(True, False)
     else:
         unfinished = final = one_shot
-    offload = one_shot.keep == "host" and pooling != "LAST"
+    offload = one_shot.keep == "host" and kind.token_level
     # Where the steps write (the step-memory rule): a view of a fresh output pins it, a view of
     # persistent memory is rewritten by later steps that write its rows.
     full_persistent, _ = step_memory_rule.step_memory(cfg, C)
     full_fresh = not bool(full_persistent)
     one_shot_pin = zero
 
-    if pooling == "LAST":
+    if not kind.token_level:  # LAST: each step gathers the last row, [1, W]
         gather = rb  # [1, W] per step
         cache_peak, P = np.full_like(T, gather), np.full_like(T, gather)
         copy_pool, d2h_pool = n * gather, zero
@@ -122,24 +122,16 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
             one_shot_pin = np.where(~one_shot_persistent & ~multi, T * rb, 0)
         d2h_pool = T * rb if offload else zero
         cache_peak = np.maximum(cache_peak, P)
-        # STEP selection: columns, then tag rows.
-        columns = cfg.selected_columns
-        tag = cfg.effective_step_tag_id
-        width_out = cfg.output_width
-        if tag is None:
-            rows_out = T.copy()
-        elif cfg.step_tag_every is None:
-            rows_out = zero  # synthetic prompts without step tags
-        else:
-            rows_out = T // cfg.step_tag_every
-        col = T * width_out * s if columns is not None else zero
-        row = rows_out * width_out * s if tag is not None else zero
+        # The kind's selection (STEP: columns, then tag rows), each alive with P.
+        width_out = kind.output_width(cfg)
+        rows_out = kept.count(0, zero, T)  # delivered rows: [n]
+        sizes = [rows * width * s for rows, width in kind.selection_shapes(cfg, T, rows_out)]
         if offload:
             peak_sel, copy_sel, Q = zero, zero, zero
         else:
-            peak_sel = P + col + row
-            copy_sel = col + row
-            Q = row if tag is not None else (col if columns is not None else P)
+            peak_sel = P + sum(sizes, zero)
+            copy_sel = sum(sizes, zero)
+            Q = sizes[-1] if sizes else P
 
     head_size = dtype_size(cfg.head_dtype) if cfg.head_casts else s
     out_bytes = rows_out * width_out * head_size  # delivered
@@ -153,7 +145,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
     peak = np.maximum.reduce([cache_peak, peak_sel, peak_head, one_shot_pin])
     copy_total = copy_pool + copy_sel + copy_head
     d2h_total = d2h_pool if offload else out_bytes
-    if pooling != "LAST" and unfinished.keep == "view" and cfg.enable_chunked_prefill \
+    if kind.token_level and unfinished.keep == "view" and cfg.enable_chunked_prefill \
             and not full_fresh:
         # Views of rewritten memory: every later step writes at least its own C rows, so each
         # full chunk's view is wholly rewritten by the next full step; the last full chunk's
@@ -162,13 +154,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
         last_persistent, last_rows = step_memory_rule.step_memory(cfg, L)
         last_hit = np.where(last_persistent, np.minimum(C, last_rows), 0)
         stale = np.where(multi, (n - 2) * C + last_hit, 0)
-        if tag is None:
-            kept_stale = stale
-        elif cfg.step_tag_every is None:
-            kept_stale = zero
-        else:
-            kept_stale = stale // cfg.step_tag_every
-        corrupted = multi & (kept_stale > 0)
+        corrupted = multi & (kept.count(0, zero, stale) > 0)  # a delivered row was rewritten
     else:
         corrupted = np.zeros(T.shape, dtype=bool)
 
@@ -187,7 +173,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
 
 
 def _times(T, n, L, C, rb, copy_total, copy_full, d2h_total, offload, out_bytes, cfg) -> dict:
-    """Σ of the per-step roofline ESTIMATES (see ``tokpool.sim.hardware``), closed form."""
+    """Σ of the per-step roofline ESTIMATES (see ``backends.timing``), closed form."""
     hw, model = cfg.hardware, cfg.model
     Bh, Bp = hw.hbm_bandwidth, hw.pcie_bandwidth
     full = (n - 1).astype(np.float64)

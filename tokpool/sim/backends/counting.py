@@ -6,7 +6,7 @@ output memory is a ``_View`` (which rows, and the eager output it pins, if any).
 requests their output — so allocations happen at the same moments as in tensor mode, and the
 peak is taken right after each of them. Nothing is allocated, so a million-token prompt costs
 only its step count: each step touches the requests in it and the views still intact.
-Corruption is judged by the loop (``tokpool.sim.loop``) from the views it tracked.
+Corruption is judged by the loop (``backends.loop``) from the views it tracked.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from ...keep_rule import KeepRule
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
+from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.step_memory import StepOutput
-from .loop import EngineLoop, KeptRows
+from .loop import EngineLoop
 
 
 class _Storage:
@@ -70,6 +71,8 @@ class CountingEngine(EngineLoop):
         self.delivered_bytes = 0
         self.cache_pinned = 0  # device bytes of eager outputs that cached views pin
         self._step_output: _Storage | None = None
+        self._selects = self.kind.selects(config)
+        self._spans: dict[int, tuple[int, int]] = {}  # this step's pooled outputs' positions
 
     # --- storage bookkeeping ---------------------------------------------------------------
 
@@ -119,7 +122,7 @@ class CountingEngine(EngineLoop):
         self._step_output = (_Storage(out.rows * self.row_bytes, False, counted=False)
                              if out.fresh else None)
         for r, start, _ in step.chunks:
-            if start == 0:
+            if start == 0 or r not in self.states:  # (unchunked: every chunk starts afresh)
                 self.states[r] = _State()
 
     def end_iteration(self, index: int) -> None:
@@ -134,7 +137,7 @@ class CountingEngine(EngineLoop):
 
     def pool(self, index: int, step: ScheduledStep, rules: list[KeepRule]) -> dict[int, Handle]:
         """Pooling's outputs for the finished requests (held), in batch order."""
-        if self.cfg.pooling_method == "LAST":
+        if not self.kind.token_level:  # LastPool: the step gathers one row per request
             return self._pool_last(step)
         rb = self.row_bytes
         # 1. keep each chunk as the rule says (AllPool's first pass).
@@ -162,9 +165,12 @@ class CountingEngine(EngineLoop):
                     self.peak_step = max(self.peak_step, self.device_live)
         # 2. hand finished requests their output (AllPool's second pass).
         pooled: dict[int, Handle] = {}
-        for (r, _, _), rule in zip(step.chunks, rules, strict=True):
+        self._spans = {}
+        for (r, start, stop), rule in zip(step.chunks, rules, strict=True):
             if rule.returns is None:
                 continue
+            # the prompt positions the output holds: the whole prompt, or (unchunked) the chunk
+            self._spans[r] = (start, stop) if rule.returns == "chunk" else (0, self.lens[r])
             state = self.states[r]
             if rule.returns == "cat":
                 out = self._alloc(self.lens[r] * rb)  # [prompt_len, W], held by the output
@@ -177,9 +183,7 @@ class CountingEngine(EngineLoop):
                     self._cache_pin(t.base, -1)
             del self.states[r]  # cleaned on finish
             pooled[r] = out
-        if self.cfg.pooling_method == "STEP":
-            pooled = self._select(pooled)
-        return pooled
+        return self._select(pooled)
 
     def _pool_last(self, step: ScheduledStep) -> dict[int, Handle]:
         # LastPool gathers the last scheduled row of every request: [n_requests, W], owned.
@@ -193,24 +197,23 @@ class CountingEngine(EngineLoop):
         return pooled
 
     def _select(self, pooled: dict[int, Handle]) -> dict[int, Handle]:
-        """STEP: columns, then tag rows; the AllPool outputs die when StepPool returns."""
-        cfg = self.cfg
+        """The pooling kind's selection (STEP: columns, then tag rows), each tensor dying once
+        the next is made; the AllPool outputs die when the pooler returns. Without a
+        selection the pooler returns AllPool's tensor itself."""
+        cfg, kind = self.cfg, self.kind
+        if not self._selects:
+            return pooled  # held by the pooler and returned as they are
         s, host = cfg.dtype_size, self.offload
-        columns = cfg.selected_columns
-        tag = cfg.effective_step_tag_id
         out: dict[int, Handle] = {}
         for r, data in pooled.items():
-            n = self.lens[r]
-            width = cfg.width
-            col = None
-            if columns is not None:
-                width = len(columns)
-                col = self._alloc(n * width * s, host)  # [prompt_len, k]
-                data = col
-            if tag is not None:
-                data = self._alloc(self.kept.count(r, 0, n) * width * s, host)  # [n_tags, k]
-                self._drop(col)  # the column selection dies once rows are picked from it
-            elif col is None:
+            start, stop = self._spans[r]
+            previous = None
+            for rows, width in kind.selection_shapes(cfg, stop - start,
+                                                     self.kept.count(r, start, stop)):
+                data = self._alloc(rows * width * s, host)  # [rows, width]
+                self._drop(previous)
+                previous = data
+            if previous is None:
                 self._hold(data)  # no selection: StepPool returns AllPool's tensor itself
             out[r] = data
         for t in pooled.values():
@@ -243,10 +246,8 @@ class CountingEngine(EngineLoop):
         return outs
 
     def _out_shape(self, request: int) -> tuple[int, int]:
-        cfg = self.cfg
-        if cfg.pooling_method == "LAST":
-            return 1, cfg.width
-        return self.kept.count(request, 0, self.lens[request]), cfg.output_width
+        return self.kind.delivered_shape(self.cfg, self.kept, request,
+                                         self.delivered_from.get(request, 0), self.lens[request])
 
     def preempt(self, request: int) -> None:
         state = self.states.pop(request)
@@ -303,7 +304,7 @@ def run_counting(
 ) -> tuple[list[StepRecord], list[RequestRecord], set[int], CountingEngine]:
     """Counting-mode ledger of a schedule: ``(step records, request records, corrupted,
     engine)``; the engine holds ``chunks``."""
-    kept = KeptRows.for_config(config, source, len(prompt_lens))
+    kept = config.pooling_kind.kept_rows(config, source, len(prompt_lens))
     engine = CountingEngine(prompt_lens, config, kept)
     records = engine.run(steps)
     engine.finish(engine.judged)

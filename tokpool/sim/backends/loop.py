@@ -3,10 +3,11 @@
 One iteration (step N), in this order:
 
 1. the step's hidden states are written where the engine would put them
-   (``tokpool.sim.step_memory``: graph output memory rewritten by later replays, a fresh eager
+   (``vllm_rules.step_memory``: graph output memory rewritten by later replays, a fresh eager
    tensor, or the teaching model's one buffer); the write destroys kept views it covers;
-2. pooling decides per chunk from the keep rule (``tokpool.keep_rule``) and runs:
-   ``AllPool``/``StepPool`` for token tasks, ``LastPool`` for sequence tasks;
+2. pooling decides per chunk from the keep rule (``tokpool.keep_rule``) and runs the pooler
+   of the config's pooling kind (``vllm_rules.pooling_kind``: ``AllPool``/``StepPool`` for
+   token tasks, ``LastPool`` for sequence tasks);
 3. the head runs on each finished request (cast to the head dtype, then the activation);
 4. host copies: synchronous scheduling copies step N's outputs now; async scheduling copies
    step N-1's outputs now — after step N rewrote output memory (the race of DESIGN.md "Why the
@@ -25,11 +26,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from ...keep_rule import KeepRule, keep_rule
 from ..config import SimConfig
@@ -39,48 +39,9 @@ from ..schedule.scheduler import ScheduledStep, engine_steps
 
 # Called through the module, never copied: the seam tests swap the rule there.
 from ..vllm_rules import step_memory as step_memory_rule
+from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.step_memory import StepOutput
 from .timing import estimate_step_times
-
-
-class KeptRows:
-    """Which positions of each prompt pooling delivers: all, none, every k-th, or listed.
-
-    Args:
-        every: STEP tag period (positions ``k-1, 2k-1, ...``), or ``None``.
-        positions: per request, sorted numpy arrays of kept positions (from token ids).
-        keep_all: no row selection.
-    """
-
-    def __init__(self, *, every: int | None = None,
-                 positions: Sequence[np.ndarray] | None = None, keep_all: bool = False) -> None:
-        self.every = every
-        self.positions = positions
-        self.keep_all = keep_all
-
-    @classmethod
-    def for_config(cls, config: SimConfig, source=None, n_requests: int = 0) -> KeptRows:
-        tag = config.effective_step_tag_id
-        if config.pooling_method != "STEP" or tag is None:
-            return cls(keep_all=True)
-        if source is not None:
-            ids = [source.token_ids(r) for r in range(n_requests)]
-            if all(i is not None for i in ids):
-                return cls(positions=[np.flatnonzero(i.numpy() == tag) for i in ids])
-        return cls(every=config.step_tag_every)  # synthetic prompts; None = no tags at all
-
-    def count(self, request: int, lo: int, hi: int) -> int:
-        """Kept positions in ``[lo, hi)``."""
-        if hi <= lo:
-            return 0
-        if self.keep_all:
-            return hi - lo
-        if self.positions is not None:
-            pos = self.positions[request]
-            return int(np.searchsorted(pos, hi) - np.searchsorted(pos, lo))
-        if self.every is None:
-            return 0
-        return hi // self.every - lo // self.every
 
 
 @dataclass
@@ -135,24 +96,26 @@ def paused_gc() -> Iterator[None]:
 def copies_at_finish(config: SimConfig) -> bool:
     """Does the pipeline copy a finished output within its step (STEP selection, a head cast or
     activation)? Then a one-shot view is read there, not by the host copy."""
-    step_selects = config.pooling_method == "STEP" and (
-        config.selected_columns is not None or config.effective_step_tag_id is not None
-    )
-    return step_selects or config.head_casts or config.use_activation
+    return config.pooling_kind.selects(config) or config.head_casts or config.use_activation
 
 
-class EngineLoop:
-    """The step loop; subclasses implement the backend hooks (``write_step`` ... ``record``)."""
+class EngineLoop(ABC):
+    """The step loop; a backend implements its abstract hooks (``begin_iteration`` ...
+    ``output_nbytes``)."""
 
     def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows) -> None:
         self.lens = list(prompt_lens)
         self.cfg = config
+        self.kind = config.pooling_kind
         self.kept = kept
         self.row_bytes = config.width * config.dtype_size  # one hidden row, bytes
         self.requests = [RequestRecord(r, n) for r, n in enumerate(self.lens)]
         self.chunks: list[ChunkRecord] = []
         self.tracker = ViewTracker()
         self.judged: set[int] = set()  # corrupted, judged from the views the loop tracked
+        # request -> first prompt position its delivered output holds (0 unless a split prompt
+        # without chunked prefill delivers its last chunk alone)
+        self.delivered_from: dict[int, int] = {}
         self.pending: list[tuple[int, Any, str]] = []  # awaiting the host copy (async)
         self._views: dict[int, list[tuple[KeptView, ChunkRecord]]] = {}
         # Eager outputs pinned by views: region -> [rows, rows covered by live views], and per
@@ -167,41 +130,55 @@ class EngineLoop:
         self._copies_at_finish = copies_at_finish(config)
         self._persistent_rows = config.buffer_rows
         self._step_outputs_by_size: dict[int, StepOutput] = {}  # the rule, asked once a size
+        # The kind's rule and label per (finished, first chunk), asked once a run (hot path)
+        self._chunk_rules = {
+            (finished, first): (rule, self.kind.chunk_label(rule))
+            for finished in (False, True) for first in (False, True)
+            for rule in [self.kind.chunk_rule(config, finished=finished, first_chunk=first)]
+        }
         # The policy keeps chunks in host memory (offload): pooling's outputs live there too.
-        self.outputs_on_host = config.pooling_method != "LAST" and keep_rule(
+        self.outputs_on_host = self.kind.token_level and keep_rule(
             config.policy, async_scheduling=False, finished=True, first_chunk=True
         ).keep == "host"
 
     # --- backend hooks -------------------------------------------------------------------
 
+    @abstractmethod
     def begin_iteration(self, index: int) -> None:
-        raise NotImplementedError
+        """Start iteration ``index``: reset the step's counters."""
 
+    @abstractmethod
     def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
-        raise NotImplementedError
+        """Write the step's hidden states where the step-memory rule put them (``out``)."""
 
+    @abstractmethod
     def pool(self, index: int, step: ScheduledStep, rules: list[KeepRule]) -> dict[int, Any]:
-        raise NotImplementedError
+        """Pool the step's rows (each chunk kept as its rule says); the finished requests'
+        pooled outputs."""
 
+    @abstractmethod
     def head(self, step: ScheduledStep, pooled: dict[int, Any]) -> list[tuple[int, Any, str]]:
-        raise NotImplementedError
+        """The head on each finished request: ``(request, output, category)`` to copy."""
 
+    @abstractmethod
     def deliver(self, index: int, request: int, output: Any) -> int:
-        raise NotImplementedError
+        """The host copy of ``output``; returns the bytes delivered."""
 
+    @abstractmethod
     def end_iteration(self, index: int) -> None:
-        raise NotImplementedError
+        """End iteration ``index``: the engine lets go of the step's output."""
 
+    @abstractmethod
     def memory(self) -> dict[str, int]:
-        raise NotImplementedError
+        """The step's ledger columns: pooling's device bytes by category, host, copies."""
 
+    @abstractmethod
     def preempt(self, request: int) -> None:
         """The KV cache preempted ``request``: clean its pooling state (prefill restarts)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def output_nbytes(self, output: Any) -> int:
         """Bytes the host copy of ``output`` moves (for the async race's timing)."""
-        raise NotImplementedError
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -293,7 +270,6 @@ class EngineLoop:
 
     def _plan(self, index: int, step: ScheduledStep, out: StepOutput) -> list[KeepRule]:
         """The keep rule of every chunk; records chunks and registers kept views."""
-        cfg = self.cfg
         rules: list[KeepRule] = []
         row = 0
         for r, start, stop in step.chunks:
@@ -302,17 +278,21 @@ class EngineLoop:
             if start == 0:
                 rec.first_step = index
             finished = stop == self.lens[r]
-            if cfg.pooling_method == "LAST":
-                rule = None
-                chunk = ChunkRecord(index, r, start, stop, row, out.fresh, "gather", True, index)
+            rule, label = self._chunk_rules[finished, start == 0]
+            if rule is None:  # nothing kept: the step gathers its row
+                chunk = ChunkRecord(index, r, start, stop, row, out.fresh, label, True, index)
             else:
-                rule = keep_rule(cfg.policy, chunked=cfg.enable_chunked_prefill,
-                                 async_scheduling=cfg.async_scheduling, finished=finished,
-                                 first_chunk=start == 0)
                 rules.append(rule)
-                chunk = ChunkRecord(index, r, start, stop, row, out.fresh, rule.label, rule.owned)
-                if rule.owned or rule.returns == "cat":
-                    chunk.read_at_step = index  # copied (or cat) within its own step
+                chunk = ChunkRecord(index, r, start, stop, row, out.fresh, label, rule.owned)
+                if finished and rule.returns == "chunk" and start > 0:
+                    # Chunked prefill off, the prompt split anyway: the final chunk alone is
+                    # handed over (vLLM's AllPool keeps nothing), so rows [0, start) are missing.
+                    self.delivered_from[r] = start
+                    self.judged.add(r)
+                if rule.owned or rule.returns == "cat" or (not finished and rule.returns):
+                    # copied (or cat) within its own step; or, unchunked and unfinished, handed
+                    # to the head and dropped by the runner within the step
+                    chunk.read_at_step = index
                 else:
                     view = KeptView(r, out.region, row, row + stop - start, start, index)
                     self.tracker.keep(view)
@@ -330,8 +310,9 @@ class EngineLoop:
             return
         left = []
         for view, chunk in kept:
-            one_shot = chunk.token_start == 0 and chunk.token_end == self.lens[request]
-            if at_finish and one_shot and not self._copies_at_finish:
+            handed_over = chunk.token_end == self.lens[request] and (
+                chunk.token_start == 0 or not self.cfg.enable_chunked_prefill)  # no cat
+            if at_finish and handed_over and not self._copies_at_finish:
                 left.append((view, chunk))  # handed over as is: the host copy reads it
                 continue
             chunk.read_at_step = index

@@ -1,10 +1,10 @@
-"""Tensor backend: the engine loop (``tokpool.sim.loop``) on real tensors, with an oracle.
+"""Tensor backend: the engine loop (``backends.loop``) on real tensors, with an oracle.
 
 Each step's hidden states are written where the engine would put them: rows of the persistent
 graph-output buffer (a replay; padding rows get NaN, as a replay overwrites its whole padded
-size), a fresh eager tensor, or the teaching model's one buffer. Pooling is the core's
-``AllPool``/``StepPool``/``LastPool`` and heads; host copies go to (pinned, on CUDA) host
-memory, on a side stream when ``device`` is a GPU.
+size), a fresh eager tensor, or the teaching model's one buffer. Pooling is the core pooler of
+the config's pooling kind (``AllPool``/``StepPool``/``LastPool``), then the core's heads; host
+copies go to (pinned, on CUDA) host memory, on a side stream when ``device`` is a GPU.
 
 Memory is measured from real storages: at the start of the step, after every allocation pooling
 reports through ``AllPool.probe``, after the pooler returns, after each head tensor, and at the
@@ -12,8 +12,9 @@ end. Each measure walks every tensor the engine holds (``PoolingStates.tensors()
 requests, pooling's outputs, head outputs, outputs awaiting their host copy) and sums unique
 storages, skipping the persistent buffer and the step's own output while its step runs (after
 that, an eager output kept alive by a view is pooling's: pinned). The oracle compares, with
-``torch.equal``, each pooled output before the head with the reference (``source.reference``,
-then STEP selection) and each delivered host output with the head applied to that reference.
+``torch.equal``, each pooled output before the head with the reference (the pooling kind's:
+``source.reference``, then STEP's selection) and each delivered host output with the head
+applied to that reference.
 """
 
 from __future__ import annotations
@@ -24,31 +25,19 @@ import torch
 from torch import Tensor
 
 from ...heads import TokenClassifierHead, TokenEmbeddingHead
-from ...keep_rule import VLLM_POLICY, KeepRule
+from ...keep_rule import KeepRule
 from ...metadata import PoolingStates, build_metadata
 from ...ownership import storage_key, storage_nbytes
-from ...pooling import AllPool, LastPool, StepPool
-from ...vllm_bridge import VllmPool
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
 from ..vllm_rules.step_memory import StepOutput
-from .loop import EngineLoop, KeptRows
+from .loop import EngineLoop
 
 
-def make_pooler(config: SimConfig) -> AllPool | StepPool | LastPool:
-    """The core pooling method the config describes."""
-    if config.pooling_method == "LAST":
-        return LastPool()
-    if config.policy == VLLM_POLICY:  # the installed vLLM's own pooling method
-        return VllmPool(config.pooling_method, enable_chunked_prefill=config.enable_chunked_prefill,
-                        async_scheduling=config.async_scheduling)
-    cls = StepPool if config.pooling_method == "STEP" else AllPool
-    return cls(
-        enable_chunked_prefill=config.enable_chunked_prefill,
-        async_scheduling=config.async_scheduling,
-        policy=config.policy,
-    )
+def make_pooler(config: SimConfig):
+    """The pooling method the config's pooling kind runs (``vllm_rules.pooling_kind``)."""
+    return config.pooling_kind.pooler(config)
 
 
 def make_head(config: SimConfig) -> TokenEmbeddingHead | TokenClassifierHead:
@@ -72,8 +61,8 @@ class TensorEngine(EngineLoop):
 
     def __init__(self, prompt_lens: Sequence[int], config: SimConfig, source,
                  device: torch.device | str = "cpu") -> None:
-        super().__init__(prompt_lens, config, KeptRows.for_config(config, source,
-                                                                 len(prompt_lens)))
+        super().__init__(prompt_lens, config, config.pooling_kind.kept_rows(
+            config, source, len(prompt_lens)))
         self.source = source
         self.device = torch.device(device)
         # The persistent output memory: [rows, width], never reallocated (graph output).
@@ -89,12 +78,12 @@ class TensorEngine(EngineLoop):
         self.pooler = make_pooler(config)
         self.head_module = make_head(config)
         self.offload = self.outputs_on_host
-        self.tag = config.effective_step_tag_id
+        self.tag = self.kind.row_tag(config)
         self.states: dict[int, PoolingStates] = {}
         self.delivered: dict[int, Tensor] = {}
         self.expected: dict[int, Tensor] = {}
         self.corrupted: set[int] = set()
-        if not isinstance(self.pooler, LastPool):
+        if self.kind.token_level:  # AllPool and its kin report each allocation
             self.pooler.probe = lambda event, outputs: self._checkpoint(outputs)
         self._step_outputs: list[Tensor | None] = []
         self._step_extra: list[tuple[Tensor, str]] = []
@@ -190,8 +179,9 @@ class TensorEngine(EngineLoop):
         batch = [r for r, _, _ in step.chunks]
         hidden = self._hidden  # [n_step_tokens, width]
         token_ids = None
-        if cfg.pooling_method == "STEP" and self.tag is not None:
+        if self.tag is not None:  # the kind selects rows by their token id
             token_ids = [self.source.token_ids(r) for r in batch]
+        columns = self.kind.columns(cfg)
         meta = build_metadata(
             [self.lens[r] for r in batch],
             num_scheduled_tokens=[stop - start for _, start, stop in step.chunks],
@@ -199,10 +189,10 @@ class TensorEngine(EngineLoop):
             states=[self.states[r] for r in batch],
             prompt_token_ids=token_ids,
             step_tag_id=self.tag if token_ids is not None else None,
-            returned_token_ids=list(cfg.selected_columns) if cfg.selected_columns else None,
+            returned_token_ids=list(columns) if columns else None,
             task=cfg.task,
         )
-        if isinstance(self.pooler, LastPool):
+        if not self.kind.token_level:  # LastPool: one gathered row per request
             gathered = self.pooler(hidden, meta)  # [n_requests, width], owned
             self._checkpoint([gathered])
             index_of = {r: i for i, r in enumerate(batch)}
@@ -226,16 +216,7 @@ class TensorEngine(EngineLoop):
 
     def _reference(self, request: int) -> Tensor:
         """What pooling must hand over for ``request`` (pre-head), on the host."""
-        ref = self.source.reference(request)  # [prompt_len, width]
-        cfg = self.cfg
-        if cfg.pooling_method == "LAST":
-            return ref[-1]  # [width]
-        if cfg.pooling_method == "STEP":
-            if cfg.selected_columns is not None:
-                ref = ref[:, list(cfg.selected_columns)]  # [prompt_len, k]
-            if self.tag is not None:
-                ref = ref[self.source.token_ids(request) == self.tag]  # [n_tags, k]
-        return ref
+        return self.kind.reference(self.cfg, self.source, request)
 
     def _apply_head(self, x: Tensor) -> tuple[Tensor, Tensor]:
         cast = self.head_module.forward_one(x, use_activation=False)  # cast only (or x itself)

@@ -93,6 +93,14 @@ def explain(result: SimResult) -> list[str]:
                        f"as views and rewritten from step {int(first['overwritten_at_step'])} "
                        f"before {reader} read them")
             verdict += " → CORRUPTED" if rec.request in corrupted else " (no delivered row hit)"
+        elif not result.config.enable_chunked_prefill and len(mine) > 1:
+            last = mine.iloc[-1]
+            verdict = (f"; chunked prefill is off, yet long_prefill_token_threshold split it: "
+                       "pooling keeps no chunk without chunked prefill and hands each over, and "
+                       "the engine drops an unfinished request's output (vLLM 0.33.0's AllPool "
+                       "and finished_mask), so only its last chunk, tokens "
+                       f"{format_range(int(last['token_start']), int(last['token_end']))}, is "
+                       "delivered → CORRUPTED")
         else:
             verdict = " → corrupted" if rec.request in corrupted else " → intact"
         restarts = int(getattr(rec, "num_preemptions", 0))
@@ -103,6 +111,9 @@ def explain(result: SimResult) -> list[str]:
         pinned = int(getattr(rec, "stranded_bytes", 0))
         if pinned > 0:
             verdict += f"; its views stranded {pinned:,} bytes of other rows"
+        if result.looked_past:
+            verdict += ("; simulated AS IF vLLM accepted the run, which it refuses "
+                        "(SimResult.looked_past)")
         lines.append(head + verdict + ".")
     return lines
 
@@ -124,7 +135,7 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
 
     Args:
         result: a tensor-mode ``tp.simulate(...)`` result run with the default synthetic source,
-            ALL pooling and no activation (``use_activation=False``, the default).
+            one row per position (ALL pooling) and no activation (``use_activation=False``).
         request: which request's output to inspect.
         column: which hidden-state column to print the values of.
 
@@ -142,8 +153,11 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
     cfg = result.config
     if result.outputs is None:
         raise ValueError("corruption_table needs a tensor-mode result (mode='tensor')")
-    if cfg.pooling_method != "ALL" or cfg.use_activation:
-        raise ValueError("corruption_table supports ALL pooling without activation only")
+    kind = cfg.pooling_kind
+    if not kind.token_level or kind.selects(cfg) or cfg.use_activation:
+        raise ValueError("corruption_table needs one delivered row per prompt position (ALL "
+                         "pooling, or STEP without a selection) and no activation "
+                         "(use_activation=False)")
     whole("request", request, minimum=0, maximum=len(result.prompt_lens) - 1,
           why=f" (the result has {len(result.prompt_lens)} requests)")
     whole("column", column, minimum=0, maximum=cfg.width - 1,

@@ -35,6 +35,8 @@ class SimResult:
         chunks: one row per (step, request) chunk: what the keep rule did with it, when it
             was read, which step overwrote it (columns in ``tokpool.sim.CHUNK_COLUMNS``).
         closed_form: ``mode="closed_form"`` only: the formula's numbers (``summary()``).
+        looked_past: what vLLM would have refused of this run and the config looked past on
+            purpose (``SimConfig(as_if=True)``), one message each; empty: vLLM runs it.
     """
 
     config: SimConfig
@@ -50,6 +52,7 @@ class SimResult:
     outputs: list[Tensor] | None = field(default=None, repr=False)
     chunks: pd.DataFrame | None = field(default=None, repr=False)
     closed_form: dict | None = field(default=None, repr=False)
+    looked_past: list[str] = field(default_factory=list, repr=False)
 
     def __repr__(self) -> str:
         c = self.config
@@ -57,7 +60,9 @@ class SimResult:
             f"SimResult(mode={self.mode!r}, requests={len(self.prompt_lens)}, "
             f"steps={len(self.steps)}, policy={c.policy!r}, async={c.async_scheduling}, "
             f"peak_pooling_bytes={self.peak_pooling_bytes:,}, "
-            f"peak_device_bytes={self.peak_device_bytes:,}, corrupted={self.corrupted})"
+            f"peak_device_bytes={self.peak_device_bytes:,}, corrupted={self.corrupted}"
+            + (f", AS IF: {len(self.looked_past)} vLLM refusals looked past" if self.looked_past
+               else "") + ")"
         )
 
     def summary(self) -> dict:
@@ -103,7 +108,7 @@ class SimResult:
     def explain(self) -> list[str]:
         """One sentence per request: how its chunks were kept (the keep rule's actions), which
         step rewrote a kept view before it was read, whether it was corrupted, what it
-        stranded. Drawn from ``chunks``; see ``tokpool.sim.analysis.explain``."""
+        stranded. Drawn from ``chunks``; see ``tokpool.sim.results.analysis.explain``."""
         self._needs_steps("explain()")
         return explain(self)
 

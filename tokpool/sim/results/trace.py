@@ -12,8 +12,6 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...keep_rule import keep_rule
-
 if TYPE_CHECKING:
     from .result import SimResult
 
@@ -33,17 +31,16 @@ CHUNK_ACTIONS: dict[str, str] = {
 
 def chunk_kind(config, prompt_len: int, start: int, stop: int) -> str:
     """What pooling does with one chunk ``[start, stop)`` of a ``prompt_len``-token request:
-    the keep rule's label (``tokpool.keep_rule``), or ``"gather"`` for sequence pooling.
+    the pooling kind's label (the keep rule's, ``tokpool.keep_rule``; ``"gather"`` for
+    sequence pooling).
 
     Returns:
         One of ``"gather"``, ``"offload"``, ``"clone"``, ``"view"``, ``"prealloc"``,
         ``"view + cat"`` (the final chunk, joined by a concat).
     """
-    if config.pooling_method == "LAST":
-        return "gather"
-    return keep_rule(config.policy, chunked=config.enable_chunked_prefill,
-                     async_scheduling=config.async_scheduling, finished=stop == prompt_len,
-                     first_chunk=start == 0).label
+    kind = config.pooling_kind
+    return kind.chunk_label(kind.chunk_rule(config, finished=stop == prompt_len,
+                                            first_chunk=start == 0))
 
 
 def pooling_action(result: SimResult, request: int, start: int, stop: int) -> str:

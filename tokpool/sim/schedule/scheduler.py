@@ -49,6 +49,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..._args import as_whole, items
+
+# Called through the module, never copied: the refusal tests swap the checks there.
+from ..vllm_rules import engine_checks
 from ..vllm_rules.engine import step_order
 
 
@@ -87,7 +90,7 @@ class ScheduledStep:
         return sum((stop * (stop + 1) - start * (start + 1)) // 2 for _, start, stop in self.chunks)
 
 
-def check_prompt_lens(prompt_lens: object) -> list[int]:
+def validate_prompt_lens(prompt_lens: object) -> list[int]:
     """Validate prompt lengths: a non-empty sequence of positive ints.
 
     Raises:
@@ -170,21 +173,11 @@ def schedule(
             than the budget; a prompt needing more KV blocks than the cache holds (it is never
             admitted); a cache of fewer than 2 blocks. The message names the flag to change.
     """
-    lens = check_prompt_lens(prompt_lens)
+    lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
     budget_per_step = max_num_batched_tokens
-    if not enable_chunked_prefill:
-        too_long = [(i, n) for i, n in enumerate(lens) if n > budget_per_step]
-        if too_long:
-            i, n = too_long[0]
-            raise ValueError(
-                f"request {i} has {n} prompt tokens but max_num_batched_tokens is "
-                f"{budget_per_step} and chunked prefill is disabled, so it can never be "
-                f"scheduled ({len(too_long)} such requests; vLLM 0.33 refuses a "
-                "max_model_len above the budget without chunking, an engine that accepts it "
-                "spins forever). Set enable_chunked_prefill=True (--enable-chunked-prefill) "
-                "or raise max_num_batched_tokens (--max-num-batched-tokens)"
-            )
+    engine_checks.check_unchunked_prompts_schedulable(
+        lens, budget_per_step, enable_chunked_prefill=enable_chunked_prefill)
     threshold = long_prefill_token_threshold or 0  # 0/None: no cap
     kv = KVCache(kv_cache_blocks, block_size, lens)
     queue_size = 2 if async_scheduling else 1  # VllmConfig.max_concurrent_batches
@@ -344,23 +337,7 @@ class KVCache:
         self.held: dict[int, int] = {}
         self.used = 0
         if blocks is not None:
-            if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 2:
-                raise ValueError(
-                    f"kv_cache_blocks must be an int >= 2 (vLLM keeps one as its null block), "
-                    f"got {blocks!r}; give the KV cache more memory"
-                )
-            need = [(i, -(-n // block_size)) for i, n in enumerate(lens)]
-            too_big = [(i, b) for i, b in need if b > blocks - 1]
-            if too_big:
-                i, b = too_big[0]
-                raise ValueError(
-                    f"request {i} has {lens[i]} prompt tokens: {b} KV blocks of {block_size} "
-                    f"tokens, but the KV cache has {blocks} blocks, {blocks - 1} usable (one "
-                    "is vLLM's null block): vLLM never admits it (its whole prompt must fit) "
-                    "and refuses a max_model_len the cache cannot hold. Give more KV cache "
-                    "(kv_cache_blocks, gpu_memory_utilization, tensor_parallel_size) or "
-                    "shorter prompts"
-                )
+            engine_checks.check_prompts_fit_kv_cache(lens, blocks, block_size)
 
     def grow(self, request: int, tokens: int) -> bool:
         """Hold blocks for ``tokens`` computed tokens of ``request``; False if they don't fit."""

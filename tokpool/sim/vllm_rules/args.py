@@ -24,7 +24,8 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from .engine_checks import check_engine_sizes
+from .pooling_kind import POOLING_KINDS
+from .sizes import check_engine_sizes
 
 __all__ = ["SUPPORTED_FLAGS", "UNMODELLED_FLAGS", "human_readable_int", "parse_vllm_args"]
 
@@ -321,9 +322,9 @@ def _normalise(out: dict[str, Any]) -> None:
         _check_pooler_value(key, value)
         if key == "returned_token_ids":
             value = tuple(value)
-        if key in ("tok_pooling_type", "pooling_type") and value not in ("ALL", "STEP", "LAST"):
-            raise ValueError(f"--pooler-config {key}={value!r}: tokpool simulates ALL, STEP "
-                             "and LAST pooling")
+        if key in ("tok_pooling_type", "pooling_type") and value not in POOLING_KINDS:
+            raise ValueError(f"--pooler-config {key}={value!r}: tokpool simulates "
+                             f"{', '.join(POOLING_KINDS)} pooling")
         out[_POOLER_KEYS[key]] = value
 
 

@@ -11,9 +11,12 @@ ones whose vLLM function can run on a CPU against that function.
 - pooling defaults: ``default_head_dtype``, ``default_use_activation``,
   ``default_async_scheduling``;
 - which models chunk: ``pooling_attn_type``, ``chunked_prefill_supported``;
-- prompt length: ``check_prompt_fits``, ``num_sampled_tokens_per_step``, ``running_chunk_limit``;
 - the order of requests in a step's rows: ``step_order``;
-- tasks: ``TOKEN_POOL_METHOD_TASKS``, ``RUNNER_TASKS``, ``check_request_task``.
+- tasks: ``TOKEN_POOL_METHOD_TASKS``, ``RUNNER_TASKS``, ``select_pooling_task``,
+  ``check_selected_task``.
+
+What vLLM refuses (prompt lengths, scheduler limits, ...) is in ``engine_checks``, each refusal
+once.
 """
 
 from __future__ import annotations
@@ -32,29 +35,30 @@ __all__ = [
     "TOKEN_POOL_METHOD_TASKS",
     "DeviceFacts",
     "batch_defaults",
-    "check_prompt_fits",
     "check_request_task",
-    "check_user_max_model_len",
+    "check_selected_task",
     "chunked_prefill_supported",
     "cudagraph_capture_sizes",
     "default_async_scheduling",
     "default_head_dtype",
     "default_max_cudagraph_capture_size",
     "default_use_activation",
+    "derive_batch_limits",
     "engine_batch_limits",
     "graph_size_for",
-    "num_sampled_tokens_per_step",
     "padded_step_sizes",
     "pooling_attn_type",
     "pooling_cudagraph_mode",
     "resolve_cudagraph_sizes",
     "resolve_device",
-    "running_chunk_limit",
     "select_pooling_task",
     "step_order",
 ]
 
+from ..._deprecation import deprecated_alias
 from .devices import DEVICES, DeviceFacts, GiB, Hardware, resolve_device
+from .engine_checks import check_scheduler_limits
+from .pooling_kind import POOLING_KINDS
 
 #: ``max_cudagraph_capture_size`` when none is given (vllm/config/vllm.py,
 #: ``VllmConfig._set_cudagraph_sizes``): 512, or 1024 on data-centre Blackwell (sm_10x).
@@ -300,6 +304,48 @@ def batch_defaults(
     return tokens.get(usage, 2048), seqs.get(usage, 128)
 
 
+def derive_batch_limits(
+    gpu: str | Hardware,
+    usage: Usage = "llm",
+    *,
+    max_model_len: int | None,
+    enable_chunked_prefill: bool,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    world_size: int = 1,
+) -> tuple[int, int]:
+    """The engine's ``(max_num_batched_tokens, max_num_seqs)`` for a model, before vLLM's
+    checks (``engine_batch_limits`` adds them).
+
+    vllm/engine/arg_utils.py, ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``
+    (default performance mode, no batched DP MoE, no multimodal prefix-LM). Only values the
+    user did not give are adjusted:
+
+    - budget: the ``batch_defaults`` value; without chunked prefill raised to at least
+      ``max_model_len`` (a whole prompt must fit one step); then capped at
+      ``max_num_seqs * max_model_len``;
+    - ``max_num_seqs``: the default, capped at the budget.
+
+    Without a ``max_model_len`` (no model: no context) the defaults are only capped by each
+    other.
+    """
+    if max_model_len is not None:
+        _positive_int("max_model_len", max_model_len)
+    default_tokens, default_seqs = batch_defaults(gpu, usage, world_size=world_size)
+    seqs = default_seqs if max_num_seqs is None else _positive_int("max_num_seqs", max_num_seqs)
+    if max_num_batched_tokens is None:
+        tokens = default_tokens
+        if max_model_len is not None:
+            if not enable_chunked_prefill:
+                tokens = max(max_model_len, tokens)
+            tokens = min(seqs * max_model_len, tokens)
+    else:
+        tokens = _positive_int("max_num_batched_tokens", max_num_batched_tokens)
+    if max_num_seqs is None:
+        seqs = min(seqs, tokens)
+    return tokens, seqs
+
+
 def engine_batch_limits(
     gpu: str | Hardware,
     usage: Usage = "llm",
@@ -310,46 +356,23 @@ def engine_batch_limits(
     max_num_seqs: int | None = None,
     world_size: int = 1,
 ) -> tuple[int, int]:
-    """The engine's final ``(max_num_batched_tokens, max_num_seqs)`` for a model.
-
-    vllm/engine/arg_utils.py, ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``
-    (default performance mode, no batched DP MoE, no multimodal prefix-LM), then
-    ``SchedulerConfig.verify_max_model_len`` (vllm/config/scheduler.py). Only values the user
-    did not give are adjusted:
-
-    - budget: the ``batch_defaults`` value; without chunked prefill raised to at least
-      ``max_model_len`` (a whole prompt must fit one step); then capped at
-      ``max_num_seqs * max_model_len``;
-    - ``max_num_seqs``: the default, capped at the budget.
+    """The engine's final ``(max_num_batched_tokens, max_num_seqs)`` for a model:
+    ``derive_batch_limits``, then vLLM's ``SchedulerConfig.verify_max_model_len``
+    (``engine_checks.check_scheduler_limits``).
 
     Raises:
-        ValueError: without chunked prefill, a given budget below ``max_model_len`` (vLLM
+        EngineRefusal: without chunked prefill, a given budget below ``max_model_len`` (vLLM
             refuses it: such prompts could never be scheduled), or a budget below
             ``max_num_seqs``.
     """
     _positive_int("max_model_len", max_model_len)
-    default_tokens, default_seqs = batch_defaults(gpu, usage, world_size=world_size)
-    seqs = default_seqs if max_num_seqs is None else _positive_int("max_num_seqs", max_num_seqs)
-    if max_num_batched_tokens is None:
-        tokens = default_tokens
-        if not enable_chunked_prefill:
-            tokens = max(max_model_len, tokens)
-        tokens = min(seqs * max_model_len, tokens)
-    else:
-        tokens = _positive_int("max_num_batched_tokens", max_num_batched_tokens)
-    if max_num_seqs is None:
-        seqs = min(seqs, tokens)
-    if tokens < max_model_len and not enable_chunked_prefill:
-        raise ValueError(
-            f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_model_len}) "
-            "with chunked prefill off, so longer prompts could never be scheduled; raise "
-            "max_num_batched_tokens or lower max_model_len"
-        )
-    if tokens < seqs:
-        raise ValueError(
-            f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); raise the "
-            "budget or lower max_num_seqs"
-        )
+    tokens, seqs = derive_batch_limits(
+        gpu, usage, max_model_len=max_model_len, enable_chunked_prefill=enable_chunked_prefill,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        world_size=world_size)
+    check_scheduler_limits(
+        max_num_batched_tokens=tokens, max_num_seqs=seqs, max_model_len=max_model_len,
+        enable_chunked_prefill=enable_chunked_prefill, long_prefill_token_threshold=None)
     return tokens, seqs
 
 
@@ -457,77 +480,9 @@ def chunked_prefill_supported(
     if attn_type == "encoder_only":
         return False
     if attn_type == "decoder":
-        return not (seq_pooling_type in ("MEAN", "CLS") or tok_pooling_type == "STEP")
+        never = tok_pooling_type is not None and not POOLING_KINDS[tok_pooling_type].chunks
+        return not (seq_pooling_type in ("MEAN", "CLS") or never)
     return attn_type != "encoder_decoder"
-
-
-# --- prompt length --------------------------------------------------------------------------
-
-
-def num_sampled_tokens_per_step(runner: Runner = "pooling", *, issue_55427: bool = False) -> int:
-    """Context slots the scheduler reserves for a sampled token.
-
-    vllm/v1/core/sched/scheduler.py, ``Scheduler.__init__``: 0 for pooling (and diffusion)
-    models in vLLM 0.33.0, 1 for generative ones. Before that fix vLLM reserved 1 for pooling
-    models too (vLLM issue #55427; ``issue_55427=True`` models that older behaviour).
-    """
-    if runner not in ("pooling", "generate"):
-        raise ValueError(f"unknown runner {runner!r}; use 'pooling' or 'generate'")
-    return 1 if runner == "generate" or issue_55427 else 0
-
-
-def running_chunk_limit(num_computed_tokens: int, max_model_len: int, sampled_slots: int) -> int:
-    """Most tokens a *running* request may be scheduled in a step, from ``max_model_len``.
-
-    vllm/v1/core/sched/scheduler.py, ``Scheduler.schedule`` (running-queue branch):
-    ``max_model_len - num_computed_tokens - num_sampled_tokens_per_step``. The waiting-queue
-    branch (a request's first chunk) has no such cap. With one reserved slot a prompt of
-    exactly ``max_model_len`` that was chunked stops one token short and is never scheduled
-    again (issue #55427).
-    """
-    _positive_int("num_computed_tokens", num_computed_tokens, minimum=0)
-    _positive_int("max_model_len", max_model_len)
-    return max(max_model_len - num_computed_tokens - sampled_slots, 0)
-
-
-def check_prompt_fits(
-    prompt_len: int,
-    max_model_len: int,
-    *,
-    chunked: bool,
-    issue_55427: bool = False,
-) -> None:
-    """Raise like vLLM when a pooling prompt cannot be served under ``max_model_len``.
-
-    vllm/v1/engine/input_processor.py, ``InputProcessor._validate_prompt_len``: an empty prompt
-    and a prompt longer than ``max_model_len`` are rejected; a pooling prompt of exactly
-    ``max_model_len`` is accepted (only generative models need room for an output token).
-    With ``issue_55427=True`` (vLLM before the scheduler fix) a chunked prompt of exactly
-    ``max_model_len`` is refused as well, because the engine would stall on its last token
-    (see ``running_chunk_limit``); in 0.33.0 it finishes.
-
-    Raises:
-        ValueError: naming the prompt length and ``max_model_len``, and what to change.
-    """
-    _positive_int("max_model_len", max_model_len)
-    if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len < 0:
-        raise ValueError(f"prompt_len must be an int >= 0, got {prompt_len!r}")
-    if prompt_len == 0:
-        raise ValueError("the prompt is empty (0 tokens); vLLM rejects empty decoder prompts")
-    if prompt_len > max_model_len:
-        raise ValueError(
-            f"the prompt has {prompt_len} tokens, longer than max_model_len={max_model_len}; "
-            f"vLLM rejects it. Give max_model_len >= {prompt_len} (vLLM's --max-model-len) if "
-            "the model supports that context, or shorten the prompt"
-        )
-    if issue_55427 and chunked and prompt_len == max_model_len:
-        raise ValueError(
-            f"the prompt has exactly max_model_len={max_model_len} tokens and is chunked: "
-            "before vLLM's fix for issue #55427 the scheduler keeps one slot for a sampled "
-            f"token, so after its first chunk the request stops at {max_model_len - 1} tokens "
-            "and never finishes. Use a prompt of at most max_model_len - 1 tokens, a larger "
-            "max_model_len, or a fixed vLLM (issue_55427=False)"
-        )
 
 
 # --- batch order ----------------------------------------------------------------------------
@@ -584,20 +539,6 @@ RUNNER_TASKS: frozenset[str] = frozenset(
 )
 
 
-def check_user_max_model_len(max_model_len: int, derived: int | None, *,
-                             allow_long: bool) -> None:
-    """vllm/config/model.py, ``_get_and_verify_max_len``: a ``--max-model-len`` above the
-    length derived from the model's files is refused unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``
-    (positions past it give NaN with RoPE, out-of-bounds reads with absolute positions)."""
-    if derived is not None and max_model_len > derived and not allow_long:
-        raise ValueError(
-            f"User-specified max_model_len ({max_model_len}) is greater than the derived "
-            f"max_model_len ({derived}) in the model's config.json: vLLM refuses it. Set "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (allow_long_max_model_len=True) to simulate it "
-            "anyway, or lower --max-model-len"
-        )
-
-
 #: vLLM's default-task priority when no task is configured (``ModelConfig.get_pooling_task``).
 POOLING_TASK_PRIORITY: tuple[str, ...] = (
     "embed&token_classify", "embed", "classify", "token_embed", "token_classify", "plugin",
@@ -621,7 +562,7 @@ def select_pooling_task(model_tasks: Sequence[str], *, architectures: Sequence[s
     return next((t for t in POOLING_TASK_PRIORITY if t in tasks), None)
 
 
-def check_request_task(
+def check_selected_task(
     task: str,
     *,
     selected_task: str,
@@ -652,3 +593,7 @@ def check_request_task(
         else f"via --pooler-config.task {task}."
     )
     raise ValueError(f"Try switching the model's pooling_task {switch}")
+
+
+check_request_task = deprecated_alias(
+    check_selected_task, "tokpool.sim.vllm_rules.check_request_task", "check_selected_task")

@@ -1,137 +1,379 @@
-"""What vLLM 0.33.0 refuses at start-up, refused here with vLLM's words and its flag.
+"""Every refusal of vLLM 0.33.0 that tokpool models, each written once, with vLLM's words.
 
-- ``check_tensor_parallel``: ``ModelConfig.verify_with_parallel_config``
-  (vllm/config/model.py): "Total number of attention heads (H) must be divisible by tensor
-  parallel size (T)."; and ``QKVParallelLinear`` (vllm/model_executor/layers/linear.py): with
-  ``T >= KV heads`` each KV head is replicated ``T / KV`` times (``divide`` asserts it is whole),
-  else the KV heads are split ``KV / T`` per rank (whole again).
-- ``check_kv_cache_holds_one_sequence``: ``_check_enough_kv_cache_memory``
-  (vllm/v1/core/kv_cache_planning.py): the KV cache sized from ``gpu_memory_utilization`` must
-  hold one request of ``max_model_len`` tokens, else vLLM refuses to start and estimates the
-  longest ``max_model_len`` that fits.
-- ``check_engine_sizes``: NOT a check vLLM makes — its int32 tensors would wrap instead. Token
-  offsets, sequence lengths, request indices and KV block ids live in int32 tensors (Model
-  Runner V2's ``InputBuffers``, vllm/v1/worker/gpu/input_batch.py; ``BlockTable``,
-  vllm/v1/worker/block_table.py), and ranks are C ints in ``torch.distributed``; tokpool refuses
-  a size they cannot hold rather than simulate an engine that cannot exist.
+vLLM refuses a configuration inside its config classes, which every way in builds, so no path
+slips past; here each refusal is one function, and every entry path calls it: a directly built
+``SimConfig``, ``for_model``, ``from_hf_config`` and ``from_vllm_args`` through the one
+resolution step (``resolve.resolve_engine``); ``simulate`` (every mode, both schedulers),
+``sweep``, the CLI and the explorers through ``check_prompts_fit`` and the schedulers
+(``tests/test_refusals.py`` swaps each function and sees every path raise through it).
+
+Start-up refusals (the engine never starts):
+
+- ``check_tensor_parallel``: ``ModelConfig.verify_with_parallel_config`` (vllm/config/model.py)
+  and ``QKVParallelLinear`` (vllm/model_executor/layers/linear.py);
+- ``check_user_max_model_len``: ``_get_and_verify_max_len`` (vllm/config/model.py);
+- ``check_scheduler_limits``: ``SchedulerConfig.verify_max_model_len``
+  (vllm/config/scheduler.py): the budget below ``max_model_len`` without chunked prefill, below
+  ``max_num_seqs``, and ``long_prefill_token_threshold`` above ``max_model_len``;
+- ``check_kv_cache_holds_one_sequence``: ``check_enough_kv_cache_memory`` /
+  ``_check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_planning.py): the cache, less the
+  null block the ``BlockPool`` keeps, must hold one ``max_model_len`` request, whether it was
+  sized from memory or given (``--num-gpu-blocks-override``, ``get_kv_cache_configs``).
+
+Request refusals:
+
+- ``check_prompts_fit``: ``InputProcessor._validate_prompt_len``
+  (vllm/v1/engine/input_processor.py): an empty prompt, a prompt over ``max_model_len``;
+- ``check_unchunked_prompts_schedulable``: a prompt over the budget without chunked prefill can
+  never be scheduled (vLLM refuses such a ``max_model_len`` at start-up; tokpool, which may run
+  without a ``max_model_len``, refuses the prompt);
+- ``check_step_pooling_sees_whole_prompts``: without chunked prefill, STEP pooling with a step
+  tag fails on a prompt the long-prefill threshold split (``StepPool.forward``, run);
+- ``check_prompts_fit_kv_cache``: a prompt whose blocks exceed the cache is never admitted
+  (``Scheduler.schedule`` reserves the whole prompt; vLLM refuses such a ``max_model_len`` at
+  start-up, ``check_kv_cache_holds_one_sequence``).
+
+Each raises ``EngineRefusal`` (a ``ValueError``). ``SimConfig(as_if=True)`` looks past the ones
+that leave a simulation meaning something (``EngineRefusal.can_look_past``): the run goes on and
+``SimConfig.looked_past`` / ``SimResult.looked_past`` list what vLLM would have refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
-__all__ = ["ENGINE_SIZE_LIMITS", "check_engine_sizes", "check_kv_cache_holds_one_sequence",
-           "check_tensor_parallel"]
+import numpy as np
+
+__all__ = [
+    "EngineRefusal",
+    "Refusals",
+    "check_kv_cache_holds_one_sequence",
+    "check_prompts_fit",
+    "check_prompts_fit_kv_cache",
+    "check_scheduler_limits",
+    "check_step_pooling_sees_whole_prompts",
+    "check_tensor_parallel",
+    "check_unchunked_prompts_schedulable",
+    "check_user_max_model_len",
+]
 
 _GIB = 1 << 30
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-_INT32_TENSORS = ("vLLM's Model Runner V2 keeps token offsets, sequence lengths, request "
-                  "indices and KV block ids in int32 tensors (InputBuffers, "
-                  "vllm/v1/worker/gpu/input_batch.py; BlockTable, vllm/v1/worker/block_table.py)")
-_RANKS = "torch.distributed numbers ranks with C ints (int32)"
-#: The largest value each size may take, and why (SimConfig field -> (bound, reason)).
-ENGINE_SIZE_LIMITS: dict[str, tuple[int, str]] = {
-    **dict.fromkeys(("max_num_batched_tokens", "max_num_seqs", "max_model_len",
-                     "long_prefill_token_threshold", "max_cudagraph_capture_size",
-                     "kv_cache_blocks", "step_tag_id", "step_tag_every"),
-                    (INT32_MAX, _INT32_TENSORS)),
-    **dict.fromkeys(("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"),
-                    (INT32_MAX, _RANKS)),
-    **dict.fromkeys(("hidden_size", "num_labels"),
-                    (INT32_MAX, "tokpool's bound on a row's width (the widest models have "
-                                "about 10^5 columns)")),
-    "activation_peak_bytes": (INT64_MAX, "byte counts are int64"),
-}
+
+class EngineRefusal(ValueError):
+    """vLLM refuses this configuration or request.
+
+    Attributes:
+        follows: the vLLM function whose refusal this is.
+        can_look_past: ``SimConfig(as_if=True)`` may simulate past it (``False``: the
+            simulation would have no meaning, e.g. heads that do not split over the ranks).
+    """
+
+    def __init__(self, message: str, *, follows: str, can_look_past: bool = True) -> None:
+        super().__init__(message)
+        self.follows = follows
+        self.can_look_past = can_look_past
 
 
-def check_engine_sizes(values: Mapping[str, Any], *, flags: bool = False) -> None:
-    """Raise ``ValueError`` for a size above ``ENGINE_SIZE_LIMITS`` (the field, or with
-    ``flags`` vLLM's flag, the bound and why). Values that are not ints are left to the
-    type checks; ``None`` means unset.
+class Refusals:
+    """Runs refusal checks: raises, or with ``as_if`` records the refusals that can be looked
+    past (``EngineRefusal.can_look_past``) in ``looked_past`` and goes on.
 
     Example:
-        >>> check_engine_sizes({"max_num_batched_tokens": 10**30}, flags=True)
-        Traceback (most recent call last):
-        ValueError: --max-num-batched-tokens must be at most 2,147,483,647, got 1.0e+30: ...
+        >>> refusals = Refusals(as_if=True)
+        >>> refusals(check_prompts_fit, [5000], 4096)
+        >>> refusals.looked_past[0][:60]
+        'request 0 has 5000 prompt tokens, longer than max_model_len='
     """
-    for name, (bound, why) in ENGINE_SIZE_LIMITS.items():
-        value = values.get(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= bound:
-            continue
-        shown = f"--{name.replace('_', '-')}" if flags else name
-        got = f"{value:,}" if value < 10**18 else f"{float(value):.1e}"
-        raise ValueError(f"{shown} must be at most {bound:,}, got {got}: {why}; tokpool "
-                         "refuses a value they cannot hold")
-    sizes = [values.get(n) for n in ("tensor_parallel_size", "pipeline_parallel_size",
-                                     "data_parallel_size")]
-    if all(isinstance(n, int) for n in sizes) and sizes[0] * sizes[1] * sizes[2] > INT32_MAX:
-        raise ValueError(f"tensor x pipeline x data parallel = {sizes[0]} x {sizes[1]} x "
-                         f"{sizes[2]} GPUs is over {INT32_MAX:,}: {_RANKS}")
+
+    def __init__(self, *, as_if: bool) -> None:
+        self.as_if = as_if
+        self.looked_past: list[str] = []
+
+    def __call__(self, check, *args, **kwargs) -> None:
+        try:
+            check(*args, **kwargs)
+        except EngineRefusal as err:
+            if not (self.as_if and err.can_look_past):
+                raise
+            self.looked_past.append(str(err))
+
+
+# --- start-up ---------------------------------------------------------------------------------
 
 
 def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int,
                           tp: int) -> None:
-    """Raise ``ValueError`` as vLLM does when ``tp`` does not split the heads evenly.
+    """Refuse a ``tp`` that does not split the heads evenly, as vLLM does.
 
     Args:
         name: the model, for the message.
         num_attention_heads, num_kv_heads: the model's query and key/value heads.
         tp: ``--tensor-parallel-size``.
+
+    Raises:
+        EngineRefusal: "Total number of attention heads (H) must be divisible by tensor
+            parallel size (T)." (``ModelConfig.verify_with_parallel_config``), or KV heads that
+            cannot be split (``T < KV``: ``KV / T`` per rank) or replicated (``T >= KV``: each
+            ``T / KV`` times) evenly (``QKVParallelLinear``'s ``divide``).
     """
     if tp == 1:
         return
     if num_attention_heads % tp:
         fits = [t for t in range(1, num_attention_heads + 1) if num_attention_heads % t == 0
                 and (num_kv_heads % t == 0 if t < num_kv_heads else t % num_kv_heads == 0)]
-        raise ValueError(
+        raise EngineRefusal(
             f"vLLM refuses to start {name} with --tensor-parallel-size {tp}: \"Total number of "
             f"attention heads ({num_attention_heads}) must be divisible by tensor parallel size "
-            f"({tp}).\" (ModelConfig.verify_with_parallel_config). Use -tp in {fits}"
-        )
+            f"({tp}).\" (ModelConfig.verify_with_parallel_config). Use -tp in {fits}",
+            follows="ModelConfig.verify_with_parallel_config", can_look_past=False)
     if (tp >= num_kv_heads and tp % num_kv_heads) or (tp < num_kv_heads and num_kv_heads % tp):
         heads, over = (tp, num_kv_heads) if tp >= num_kv_heads else (num_kv_heads, tp)
-        raise ValueError(
+        raise EngineRefusal(
             f"vLLM fails to load {name} with --tensor-parallel-size {tp}: its {num_kv_heads} KV "
             f"heads cannot be split or replicated evenly over {tp} ranks (QKVParallelLinear: "
             f"\"{heads} is not divisible by {over}\"). Use a -tp that divides "
-            f"{num_kv_heads} or is a multiple of it"
-        )
+            f"{num_kv_heads} or is a multiple of it",
+            follows="QKVParallelLinear", can_look_past=False)
+
+
+def check_user_max_model_len(max_model_len: int, derived: int | None, *,
+                             allow_long: bool) -> None:
+    """Refuse a ``--max-model-len`` above the length derived from the model's files unless
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` (``allow_long``): positions past it give NaN with
+    RoPE and out-of-bounds reads with absolute positions (vllm/config/model.py,
+    ``_get_and_verify_max_len``).
+
+    Raises:
+        EngineRefusal: naming both lengths and the environment variable.
+    """
+    if derived is not None and max_model_len > derived and not allow_long:
+        raise EngineRefusal(
+            f"User-specified max_model_len ({max_model_len}) is greater than the derived "
+            f"max_model_len ({derived}) in the model's config.json: vLLM refuses it "
+            "(_get_and_verify_max_len). Set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            "(allow_long_max_model_len=True) if the model really takes that context, lower "
+            "--max-model-len, or simulate it on purpose with as_if=True",
+            follows="_get_and_verify_max_len")
+
+
+def check_scheduler_limits(
+    *, max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int | None,
+    enable_chunked_prefill: bool, long_prefill_token_threshold: int | None,
+) -> None:
+    """vLLM's scheduler start-up refusals (vllm/config/scheduler.py,
+    ``SchedulerConfig.verify_max_model_len``), in its order. Without a ``max_model_len`` (no
+    model: no context limit) only the ``max_num_seqs`` one applies.
+
+    Raises:
+        EngineRefusal: without chunked prefill a budget below ``max_model_len``; a budget below
+            ``max_num_seqs``; a ``long_prefill_token_threshold`` above ``max_model_len``.
+    """
+    follows = "SchedulerConfig.verify_max_model_len"
+    tokens = max_num_batched_tokens
+    if max_model_len is not None and tokens < max_model_len and not enable_chunked_prefill:
+        raise EngineRefusal(
+            f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_model_len})"
+            " with chunked prefill off: vLLM refuses to start, since longer prompts could never "
+            f"be scheduled ({follows}). Raise --max-num-batched-tokens "
+            "(max_num_batched_tokens=), lower --max-model-len (max_model_len=), or turn on "
+            "--enable-chunked-prefill (enable_chunked_prefill=True)", follows=follows)
+    if tokens < max_num_seqs:
+        raise EngineRefusal(
+            f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs "
+            f"({max_num_seqs}) ({follows}); raise --max-num-batched-tokens "
+            "(max_num_batched_tokens=) or lower --max-num-seqs (max_num_seqs=)", follows=follows)
+    threshold = long_prefill_token_threshold or 0  # None / 0: no cap
+    if max_model_len is not None and threshold > max_model_len:
+        raise EngineRefusal(
+            f"long_prefill_token_threshold ({threshold}) cannot be greater than the "
+            f"max_model_len ({max_model_len}) ({follows}); lower "
+            "--long-prefill-token-threshold (long_prefill_token_threshold=) to at most "
+            f"{max_model_len}", follows=follows)
 
 
 def check_kv_cache_holds_one_sequence(
     *, name: str, kv_cache_blocks: int, block_size: int, kv_bytes_per_token: int,
-    max_model_len: int | None, available_bytes: int | None = None,
+    max_model_len: int | None, available_bytes: int | None = None, given: bool = False,
 ) -> None:
-    """Raise ``ValueError`` as vLLM does when one ``max_model_len`` request does not fit the KV
-    cache sized from ``gpu_memory_utilization``.
+    """Refuse a KV cache that cannot hold one ``max_model_len`` request, as vLLM does: the
+    ``BlockPool`` keeps one block back as its null block, so ``kv_cache_blocks - 1`` must hold
+    ``ceil(max_model_len / block_size)`` blocks (``check_enough_kv_cache_memory`` plans against
+    the memory less one block; with ``--num-gpu-blocks-override`` the memory checked is the
+    override's blocks, ``get_kv_cache_configs``).
 
     Args:
         name: the model.
-        kv_cache_blocks: blocks the memory holds on the most loaded rank.
+        kv_cache_blocks: ``num_gpu_blocks`` on the most loaded rank (the null block included).
         block_size: tokens per block.
-        kv_bytes_per_token: KV bytes per token on that rank.
+        kv_bytes_per_token: KV bytes per token on that rank (0: no KV cache, nothing to check).
         max_model_len: the engine's ``max_model_len`` (``None``: nothing to check).
-        available_bytes: the KV memory left on that rank (default: the whole blocks').
+        available_bytes: the KV memory vLLM found on that rank (default: the blocks').
+        given: the block count was given (``kv_cache_blocks=``, vLLM's
+            ``--num-gpu-blocks-override``) rather than sized from memory.
+
+    Raises:
+        EngineRefusal: with vLLM's message and the longest ``max_model_len`` that fits.
     """
     if max_model_len is None or kv_bytes_per_token == 0:
         return
+    usable = kv_cache_blocks - 1  # BlockPool.null_block
     blocks_needed = -(-max_model_len // block_size)
-    if blocks_needed <= kv_cache_blocks:
+    if blocks_needed <= usable:
         return
     per_block = block_size * kv_bytes_per_token
     needed = blocks_needed * per_block
-    available = kv_cache_blocks * per_block if available_bytes is None else available_bytes
-    longest = kv_cache_blocks * block_size
+    available = (kv_cache_blocks * per_block if available_bytes is None else available_bytes)
+    available -= per_block  # the null block is planned away first
+    longest = max(usable, 0) * block_size
     estimate = (f"Based on the available memory, the estimated maximum model length is "
                 f"{longest}. " if longest > 0 else "")
-    raise ValueError(
-        f"vLLM refuses to start {name}: \"To serve at least one request with the model's max "
-        f"seq len ({max_model_len}), ({needed / _GIB:.2f} GiB KV cache is needed, which is "
-        f"larger than the available KV cache memory ({available / _GIB:.2f} GiB). {estimate}"
-        "Try increasing `gpu_memory_utilization` ... or decreasing `max_model_len`\" "
-        "(kv_cache_planning._check_enough_kv_cache_memory). Raise --gpu-memory-utilization "
-        "(gpu_memory_utilization=), add GPUs (--tensor-parallel-size), or lower "
-        f"--max-model-len (max_model_len=) to at most {longest}"
-    )
+    if available <= 0:
+        quoted = ("No available memory for the cache blocks. Try increasing "
+                  "`gpu_memory_utilization` ...")
+    else:
+        quoted = (f"To serve at least one request with the model's max seq len "
+                  f"({max_model_len}), ({needed / _GIB:.2f} GiB KV cache is needed, which is "
+                  f"larger than the available KV cache memory ({available / _GIB:.2f} GiB). "
+                  f"{estimate}Try increasing `gpu_memory_utilization` ... or decreasing "
+                  "`max_model_len`")
+    fix = ("give more blocks (kv_cache_blocks=, vLLM's --num-gpu-blocks-override)" if given
+           else "raise --gpu-memory-utilization (gpu_memory_utilization=), add GPUs "
+           "(--tensor-parallel-size)")
+    raise EngineRefusal(
+        f"vLLM refuses to start {name}: \"{quoted}\" (kv_cache_planning."
+        f"check_enough_kv_cache_memory; {kv_cache_blocks} blocks of {block_size} tokens, one "
+        f"of them the null block). {fix[0].upper() + fix[1:]}, simulate it on purpose with "
+        f"as_if=True, or lower --max-model-len (max_model_len=) to at most {longest}",
+        follows="kv_cache_planning.check_enough_kv_cache_memory")
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+def check_prompts_fit(prompt_lens: Sequence[int], max_model_len: int | None, *,
+                      name: str | None = None) -> None:
+    """Refuse prompts vLLM rejects (vllm/v1/engine/input_processor.py,
+    ``InputProcessor._validate_prompt_len``): an empty prompt, or one longer than
+    ``max_model_len`` (a pooling prompt of exactly ``max_model_len`` is accepted: only
+    generative models need room for an output token).
+
+    Args:
+        prompt_lens: per request, its prompt length (ints, or a numpy array).
+        max_model_len: the engine's ``max_model_len`` (``None``: no limit).
+        name: the model, for the message.
+
+    Raises:
+        EngineRefusal: naming the first such request, its length, how many there are, and what
+            to change.
+    """
+    lens = np.asarray(prompt_lens, dtype=np.int64).reshape(-1)
+    empty = np.flatnonzero(lens == 0)
+    if empty.size:
+        raise EngineRefusal(
+            f"request {empty[0]} is empty (0 prompt tokens); vLLM rejects empty prompts "
+            "(InputProcessor._validate_prompt_len)",
+            follows="InputProcessor._validate_prompt_len", can_look_past=False)
+    if max_model_len is None:
+        return
+    too_long = np.flatnonzero(lens > max_model_len)
+    if too_long.size:
+        i, n, count = int(too_long[0]), int(lens[too_long[0]]), too_long.size
+        whose = f"{name}'s " if name else ""
+        raise EngineRefusal(
+            f"request {i} has {n} prompt tokens, longer than {whose}max_model_len="
+            f"{max_model_len} ({count:,} such request{'s' if count > 1 else ''}); vLLM "
+            "rejects it (InputProcessor._validate_prompt_len). Pass max_model_len >= "
+            f"{n} (vLLM's --max-model-len) if the model supports that context, shorten the "
+            "prompt, or simulate it on purpose with as_if=True",
+            follows="InputProcessor._validate_prompt_len")
+
+
+def check_unchunked_prompts_schedulable(prompt_lens: Sequence[int], max_num_batched_tokens: int,
+                                        *, enable_chunked_prefill: bool) -> None:
+    """Refuse prompts that can never be scheduled: longer than the budget with chunked prefill
+    off (vLLM refuses a ``max_model_len`` above the budget at start-up,
+    ``check_scheduler_limits``; an engine that accepted it would spin forever).
+
+    Raises:
+        EngineRefusal: naming the first such request and the two flags to change.
+    """
+    if enable_chunked_prefill:
+        return
+    too_long = [(i, int(n)) for i, n in enumerate(prompt_lens) if n > max_num_batched_tokens]
+    if too_long:
+        i, n = too_long[0]
+        raise EngineRefusal(
+            f"request {i} has {n} prompt tokens but max_num_batched_tokens is "
+            f"{max_num_batched_tokens} and chunked prefill is disabled, so it can never be "
+            f"scheduled ({len(too_long)} such request{'s' if len(too_long) > 1 else ''}; vLLM "
+            "refuses a max_model_len above the budget without chunking, "
+            "SchedulerConfig.verify_max_model_len). Set enable_chunked_prefill=True "
+            "(--enable-chunked-prefill) or raise max_num_batched_tokens "
+            "(--max-num-batched-tokens)",
+            follows="SchedulerConfig.verify_max_model_len", can_look_past=False)
+
+
+def check_prompts_fit_kv_cache(prompt_lens: Sequence[int], kv_cache_blocks: int,
+                               block_size: int) -> None:
+    """Refuse prompts the KV cache can never admit: vLLM's scheduler reserves a waiting
+    request's WHOLE prompt (``SchedulerConfig.scheduler_reserve_full_isl``) in
+    ``kv_cache_blocks - 1`` usable blocks (one is the ``BlockPool``'s null block), so a longer
+    prompt waits forever; vLLM refuses such a ``max_model_len`` at start-up.
+
+    Raises:
+        ValueError: ``kv_cache_blocks`` below 2 (no usable block).
+        EngineRefusal: the first prompt that does not fit, with its blocks and the cache's.
+    """
+    if isinstance(kv_cache_blocks, bool) or not isinstance(kv_cache_blocks, int) \
+            or kv_cache_blocks < 2:
+        raise ValueError(
+            f"kv_cache_blocks must be an int >= 2 (vLLM keeps one as its null block), "
+            f"got {kv_cache_blocks!r}; give the KV cache more memory"
+        )
+    lens = np.asarray(prompt_lens, dtype=np.int64).reshape(-1)
+    need = -(-lens // block_size)  # blocks per prompt
+    too_big = np.flatnonzero(need > kv_cache_blocks - 1)
+    if too_big.size:
+        i = int(too_big[0])
+        raise EngineRefusal(
+            f"request {i} has {int(lens[i])} prompt tokens: {int(need[i])} KV blocks of "
+            f"{block_size} tokens, but the KV cache has {kv_cache_blocks} blocks, "
+            f"{kv_cache_blocks - 1} usable (one is vLLM's null block): vLLM never admits it "
+            "(its whole prompt must fit, Scheduler.schedule) and refuses a max_model_len the "
+            "cache cannot hold. "
+            "Give more KV cache (kv_cache_blocks, gpu_memory_utilization, "
+            "tensor_parallel_size) or shorter prompts",
+            follows="Scheduler.schedule", can_look_past=False)
+
+
+def check_step_pooling_sees_whole_prompts(steps, prompt_lens: Sequence[int], *,
+                                          step_tag_id: int | None,
+                                          enable_chunked_prefill: bool) -> None:
+    """Refuse a run vLLM's STEP pooling crashes on: with chunked prefill off its ``AllPool``
+    keeps nothing, so a prompt that ``long_prefill_token_threshold`` split reaches
+    ``StepPool.forward`` as its last chunk alone, and the step-tag mask of the whole prompt
+    indexes past that chunk's rows (an ``IndexError`` in vLLM 0.33.0's own code, run by
+    ``tests/test_parity_vllm.py``).
+
+    Args:
+        steps: the schedule (``ScheduledStep``s).
+        prompt_lens: per request, its prompt length.
+        step_tag_id: the tag STEP selects rows by (``None``: no row selection, no crash).
+        enable_chunked_prefill: chunked prefill is on (then chunks are cached and joined).
+
+    Raises:
+        EngineRefusal: naming the first split request and what to change.
+    """
+    if enable_chunked_prefill or step_tag_id is None:
+        return
+    for step in steps:
+        for r, start, stop in step.chunks:
+            if (start, stop) != (0, prompt_lens[r]):
+                raise EngineRefusal(
+                    f"request {r} is split (tokens {start}..{stop - 1} of {prompt_lens[r]} in "
+                    f"step {step.index}) with chunked prefill off: vLLM 0.33.0's StepPool then "
+                    f"selects the step-tag rows (step_tag_id={step_tag_id}) of the whole "
+                    "prompt in one chunk's rows and fails with an IndexError "
+                    "(StepPool.forward). Enable chunked prefill (--enable-chunked-prefill) or "
+                    "drop --long-prefill-token-threshold",
+                    follows="StepPool.forward", can_look_past=False)

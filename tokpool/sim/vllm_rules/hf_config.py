@@ -273,8 +273,8 @@ def simconfig_fields_from_hf(source: Any, **overrides) -> dict:
     fields: dict = {"model": preset, "task": task, "dtype": dtype}
     if task in ("token_classify", "classify") and preset.num_labels is not None:
         fields["num_labels"] = preset.num_labels
-    if task == "token_classify" and preset.tok_pooling_type == "STEP":
-        fields["pooling"] = "STEP"
+    if task == "token_classify":
+        fields["pooling"] = preset.tok_pooling_type  # the pooler's token pooling (PRMs: STEP)
         if preset.step_tag_id is not None:
             fields["step_tag_id"] = preset.step_tag_id
     if task == "embed" or task == "classify":

@@ -230,7 +230,7 @@ def count_parameters(
     Args:
         cfg: the checked config.
         kind: ``"decoder"``, ``"encoder"``, ``"prm"``, ``"seq_classify"`` or
-            ``"token_classify"`` (``model_config._kind``): which head is added.
+            ``"token_classify"`` (``hf_config._kind``): which head is added.
         include_lm_head: count an untied LM head; default for ``*ForCausalLM`` /
             ``*LMHeadModel`` architectures with untied embeddings.
         num_labels: the classifier's labels.

@@ -275,9 +275,10 @@ def kv_cache_capacity_tokens(
         ValueError: an encoder-only model (no KV cache), or no memory left.
 
     Example:
-        >>> from tokpool.sim.hardware import MODEL_PRESETS, GiB
+        >>> from tokpool.sim.vllm_rules import GiB
+        >>> from tokpool.sim.vllm_rules.models import MODEL_PRESETS
         >>> kv_cache_capacity_tokens(MODEL_PRESETS["SmolLM2-135M"], gpu_memory_bytes=80 * GiB)
-        1139440
+        3418320
     """
     per_token = kv_bytes_per_token_per_rank(preset, tp=tp, pp=pp,
                                             kv_cache_dtype=kv_cache_dtype,

@@ -145,3 +145,36 @@ def _lookup(value, presets: Mapping, kind: type, what: str):
 def resolve_model(value: str | ModelPreset | None) -> ModelPreset | None:
     """A ``ModelPreset`` from a preset name or Hugging Face id, itself, or ``None``."""
     return _lookup(value, MODEL_PRESETS, ModelPreset, "model preset")
+
+
+def preset_fields(preset: str | ModelPreset, *, task: str | None = None, **overrides) -> dict:
+    """``SimConfig`` keyword arguments for a model preset (then ``overrides``):
+    ``SimConfig.for_model(preset, task=..., **overrides)`` is ``cls(**preset_fields(...))``.
+
+    The preset's width, task and labels; STEP pooling for a PRM asked for ``token_classify``
+    (with its token pair as columns, Math-Shepherd); where its rows come from: a token-pair PRM
+    has no score head, so STEP selects columns of the backbone's rows (vLLM 0.33.0 loads no LM
+    head for a pooling model); a score head computes float32 logits after the backbone.
+
+    Raises:
+        ValueError: no preset (``None``) or an unknown name.
+    """
+    model = resolve_model(preset)
+    if model is None:
+        raise ValueError("for_model needs a preset name or ModelPreset, got None")
+    task = task or model.default_task
+    fields: dict = {"hidden_size": model.hidden_size, "task": task, "model": model}
+    classify = task in ("token_classify", "classify")
+    if classify and model.num_labels is not None:
+        fields["num_labels"] = model.num_labels
+    if task == "token_classify" and model.step_tag_id is not None:
+        fields["pooling"] = "STEP"
+        if model.returned_token_ids is not None and "num_returned_columns" not in overrides:
+            fields["num_returned_columns"] = len(model.returned_token_ids)
+    if classify:
+        if model.returned_token_ids is not None:
+            fields["rows_from"] = "backbone"
+        else:
+            fields.update(rows_from="score_head", dtype="float32")
+    fields.update(overrides)
+    return fields

@@ -18,8 +18,12 @@ same functions the parity tests check against vLLM's own code — once, in this 
 6. what vLLM reserves outside the KV cache: the profiled activation peak
    (``activation_peak_bytes`` or ``activation_peak_estimate``), non-torch memory and CUDA-graph
    memory (``profile``: ESTIMATES).
-   (none for an encoder-only model); vLLM's start-up refusals (``engine_checks``: a
-   ``-tp`` that does not split the heads, a cache smaller than one ``max_model_len`` request).
+
+Along the way it applies every start-up refusal of ``engine_checks`` (a ``-tp`` that does not
+split the heads, a ``--max-model-len`` above the model's context, the scheduler's limits, a KV
+cache smaller than one ``max_model_len`` request), called through that module so each has one
+definition; with ``as_if=True`` the ones that can be looked past are recorded in
+``ResolvedEngine.looked_past`` instead.
 """
 
 from __future__ import annotations
@@ -29,18 +33,17 @@ from typing import Any
 
 import torch
 
+# Refusals are called through the module, never copied: the refusal tests swap them there.
+from . import engine_checks
 from .engine import (
-    batch_defaults,
-    check_user_max_model_len,
     chunked_prefill_supported,
     default_async_scheduling,
     default_head_dtype,
     default_use_activation,
-    engine_batch_limits,
+    derive_batch_limits,
     pooling_cudagraph_mode,
     resolve_cudagraph_sizes,
 )
-from .engine_checks import check_kv_cache_holds_one_sequence, check_tensor_parallel
 from .kv_cache import (
     kv_bytes_per_token_per_rank,
     kv_cache_capacity_tokens,
@@ -72,6 +75,8 @@ class ResolvedEngine:
     head_dtype: Any
     use_activation: bool
     async_scheduling: bool
+    #: vLLM's refusals looked past on purpose (``as_if=True``), one message each.
+    looked_past: tuple[str, ...] = ()
 
 
 def activation_peak_estimate(config, max_num_batched_tokens: int, head_dtype) -> int:
@@ -98,14 +103,16 @@ def resolve_engine(config) -> ResolvedEngine:
         config: a ``SimConfig`` whose own fields are validated (model and hardware resolved).
 
     Raises:
-        ValueError: a combination vLLM refuses (budget below ``max_num_seqs``, a KV cache
-            sized from memory without a model), naming the numbers.
+        EngineRefusal: a configuration vLLM refuses to start (``engine_checks``), unless
+            ``as_if`` looks past it.
+        ValueError: a KV cache sized from memory without a model.
     """
     model, device = config.model, config.hardware
+    refuse = engine_checks.Refusals(as_if=config.as_if)
     if model is not None:  # vLLM's start-up refusal, before anything is derived
-        check_tensor_parallel(model.name, model.num_attention_heads,
-                              model.num_key_value_heads or model.num_attention_heads,
-                              config.tensor_parallel_size)
+        refuse(engine_checks.check_tensor_parallel, model.name, model.num_attention_heads,
+               model.num_key_value_heads or model.num_attention_heads,
+               config.tensor_parallel_size)
     head_dtype = config.head_dtype
     if isinstance(head_dtype, str) and head_dtype == "auto":
         dtype_name = str(config.dtype).removeprefix("torch.")
@@ -116,33 +123,23 @@ def resolve_engine(config) -> ResolvedEngine:
     if max_model_len is None and model is not None:
         max_model_len = model.max_model_len
     elif max_model_len is not None and model is not None:
-        check_user_max_model_len(max_model_len, model.max_model_len,
-                                 allow_long=config.allow_long_max_model_len)
+        refuse(engine_checks.check_user_max_model_len, max_model_len, model.max_model_len,
+               allow_long=config.allow_long_max_model_len)
     chunked = config.enable_chunked_prefill
     if chunked is None:
         chunked = chunked_prefill_supported(
             model.attn_type if model else "decoder",
             seq_pooling_type=model.seq_pooling_type if model else "LAST",
-            tok_pooling_type="STEP" if config.pooling_method == "STEP" else "ALL",
+            tok_pooling_type=config.pooling_kind.tok_pooling_type,
         )
     if not isinstance(chunked, bool):
         raise TypeError(f"enable_chunked_prefill must be True or False, got {chunked!r}")
-    if max_model_len is not None:
-        tokens, seqs = engine_batch_limits(
-            device, config.usage, max_model_len=max_model_len,
-            enable_chunked_prefill=chunked,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            max_num_seqs=config.max_num_seqs,
-        )
-    else:
-        tokens, seqs = batch_defaults(device, config.usage)
-        tokens = config.max_num_batched_tokens or tokens
-        seqs = config.max_num_seqs or min(seqs, tokens)
-        if tokens < seqs:  # vLLM's SchedulerConfig refuses it (engine_batch_limits too)
-            raise ValueError(
-                f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
-                "raise the budget or lower max_num_seqs"
-            )
+    tokens, seqs = derive_batch_limits(
+        device, config.usage, max_model_len=max_model_len, enable_chunked_prefill=chunked,
+        max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs)
+    refuse(engine_checks.check_scheduler_limits, max_num_batched_tokens=tokens,
+           max_num_seqs=seqs, max_model_len=max_model_len, enable_chunked_prefill=chunked,
+           long_prefill_token_threshold=config.long_prefill_token_threshold)
     graph_mode = pooling_cudagraph_mode(enforce_eager=config.enforce_eager)
     if config.output_memory != "vllm" or graph_mode == "NONE":
         sizes: tuple[int, ...] = ()
@@ -164,6 +161,7 @@ def resolve_engine(config) -> ResolvedEngine:
         model, tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
         kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size)
     blocks = config.kv_cache_blocks
+    name = model.name if model is not None else "this model"
     if config.gpu_memory_utilization is not None and blocks is None:
         if model is None:
             raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
@@ -180,10 +178,15 @@ def resolve_engine(config) -> ResolvedEngine:
             blocks = kv_cache_capacity_tokens(
                 model, block_size=config.block_size, kv_cache_dtype=config.kv_cache_dtype,
                 **memory) // config.block_size
-            check_kv_cache_holds_one_sequence(  # vLLM refuses to start otherwise
-                name=model.name, kv_cache_blocks=blocks, block_size=config.block_size,
-                kv_bytes_per_token=kv_per_token, max_model_len=max_model_len,
-                available_bytes=kv_cache_memory_bytes(model, **memory))
+            refuse(engine_checks.check_kv_cache_holds_one_sequence,
+                   name=name, kv_cache_blocks=blocks, block_size=config.block_size,
+                   kv_bytes_per_token=kv_per_token, max_model_len=max_model_len,
+                   available_bytes=kv_cache_memory_bytes(model, **memory))
+    elif blocks is not None:  # given: vLLM's --num-gpu-blocks-override, checked the same way
+        refuse(engine_checks.check_kv_cache_holds_one_sequence,
+               name=name, kv_cache_blocks=blocks, block_size=config.block_size,
+               kv_bytes_per_token=kv_per_token, max_model_len=max_model_len, given=True)
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
                           blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
-                          head_dtype, use_activation, async_scheduling)
+                          head_dtype, use_activation, async_scheduling,
+                          tuple(refuse.looked_past))

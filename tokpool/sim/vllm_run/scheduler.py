@@ -50,8 +50,10 @@ from ...vllm_bridge import (
     VllmUnavailableError,
     prepare_vllm_environment,
 )
-from ..schedule.scheduler import ScheduledStep, check_arrival_steps, check_prompt_lens
-from ..vllm_rules import step_order
+from ..schedule.scheduler import ScheduledStep, check_arrival_steps, validate_prompt_lens
+
+# Called through the module, never copied: the refusal tests swap the checks there.
+from ..vllm_rules import engine_checks, step_order
 
 __all__ = ["vllm_schedule", "vllm_scheduler_available", "vllm_scheduler_unavailable_reason"]
 
@@ -214,18 +216,15 @@ def vllm_schedule(
         ValueError: bad prompt lengths or flags, or a workload vLLM's scheduler can never
             finish (it would spin forever): the message names the flag to change.
     """
-    lens = check_prompt_lens(prompt_lens)
+    lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
     threshold = long_prefill_token_threshold or 0
     _check_size(lens, block_size)
-    if not enable_chunked_prefill and max(lens) > max_num_batched_tokens:
-        i = max(range(len(lens)), key=lambda j: lens[j])
-        raise ValueError(
-            f"request {i} has {lens[i]} prompt tokens but max_num_batched_tokens is "
-            f"{max_num_batched_tokens} and chunked prefill is disabled: vLLM refuses a "
-            "max_model_len above the budget without chunking (SchedulerConfig."
-            "verify_max_model_len). Raise max_num_batched_tokens or enable chunked prefill"
-        )
+    # the refusals tokpool's scheduler applies, from the same functions (vLLM would spin)
+    engine_checks.check_unchunked_prompts_schedulable(
+        lens, max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill)
+    if kv_cache_blocks is not None:
+        engine_checks.check_prompts_fit_kv_cache(lens, kv_cache_blocks, block_size)
     m = _vllm()
     config = _engine_config(max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
                             threshold, block_size, async_scheduling)
@@ -353,13 +352,14 @@ def _chunk_stop(records: dict[int, dict[str, Any]], step: int, request: int) -> 
 
 
 def _raise_stuck(scheduler: Any, lens: list[int], index: int) -> None:
-    """vLLM's scheduler schedules nothing, again and again: the real engine would spin."""
+    """vLLM's scheduler schedules nothing, again and again: the real engine would spin. A
+    guard: the refusals checked before the run (``engine_checks``) rule the known cases out."""
     waiting = [int(r.request_id) for r in scheduler.waiting]
     r = waiting[0] if waiting else None
     detail = f"request {r} ({lens[r]} prompt tokens)" if r is not None else "no request"
     raise ValueError(
-        f"vLLM's scheduler makes no progress at step {index}: {detail} can never be "
-        "scheduled, and the real engine would spin forever with no error. Give the KV cache "
+        f"vLLM's scheduler makes no progress at step {index}: {detail} is not scheduled "
+        "again, and the real engine would spin forever with no error. Give the KV cache "
         "more blocks (kv_cache_blocks / gpu_memory_utilization) or raise "
         "max_num_batched_tokens / enable chunked prefill"
     )

@@ -51,7 +51,7 @@ class StepTimes:
     n_steps: int = 0
 
 
-class ModelEngine(TensorEngine):
+class EncodeLoop(TensorEngine):
     """The tensor backend with a model's own pooler (method + head) instead of the simulator's.
 
     The oracle's expected output for a request is the same pooler applied, in one shot, to the
@@ -164,7 +164,7 @@ def run_encode(source, *, pooler, task: str, chunk_size: int | None, async_sched
     )
     steps = every_prompt_every_step(lens, chunk_size)
     source.prepare(lens)
-    engine = ModelEngine(lens, config, source, pooler=pooler, task=task,
+    engine = EncodeLoop(lens, config, source, pooler=pooler, task=task,
                          head_options=head_options or {}, times=times)
     engine.run(steps)
     if engine.corrupted:

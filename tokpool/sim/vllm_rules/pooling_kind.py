@@ -1,0 +1,299 @@
+"""The pooling kind — ALL, STEP or LAST — decided once; every backend asks the record it gets.
+
+vLLM branches on the pooling type in one place (``get_tok_pooling_method``,
+vllm/model_executor/layers/pooler/tokwise/methods.py) and ``StepPool`` builds on ``AllPool``:
+every later step asks the object it was given. tokpool does the same. ``kind_of(config)`` is the
+one branch; the record it returns says, for its kind:
+
+- whether chunks are kept across steps under the keep rule (``token_level``: ALL, STEP) or each
+  step gathers the last scheduled row of every request (LAST), and the keep rule of a chunk
+  (``chunk_rule``) with its label for ``SimResult.chunks``;
+- which positions a request delivers (``kept_rows``: all, or STEP's step-tag rows) and which
+  columns (``columns``: STEP's ``returned_token_ids``);
+- the output's shape (``delivered_shape``), the tensors its selection allocates after the
+  AllPool pass (``selection_shapes``), and the reference a correct engine delivers
+  (``reference``);
+- which pooler runs it (``pooler``, through ``tokpool.pooling.get_pooling_method``, or the
+  installed vLLM's own under ``policy="vllm"``);
+- how a config is checked (``check``) and what vLLM's chunked-prefill rule reads
+  (``tok_pooling_type``).
+
+The tensor and counting backends, the closed forms, ``SimResult.chunks``, the trace and the
+analysis all ask these methods (``tests/test_seams.py`` swaps one and sees every mode follow);
+none compares a pooling name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ...keep_rule import VLLM_POLICY, KeepRule, keep_rule
+from ...pooling import get_pooling_method
+from ...vllm_bridge import VllmPool
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = [
+    "POOLING_KINDS",
+    "SEQUENCE_TASKS",
+    "SYNTHETIC_STEP_TAG_ID",
+    "TOKEN_TASKS",
+    "AllKind",
+    "KeptRows",
+    "LastKind",
+    "PoolingKind",
+    "StepKind",
+    "kind_of",
+]
+
+#: Token id that ``SyntheticSource`` writes at step-tag positions (STEP pooling keeps those rows).
+SYNTHETIC_STEP_TAG_ID = 1
+#: Tasks with one output row per prompt token (ALL or STEP pooling).
+TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
+#: Tasks with one output row per request (LAST pooling).
+SEQUENCE_TASKS = frozenset({"embed", "classify"})
+#: SimConfig fields that only STEP pooling reads.
+_STEP_FIELDS = ("num_returned_columns", "returned_token_ids", "step_tag_every", "step_tag_id")
+
+
+class KeptRows:
+    """Which positions of each prompt pooling delivers: all, none, every k-th, or listed.
+
+    Args:
+        every: STEP tag period (positions ``k-1, 2k-1, ...``), or ``None``.
+        positions: per request, sorted numpy arrays of kept positions (from token ids).
+        keep_all: no row selection.
+    """
+
+    def __init__(self, *, every: int | None = None,
+                 positions: Sequence[np.ndarray] | None = None, keep_all: bool = False) -> None:
+        self.every = every
+        self.positions = positions
+        self.keep_all = keep_all
+
+    def count(self, request: int, lo, hi):
+        """Kept positions in ``[lo, hi)``: ints, or numpy arrays of bounds (the closed forms;
+        not with ``positions``)."""
+        if self.positions is not None:
+            if hi <= lo:
+                return 0
+            pos = self.positions[request]
+            return int(np.searchsorted(pos, hi) - np.searchsorted(pos, lo))
+        if self.keep_all:
+            return np.maximum(hi - lo, 0) if isinstance(hi, np.ndarray) else max(hi - lo, 0)
+        if self.every is None:
+            return hi * 0  # tags asked for, none in synthetic prompts
+        return np.maximum(hi // self.every - lo // self.every, 0) if isinstance(
+            hi, np.ndarray) else max(hi // self.every - lo // self.every, 0)
+
+
+class PoolingKind:
+    """One pooling kind's answers (see the module docstring). Subclasses: ``AllKind``,
+    ``StepKind`` (AllKind, then column and row selection), ``LastKind``."""
+
+    name: ClassVar[str]
+    #: Chunks are kept across steps under the keep rule (else: each step gathers a row).
+    token_level: ClassVar[bool]
+    #: The tasks this kind serves.
+    tasks: ClassVar[frozenset[str]]
+    #: What vLLM's ``is_chunked_prefill_supported`` reads as the token pooling type.
+    tok_pooling_type: ClassVar[str] = "ALL"
+    #: A decoder whose token pooling is this kind may chunk its prompts
+    #: (``ModelConfig.is_chunked_prefill_supported``: STEP never does).
+    chunks: ClassVar[bool] = True
+
+    def __repr__(self) -> str:
+        return f"<pooling kind {self.name}>"
+
+    # --- what is kept per chunk ------------------------------------------------------------
+
+    def chunk_rule(self, config, *, finished: bool, first_chunk: bool) -> KeepRule | None:
+        """The keep rule of one chunk (``tokpool.keep_rule``), or ``None``: nothing is kept."""
+        return keep_rule(config.policy, chunked=config.enable_chunked_prefill,
+                         async_scheduling=config.async_scheduling, finished=finished,
+                         first_chunk=first_chunk)
+
+    def chunk_label(self, rule: KeepRule | None) -> str:
+        """The ``SimResult.chunks`` action of a chunk with this ``rule``."""
+        return rule.label
+
+    # --- which rows and columns a request delivers -----------------------------------------
+
+    def columns(self, config) -> tuple[int, ...] | None:
+        """The columns delivered (``None``: all of the pooled width)."""
+        return None
+
+    def row_tag(self, config) -> int | None:
+        """The token id whose rows are delivered (``None``: every row)."""
+        return None
+
+    def kept_rows(self, config, source=None, n_requests: int = 0) -> KeptRows:
+        """Which positions of each request are delivered."""
+        return KeptRows(keep_all=True)
+
+    def output_width(self, config) -> int:
+        """Width of a delivered row."""
+        columns = self.columns(config)
+        return config.width if columns is None else len(columns)
+
+    def delivered_shape(self, config, kept: KeptRows, request: int, start: int,
+                        stop: int) -> tuple[int, int]:
+        """``(rows, width)`` of the output pooling hands the head for one request whose
+        prompt positions ``[start, stop)`` it holds (the whole prompt, but for a split prompt
+        without chunked prefill: its last chunk)."""
+        return kept.count(request, start, stop), self.output_width(config)
+
+    def selects(self, config) -> bool:
+        """Whether the pooler copies a finished output within its step (a selection)."""
+        return self.columns(config) is not None or self.row_tag(config) is not None
+
+    def selection_shapes(self, config, prompt_len, kept_rows) -> list[tuple[Any, int]]:
+        """The ``(rows, width)`` tensors the selection allocates after the AllPool pass, in
+        order (each dies once the next is made; the last is the output): ``[]`` for none."""
+        return []
+
+    def reference(self, config, source, request: int) -> Tensor:
+        """What pooling must hand over for ``request`` before the head (host tensor)."""
+        return source.reference(request)  # [prompt_len, width]
+
+    # --- which pooler runs it --------------------------------------------------------------
+
+    def pooler(self, config):
+        """The pooling method that runs this kind for ``config``: tokpool's, or the installed
+        vLLM's own (``policy="vllm"``)."""
+        if config.policy == VLLM_POLICY:  # VllmPool imports vLLM when built, not before
+            return VllmPool(self.name, enable_chunked_prefill=config.enable_chunked_prefill,
+                            async_scheduling=config.async_scheduling)
+        return get_pooling_method(self.name, enable_chunked_prefill=config.enable_chunked_prefill,
+                                  async_scheduling=config.async_scheduling, policy=config.policy)
+
+    # --- how a config is checked -----------------------------------------------------------
+
+    def check(self, config) -> None:
+        """Raise ``ValueError`` for a config this kind cannot run (fields named)."""
+        if config.task not in self.tasks:
+            raise ValueError(
+                f"pooling {self.name!r} does not serve task {config.task!r}: token tasks use "
+                "'ALL' (or 'STEP'), sequence tasks use 'LAST'"
+            )
+        self._check_selection(config)
+
+    def _check_selection(self, config) -> None:
+        given = [name for name in _STEP_FIELDS if getattr(config, name) is not None]
+        if given:
+            raise ValueError(f"{given} only apply to STEP pooling; set pooling='STEP'")
+
+
+class AllKind(PoolingKind):
+    """ALL: every row of the prompt, kept chunk by chunk (``AllPool``)."""
+
+    name = "ALL"
+    token_level = True
+    tasks = TOKEN_TASKS
+
+
+class StepKind(AllKind):
+    """STEP: ALL, then columns (``returned_token_ids``), then the step-tag rows
+    (``StepPool``; vLLM's builds on its ``AllPool`` the same way)."""
+
+    name = "STEP"
+    tok_pooling_type = "STEP"
+    chunks = False
+
+    def columns(self, config) -> tuple[int, ...] | None:
+        if config.num_returned_columns is not None:
+            return tuple(range(config.num_returned_columns))
+        return config.returned_token_ids
+
+    def row_tag(self, config) -> int | None:
+        if config.step_tag_id is not None:
+            return config.step_tag_id
+        return SYNTHETIC_STEP_TAG_ID if config.step_tag_every is not None else None
+
+    def kept_rows(self, config, source=None, n_requests: int = 0) -> KeptRows:
+        tag = self.row_tag(config)
+        if tag is None:
+            return KeptRows(keep_all=True)
+        if source is not None:
+            ids = [source.token_ids(r) for r in range(n_requests)]
+            if all(i is not None for i in ids):
+                return KeptRows(positions=[np.flatnonzero(i.numpy() == tag) for i in ids])
+        return KeptRows(every=config.step_tag_every)  # synthetic prompts; None = no tags at all
+
+    def selection_shapes(self, config, prompt_len, kept_rows) -> list[tuple[Any, int]]:
+        width = self.output_width(config)
+        shapes = []
+        if self.columns(config) is not None:
+            shapes.append((prompt_len, width))  # [prompt_len, k]
+        if self.row_tag(config) is not None:
+            shapes.append((kept_rows, width))  # [n_tags, k]
+        return shapes
+
+    def reference(self, config, source, request: int) -> Tensor:
+        ref = source.reference(request)  # [prompt_len, width]
+        columns = self.columns(config)
+        if columns is not None:
+            ref = ref[:, list(columns)]  # [prompt_len, k]
+        tag = self.row_tag(config)
+        if tag is not None:
+            ref = ref[source.token_ids(request) == tag]  # [n_tags, k]
+        return ref
+
+    def _check_selection(self, config) -> None:
+        if config.num_returned_columns is not None and config.returned_token_ids is not None:
+            raise ValueError("give num_returned_columns or returned_token_ids, not both")
+        columns = self.columns(config)
+        if columns is not None:
+            bad = [c for c in columns if not 0 <= c < config.width]
+            if bad:
+                raise ValueError(
+                    f"returned columns {bad[:5]} are outside the pooled width {config.width}"
+                )
+
+
+class LastKind(PoolingKind):
+    """LAST: one row per request, the last scheduled token's, gathered by each step
+    (``LastPool``); nothing is kept across steps."""
+
+    name = "LAST"
+    token_level = False
+    tasks = SEQUENCE_TASKS
+
+    def chunk_rule(self, config, *, finished: bool, first_chunk: bool) -> KeepRule | None:
+        return None
+
+    def chunk_label(self, rule: KeepRule | None) -> str:
+        return "gather"
+
+    def delivered_shape(self, config, kept: KeptRows, request: int, start: int,
+                        stop: int) -> tuple[int, int]:
+        return 1, config.width
+
+    def reference(self, config, source, request: int) -> Tensor:
+        return source.reference(request)[-1]  # [width]
+
+    def pooler(self, config):
+        return get_pooling_method(self.name)
+
+
+#: The kinds by vLLM's name.
+POOLING_KINDS: dict[str, PoolingKind] = {k.name: k for k in (AllKind(), StepKind(), LastKind())}
+
+
+def kind_of(config) -> PoolingKind:
+    """The kind a config pools with: its ``pooling``, else ALL for token tasks and LAST for
+    sequence tasks (the one place the choice is made).
+
+    Raises:
+        ValueError: an unknown ``pooling`` name.
+    """
+    if config.pooling is None:
+        return POOLING_KINDS["ALL" if config.task in TOKEN_TASKS else "LAST"]
+    kind = POOLING_KINDS.get(config.pooling) if isinstance(config.pooling, str) else None
+    if kind is None:
+        raise ValueError(f"unknown pooling {config.pooling!r}; use one of {list(POOLING_KINDS)}")
+    return kind
