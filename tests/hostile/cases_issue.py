@@ -265,7 +265,7 @@ def given_schedules(w: World) -> list[Case]:
 
 def _own_schedule_round_trip():
     cfg = tp.SimConfig(model="SmolLM2-135M", max_num_batched_tokens=32, max_num_seqs=2,
-                       kv_cache_blocks=6, long_prefill_token_threshold=16)
+                       kv_cache_blocks=6, long_prefill_token_threshold=16, max_model_len=80)
     own = tp.simulate([40, 40, 9], cfg, mode="analytic")
     again = tp.simulate([40, 40, 9], cfg, mode="analytic", schedule=own.schedule)
     return bool(own.steps.equals(again.steps)) or "the same schedule gave other steps"

@@ -90,6 +90,9 @@ class ScheduledStep:
         return sum((stop * (stop + 1) - start * (start + 1)) // 2 for _, start, stop in self.chunks)
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def validate_prompt_lens(prompt_lens: object) -> list[int]:
     """Validate prompt lengths: a non-empty sequence of positive ints.
 
@@ -117,6 +120,9 @@ def validate_prompt_lens(prompt_lens: object) -> list[int]:
             raise ValueError(
                 f"prompt_lens[{i}] = {n}: a prompt has at least one token; drop empty requests"
             )
+        if n > _INT64_MAX:  # every count downstream is int64 (numpy, pandas)
+            raise ValueError(f"prompt_lens[{i}] = {n:.3g} tokens does not fit int64; no engine "
+                             "holds such a prompt")
         lens.append(n)
     if not lens:
         raise ValueError("prompt_lens is empty: give at least one request")
