@@ -35,6 +35,9 @@ def declared_tasks(kind_task: str, convert: str | None) -> tuple[str, ...]:
 
 def env_prefix(argv) -> list[str]:
     """``VAR=value`` words before ``vllm serve`` (the line's environment)."""
+    if not isinstance(argv, str | list | tuple):
+        raise TypeError(f"argv (the vLLM line) must be a command line string or a list of "
+                        f"strings, got {argv!r}")
     words = argv.split() if isinstance(argv, str) else list(argv)
     prefix = []
     for word in words:
