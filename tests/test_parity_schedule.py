@@ -108,7 +108,8 @@ def _compare(kw: dict, task: str) -> tuple[list[str], dict[str, int]]:
                        block_size=kw["block_size"], async_scheduling=kw["async_scheduling"],
                        kv_cache_groups=kw.get("kv_cache_groups", (None,)),
                        max_model_len=kw.get("max_model_len"),
-                       prompt_token_ids=kw.get("prompt_token_ids"))
+                       prompt_token_ids=kw.get("prompt_token_ids"),
+                       arrival_steps=kw.get("arrival_steps"))
     except ValueError as err:
         diffs.append(f"check_schedule refuses vLLM's schedule: {err}")
     if len(theirs) != len(ours):

@@ -125,9 +125,18 @@ def test_prompts_are_lengths_or_token_ids_not_a_mix():
 
 
 def test_a_given_schedule_with_cache_hits_is_checked():
-    """check_schedule: a hit only starts a prefill, and never for a token task."""
+    """check_schedule: a hit only starts a prefill, never for a token task, and it must be the
+    hit the cache holds (the schedule is replayed through the scheduler's block manager)."""
+    ids = [list(range(40)), [*range(32), 99, 98, 97]]
+    own = tp.sim.schedule([40, 35], max_num_batched_tokens=40, max_num_seqs=2,
+                          enable_chunked_prefill=True, enable_prefix_caching=True,
+                          task="embed", prompt_token_ids=ids)
+    assert own[1].cached == ((1, 32),)  # request 1 reuses request 0's two full blocks
+    assert check_schedule(own, [40, 35], max_num_batched_tokens=40, enable_chunked_prefill=True,
+                          max_num_seqs=2, prompt_token_ids=ids) == own
     step = ScheduledStep(0, ((0, 16, 40),), (0,), cached=((0, 16),))
-    check_schedule([step], [40], max_num_batched_tokens=64, enable_chunked_prefill=True)
+    with pytest.raises(ValueError, match="the cache holds 0 tokens of its prompt"):
+        check_schedule([step], [40], max_num_batched_tokens=64, enable_chunked_prefill=True)
     with pytest.raises(ValueError, match="reads no prefix cache"):
         check_schedule([step], [40], max_num_batched_tokens=64, enable_chunked_prefill=True,
                        reads_prefix_cache=False)

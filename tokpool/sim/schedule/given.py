@@ -9,6 +9,8 @@ own scheduler uses (its block manager ``kv_blocks.KVBlocks`` built by ``kv_block
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +19,7 @@ from ..vllm_rules.kv_spec import max_in_flight_tokens
 from .kv_blocks import KVBlocks
 from .scheduler import (
     ScheduledStep,
+    check_arrival_steps,
     check_prompt_token_ids,
     holds_slot,
     kv_blocks_for,
@@ -30,8 +33,9 @@ def check_schedule(
     max_num_batched_tokens: int, enable_chunked_prefill: bool,
     long_prefill_token_threshold: int | None = None, max_num_seqs: int | None = None,
     kv_cache_blocks: int | None = None, block_size: int = 16, async_scheduling: bool = False,
-    reads_prefix_cache: bool = False, kv_cache_groups: Sequence[int | None] = (None,),
+    reads_prefix_cache: bool = True, kv_cache_groups: Sequence[int | None] = (None,),
     max_model_len: int | None = None, prompt_token_ids: Sequence[Sequence[int]] | None = None,
+    arrival_steps: Sequence[int] | None = None,
 ) -> list[ScheduledStep]:
     """Validate a schedule for ``prompt_lens`` against the engine's limits; return it as a list.
 
@@ -57,9 +61,9 @@ def check_schedule(
     is known to wait (``long_prefill_cap``; a request not yet scheduled may not have arrived,
     so it is not counted); and the KV cache (the scheduler's ``KVBlocks``, every KV-cache group,
     sliding windows and prefix caching as configured): a running request's chunk must get its
-    blocks, a new one needs its WHOLE prompt's blocks free (the step's new requests are
-    admitted in the order most likely to fit). A step's ``kv_blocks`` is the
-    replay's count: a given 0 (the default) is filled in, another value must equal it.
+    blocks, a new one needs its WHOLE prompt's blocks free, in vLLM's scheduling order
+    (running requests as admitted, then preempted ones, then first come first served). A
+X
 
     Raises:
         TypeError: not a list of ``ScheduledStep``, or a field that is not a whole number.
@@ -70,6 +74,7 @@ def check_schedule(
         raise TypeError(f"schedule must be a list of ScheduledStep, got {type(steps).__name__}")
     lens = list(prompt_lens)
     token_ids = check_prompt_token_ids(prompt_token_ids, lens)
+    arrival = check_arrival_steps(arrival_steps, len(lens))  # orders the waiting queue
     kv = kv_blocks_for(lens, kv_cache_blocks, block_size, kv_cache_groups, max_model_len,
                        max_in_flight_tokens(max_num_batched_tokens,
                                             async_scheduling=async_scheduling),
@@ -77,7 +82,7 @@ def check_schedule(
     unprocessed: list[tuple[int, list[tuple[int, int]]]] = []  # steps whose output is pending
     done = [0] * len(lens)
     running: dict[int, None] = {}  # admitted, not preempted, not released: insertion order
-    waiting: set[int] = set()  # preempted, not restarted: known to wait
+    waiting: list[int] = []  # preempted, not restarted: vLLM's waiting queue's front
     finished_at: dict[int, int] = {}
     last_index = -1
     just_finished: set[int] = set()  # finished by the step listed just before
@@ -90,14 +95,19 @@ def check_schedule(
         last_index = step.index
         for index, order in [u for u in unprocessed if not holds_slot(
                 u[0], step.index, async_scheduling=async_scheduling)]:
-            for r, n in order:  # update_from_output: those tokens are no longer in flight
+            # update_from_output, in the step's scheduling order (it decides which freed
+            # block is reused first): its tokens are no longer in flight, and the requests it
+            # finished release their blocks and slots
+            for r, n in order:
                 kv.in_flight[r] -= n
+            for r, _ in order:
+                if finished_at.get(r) == index:
+                    running.pop(r, None)
+                    kv.free(r)
             unprocessed.remove((index, order))
-        for r in [r for r in running if r in finished_at
-                  and not holds_slot(finished_at[r], step.index,
-                                     async_scheduling=async_scheduling)]:
-            del running[r]  # its output was processed: blocks and slot released
-            kv.free(r)
+        victims: list[int] = []
+        admitted_order = list(running)  # the scheduler's running queue as the step starts
+        done_before = list(done)
         for r in step.preempted:
             if r in just_finished:  # async: preempted while its finishing step was in flight
                 running.pop(r, None)
@@ -107,9 +117,9 @@ def check_schedule(
                 raise ValueError(f"{where}: request {r} cannot be preempted (unknown, finished "
                                  "or not running)")
             del running[r]
-            kv.free(r)
+            victims.append(r)  # its blocks are freed when the scheduler would (below)
             done[r] = 0
-            waiting.add(r)
+            waiting.insert(0, r)  # Scheduler._preempt_request: appendleft
         if step.num_tokens > max_num_batched_tokens:
             raise ValueError(
                 f"{where} computes {step.num_tokens} tokens, more than max_num_batched_tokens="
@@ -119,7 +129,7 @@ def check_schedule(
         continuing, admitted = _chunks(step, where, lens, done, running, finished_at,
                                        enable_chunked_prefill, long_prefill_token_threshold,
                                        hits)
-        eligible = len(running) + len(waiting | {r for r, _, _ in admitted})
+        eligible = len(running) + len(set(waiting) | {r for r, _, _ in admitted})
         cap = long_prefill_cap(long_prefill_token_threshold, eligible)
         for r, start, stop in step.chunks:
             if cap and stop - start > cap:
@@ -136,13 +146,23 @@ def check_schedule(
                     f"hold their slot until their output is processed), the most "
                     f"max_num_seqs={max_num_seqs} allows; start it later or raise max_num_seqs"
                 )
-        _grow_kv(kv, where, lens, continuing, admitted, kv_cache_blocks, block_size, hits)
-        for r, start, stop in step.chunks:
+        # vLLM's scheduling order: running requests as they were admitted, then the waiting
+        # queue (preempted requests at its front, then first come first served)
+        position = {r: i for i, r in enumerate(running)}
+        continuing.sort(key=lambda chunk: position[chunk[0]])
+        queue = [r for r in admitted_order if r in position or r in victims]
+        _grow_running(kv, where, queue, continuing, victims, kv_cache_blocks, lens=lens,
+                      done=done_before, cap=cap, budget=max_num_batched_tokens)
+        kv, admitted = _admit(kv, where, lens, admitted, kv_cache_blocks, block_size, hits,
+                              step.kv_blocks, waiting, arrival)
+        for r, start, stop in (*continuing, *admitted):  # running: in admission order
             done[r] = stop
             running.setdefault(r)
-            waiting.discard(r)
+            if r in waiting:
+                waiting.remove(r)
             kv.in_flight[r] += stop - start  # until its output is processed
-        unprocessed.append((step.index, [(r, stop - start) for r, start, stop in step.chunks]))
+        unprocessed.append((step.index, [(r, stop - start)
+                                         for r, start, stop in (*continuing, *admitted)]))
         if step.kv_blocks not in (0, kv.used):
             raise ValueError(f"{where}: kv_blocks={step.kv_blocks}, but its requests hold "
                              f"{kv.used} blocks of {block_size} tokens after it is scheduled; "
@@ -205,28 +225,109 @@ def _chunks(step: ScheduledStep, where: str, lens: list[int], done: list[int],
     return continuing, admitted
 
 
-def _grow_kv(kv: KVBlocks, where: str, lens: list[int], continuing, admitted,
-             blocks: int | None, block_size: int, hits: dict[int, int]) -> None:
-    """The scheduler's KV rules for one step (``KVBlocks.allocate``, as ``schedule`` calls it):
-    running requests grow first; then new ones, each needing its whole prompt's blocks free,
-    from the cache hit the step lists (which must be the one the cache holds). The step's new
-    requests are tried in the order most likely to fit (most blocks reserved beyond the chunk
-    first), so a schedule is refused only when that order does not satisfy vLLM's rule."""
-    usable = "unlimited" if blocks is None else f"{blocks - 1} usable"
-    for r, start, stop in continuing:
-        if not kv.allocate(r, start, stop - start):
-            raise ValueError(
-                f"{where}: request {r} needs more KV blocks for its first {stop} tokens, but "
-                f"the cache is full (kv_cache_blocks={blocks}, {usable}; {kv.used} held): vLLM "
-                "preempts a request first. Give more KV cache or preempt "
-                "(ScheduledStep.preempted)"
-            )
+def _grow_running(kv: KVBlocks, where: str, queue: list[int], continuing, victims: list[int],
+                  blocks: int | None, *, lens: list[int], done: list[int], cap: int,
+                  budget: int) -> None:
+    """The running queue, as vLLM's ``Scheduler.schedule`` walks it (``KVBlocks.allocate``):
+    each request in admission order gets the blocks for its chunk, and when they do not fit
+    the LAST running request is preempted (one of the step's ``victims``) until they do,
+    or until the request preempts itself. The order of the attempts and frees is vLLM's: it
+    decides which blocks a sliding window drops and which freed block is handed out next.
+    Victims left over (preempted in a call that scheduled nothing) are freed before the new
+    requests come in."""
+    chunk_of = {r: (start, stop) for r, start, stop in continuing}
+    alive = list(queue)
+    i = 0
+    while i < len(alive) and budget > 0:
+        r = alive[i]
+        if r in chunk_of:
+            start, stop = chunk_of[r]
+        elif r in victims:  # it tried the chunk vLLM would give it, and preempted itself
+            start = done[r]
+            stop = start + min(lens[r] - start, cap or lens[r], budget)
+        else:
+            i += 1  # running, not scheduled in this step
+            continue
+        while not kv.allocate(r, start, stop - start):
+            victim = alive.pop()
+            if victim not in victims:  # (vLLM lists a step's preemptions as a set)
+                raise ValueError(
+                    f"{where}: request {r} needs more KV blocks for its first {stop} tokens, "
+                    f"but the cache is full (kv_cache_blocks={blocks}, {_usable(blocks)}; "
+                    f"{kv.used} held): vLLM preempts request {victim} (the last running) "
+                    "first. Give more KV cache or preempt (ScheduledStep.preempted)"
+                )
+            victims.remove(victim)
+            kv.free(victim)
+            if victim == r:
+                break
+        else:
+            chunk_of.pop(r, None)
+            budget -= stop - start
+            i += 1
+            continue
+        break  # this request cannot run: nothing after it does
+    if chunk_of:
+        r = next(iter(chunk_of))
+        raise ValueError(
+            f"{where}: request {r} is scheduled, but vLLM's scheduler stops before it: the "
+            f"cache is full (kv_cache_blocks={blocks}, {_usable(blocks)}; {kv.used} held) or "
+            "an earlier running request preempted itself. Give more KV cache or preempt "
+            "(ScheduledStep.preempted)")
+    for r in victims:
+        kv.free(r)
+    victims.clear()
 
-    def reserved(chunk):  # blocks held for the rest of the prompt beyond this chunk
-        r, _, stop = chunk
-        return -(-lens[r] // block_size) - -(-stop // block_size)
 
-    for r, start, stop in sorted(admitted, key=reserved, reverse=True):
+def _usable(blocks: int | None) -> str:
+    return "unlimited" if blocks is None else f"{blocks - 1} usable"
+
+
+#: At most this many of a step's new requests are tried in every order of admission.
+_ORDERS_TRIED = 5
+
+
+def _admit(kv: KVBlocks, where: str, lens: list[int], admitted, blocks: int | None,
+           block_size: int, hits: dict[int, int], kv_blocks: int, waiting: list[int],
+           arrival: list[int],
+           ) -> tuple[KVBlocks, list]:
+    """The step's new requests, each needing its whole prompt's blocks free, from the cache hit
+    the step lists (which must be the one the cache holds). A given schedule does not say in
+    which order vLLM's waiting queue admitted them, and the
+    order decides which blocks they share or evict: an order is accepted when vLLM's rule
+    admits each request and the blocks held come to the step's ``kv_blocks`` (when given).
+    Tried: the waiting queue's order (preempted requests at its front, the last preempted
+    first; then first come first served: by ``arrival_steps`` when given, else by index), then,
+    for up to ``_ORDERS_TRIED`` new requests, every other order. Returns the block manager
+    after the admissions and the order used."""
+    front = {r: i for i, r in enumerate(waiting)}
+    likely = sorted(admitted, key=lambda chunk: (front.get(chunk[0], len(front)),
+                                                 arrival[chunk[0]], chunk[0]))
+    if len(likely) <= 1:
+        _admit_in_order(kv, where, lens, likely, blocks, block_size, hits)
+        return kv, likely
+    orders = [likely]
+    if len(likely) <= _ORDERS_TRIED:
+        orders += [list(o) for o in itertools.permutations(likely) if list(o) != likely]
+    first_error: ValueError | None = None
+    for order in orders:
+        trial = copy.deepcopy(kv)
+        try:
+            _admit_in_order(trial, where, lens, order, blocks, block_size, hits)
+        except ValueError as err:
+            first_error = first_error or err
+            continue
+        if kv_blocks in (0, trial.used):
+            return trial, order
+        first_error = first_error or ValueError(
+            f"{where}: kv_blocks={kv_blocks}, but its requests hold {trial.used} blocks of "
+            f"{block_size} tokens after it is scheduled; leave kv_blocks=0 to have it counted")
+    raise first_error
+
+
+def _admit_in_order(kv: KVBlocks, where: str, lens: list[int], admitted, blocks: int | None,
+                    block_size: int, hits: dict[int, int]) -> None:
+    for r, start, stop in admitted:
         hit, num_hit = kv.cache_hit(r) if r in hits else (None, 0)
         if num_hit != hits.get(r, 0):
             raise ValueError(
@@ -237,8 +338,9 @@ def _grow_kv(kv: KVBlocks, where: str, lens: list[int], continuing, admitted,
             raise ValueError(
                 f"{where}: request {r} starts, but its whole prompt ({lens[r]} tokens, "
                 f"{-(-lens[r] // block_size)} KV blocks) does not fit the free blocks "
-                f"(kv_cache_blocks={blocks}, {usable}; {kv.used} held): vLLM admits a request "
-                "only when its whole prompt fits. Start it later or give more KV cache"
+                f"(kv_cache_blocks={blocks}, {_usable(blocks)}; {kv.used} held): vLLM admits "
+                "a request only when its whole prompt fits. Start it later or give more KV "
+                "cache"
             )
 
 
