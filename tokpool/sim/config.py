@@ -125,6 +125,14 @@ class SimConfig:
             ``max_model_len`` above the model's context is accepted (``True``) or refused as
             vLLM refuses it (``False``, the default; ``from_vllm_args`` reads it from the
             line's environment).
+        optimization_level: vLLM's ``-O`` (``--optimization-level``, default 2): ``0`` compiles
+            nothing and captures no CUDA graphs, so every step runs eagerly (as with
+            ``enforce_eager``); ``1``-``3`` capture piecewise graphs for a pooling model (O2/O3
+            ask for full graphs too, which pooling models do not support:
+            ``vllm_rules.engine.pooling_cudagraph_mode``).
+        ignored_flags: the flags of a ``vllm serve`` line that change nothing tokpool simulates
+            (the API server's own, ``--served-model-name``, logging, ...), as given; set by
+            ``from_vllm_args`` so that what was ignored is said, never dropped silently.
         as_if: look past vLLM's refusals on purpose (an "as if" curve: a million-token prompt
             on a model whose context or KV cache is smaller). ``False`` (default): a
             configuration or prompt vLLM refuses raises ``EngineRefusal`` with vLLM's words
@@ -213,6 +221,8 @@ class SimConfig:
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
     as_if: bool = False
+    optimization_level: int = 2
+    ignored_flags: tuple[str, ...] = ()
     # Fields left None and filled from defaults: ``replace`` resolves them again.
     _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # What the resolution step derived (``vllm_rules.resolve.resolve_engine``).
@@ -280,6 +290,14 @@ class SimConfig:
         _check_bool("enforce_eager", self.enforce_eager)
         _check_bool("as_if", self.as_if)
         _check_bool("allow_long_max_model_len", self.allow_long_max_model_len)
+        if self.optimization_level not in (0, 1, 2, 3) or isinstance(self.optimization_level,
+                                                                     bool):
+            raise ValueError(f"optimization_level must be vLLM's 0, 1, 2 or 3 (-O0 .. -O3), "
+                             f"got {self.optimization_level!r}")
+        ignored = self.ignored_flags
+        if isinstance(ignored, str) or not all(isinstance(f, str) for f in ignored):
+            raise TypeError(f"ignored_flags must be a tuple of strings, got {ignored!r}")
+        set_(self, "ignored_flags", tuple(ignored))
         if self.task not in SIM_TASKS:
             raise ValueError(f"unknown task {self.task!r}; the simulator runs {list(SIM_TASKS)}")
         check_policy(self.policy, allowed=SIM_POLICIES)
