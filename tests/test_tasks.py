@@ -113,8 +113,8 @@ def test_an_engine_serves_only_its_selected_task():
         tp.tasks.check_request_task("token_embed", served, selected="embed", entrypoint="server")
     # vllm/entrypoints/pooling/offline.py, PoolingOfflineMixin._verify_pooling_task: the LLM
     # class names the API and the --convert that would add it; the server the task
-    with pytest.raises(tp.UnsupportedTaskError, match="Classification API is not supported by "
-                       "this model. Try converting the model using `--convert classify`."):
+    with pytest.raises(tp.UnsupportedTaskError, match=r"Classification API is not supported by "
+                       r"this model\. Try converting the model using `--convert classify`\."):
         tp.tasks.check_request_task("classify", served, selected="embed")
     with pytest.raises(tp.UnsupportedTaskError, match="Unsupported task: 'classify'"):
         tp.tasks.check_request_task("classify", served, selected="embed", entrypoint="server")

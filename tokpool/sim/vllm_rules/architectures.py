@@ -27,6 +27,7 @@ __all__ = [
     "is_generative_class",
     "is_pooling_class",
     "resolve_runner",
+    "runs_on_transformers_backend",
     "supports_pipeline_parallel",
 ]
 
@@ -73,6 +74,8 @@ _POOLING_CLASSES = frozenset(
 #: Model classes without ``SupportsPP`` among the architectures tokpool reads.
 _NO_PIPELINE_PARALLEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "modernbert"})
 _NO_PIPELINE_PARALLEL_ARCHS = frozenset({"Gemma3TextModel"})  # registry: gemma3.Gemma3Model
+#: Registered architectures whose class is neither (the suffix decides runner and convert).
+_OTHER_CLASSES = frozenset({"ModernBertModel", "Gemma3TextModel"})
 
 #: model_type -> vLLM's reason (vllm/config/model.py, ``_FLOAT16_NOT_SUPPORTED_MODELS``).
 FLOAT16_UNSUPPORTED: dict[str, str] = dict.fromkeys(
@@ -154,6 +157,32 @@ def is_generative_class(architecture: str) -> bool:
     return architecture in _GENERATIVE_CLASSES or (
         _class_kind(architecture) is None and (_suffix(architecture) or ("generate",))[0]
         == "generate")
+
+
+def runs_on_transformers_backend(architecture: str, runner_type: str, convert_type: str) -> bool:
+    """vLLM cannot name one of its model classes for this architecture and conversion, and
+    builds the model on its Transformers backend instead (vllm/model_executor/models/
+    registry.py, ``_ModelRegistry.inspect_model_cls``: ``_normalize_arch`` swaps the suffix
+    for a registered one only when the suffix's defaults match the runner and conversion, e.g.
+    ``LlamaForSequenceClassification --convert classify`` -> ``LlamaForCausalLM`` with the
+    classification adapter, but ``--convert embed`` finds nothing). Its pooling classes
+    default to CLS pooling (``EmbeddingMixin``, ``SequenceClassificationMixin``): the model
+    is then encoder-only.
+
+    Example:
+        >>> runs_on_transformers_backend("LlamaForSequenceClassification", "pooling", "embed")
+        True
+        >>> runs_on_transformers_backend("LlamaForSequenceClassification", "pooling",
+        ...                              "classify")
+        False
+    """
+    if runner_type != "pooling" or convert_type == "none":
+        return False
+    if architecture in _POOLING_CLASSES | _GENERATIVE_CLASSES | _OTHER_CLASSES:
+        return False
+    return not any(architecture.endswith(suffix) and (runner, convert) == (runner_type,
+                                                                           convert_type)
+                   for suffix, runner, convert in SUFFIX_DEFAULTS)
 
 
 def supports_pipeline_parallel(architecture: str, model_type: str) -> bool:

@@ -19,6 +19,7 @@ from the config, and the published totals (``docs/PARAMETER_COUNTS.md``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from .architectures import (
     is_generative_class,
     is_pooling_class,
     resolve_runner,
+    runs_on_transformers_backend,
 )
 from .engine import pooling_attn_type
 from .hf_families import checked_hf_config, count_parameters
@@ -40,10 +42,10 @@ from .models import ModelPreset
 
 __all__ = [
     "HFModelPreset",
+    "as_served",
     "declared_tasks",
     "estimate_num_parameters",
     "max_model_lens",
-    "pooling_tasks",
     "preset_from_hf_config",
     "simconfig_fields_from_hf",
 ]
@@ -64,6 +66,9 @@ class HFModelPreset(ModelPreset):
         sentence_transformers: the folder holds a sentence-transformers pooling config
             (``modules.json`` with a Pooling module): ``--runner auto`` serves it as a
             pooling model whatever its architecture.
+        declared_tasks: the tasks the model declares as vLLM serves it (``as_served``: after
+            its runner and conversion are resolved); the engine refuses any other
+            (``engine_checks.check_configured_task``). Empty: not resolved yet.
     """
 
     torch_dtype: str = "bfloat16"
@@ -71,6 +76,7 @@ class HFModelPreset(ModelPreset):
     model_type: str = ""
     intermediate_size: int = 0
     sentence_transformers: bool = False
+    declared_tasks: tuple[str, ...] = ()
 
     @property
     def served_dtype(self) -> str:
@@ -310,28 +316,26 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
             a bare ``*ForCausalLM`` is served as a generative model, and refused here;
             ``from_vllm_args`` passes the line's, ``auto`` by default).
         convert: vLLM's ``--convert`` (``auto``, ``none``, ``embed``, ``classify``): which
-            pooling adapter, hence which tasks the model declares (``declared_tasks``).
+            pooling adapter, hence which tasks the model declares (``as_served``).
 
     Returns:
-        ``model``, ``task``, ``dtype``, ``num_labels`` (classify tasks), ``pooling`` (the
+        ``model`` (served: ``as_served``), ``task`` (default: the model's own task, else the
+        last it declares), ``dtype``, ``num_labels`` (classify tasks), ``pooling`` (the
         model's token pooling for token tasks: STEP for PRMs, whatever the task, as vLLM's
         ``PoolerConfig`` carries it), ``step_tag_id``, then the overrides.
 
     Raises:
         EngineRefusal: a model vLLM would not serve as a pooling model
-            (``engine_checks.check_pooling_runner``), a ``task`` it does not declare
-            (``engine_checks.check_configured_task``).
+            (``engine_checks.check_pooling_runner``); a ``task`` it does not declare is
+            refused by the resolution step (``engine_checks.check_configured_task``).
     """
-    preset = preset_from_hf_config(
+    preset = as_served(preset_from_hf_config(
         source, step_tag_id=overrides.pop("step_tag_id", None),
         include_lm_head=overrides.pop("include_lm_head", None),
-    )
-    declared = pooling_tasks(preset, runner=runner, convert=convert)
-    task = overrides.pop("task", None)
-    if task is not None:
-        engine_checks.check_configured_task(task, declared, name=preset.name)
-    else:
-        task = preset.default_task if preset.default_task in declared else declared[-1]
+    ), runner=runner, convert=convert)
+    declared = preset.declared_tasks
+    task = overrides.pop("task", None) or (
+        preset.default_task if preset.default_task in declared else declared[-1])
     dtype = preset.served_dtype
     fields: dict = {"model": preset, "task": task, "dtype": dtype}
     if task in ("token_classify", "classify") and preset.num_labels is not None:
@@ -348,17 +352,19 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
     return fields
 
 
-def pooling_tasks(preset: HFModelPreset, *, runner: str = "pooling",
-                  convert: str = "auto") -> tuple[str, ...]:
-    """The tasks the model declares once vLLM has resolved its runner and conversion
-    (``architectures.resolve_runner``); a model vLLM would not serve as a pooling model is
-    refused (``engine_checks.check_pooling_runner``).
+def as_served(preset: HFModelPreset, *, runner: str = "pooling",
+              convert: str = "auto") -> HFModelPreset:
+    """The preset as vLLM serves it once its runner and conversion are resolved
+    (``architectures.resolve_runner``): with the tasks it then declares
+    (``declared_tasks``), and encoder-only when vLLM can only build it on its Transformers
+    backend (``architectures.runs_on_transformers_backend``: CLS pooling). A model vLLM would
+    not serve as a pooling model is refused (``engine_checks.check_pooling_runner``).
 
     Example:
         >>> bare = preset_from_hf_config({"architectures": ["Qwen3ForCausalLM"],
         ...     "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 1,
         ...     "num_attention_heads": 1, "vocab_size": 10, "max_position_embeddings": 64})
-        >>> pooling_tasks(bare), pooling_tasks(bare, convert="classify")
+        >>> as_served(bare).declared_tasks, as_served(bare, convert="classify").declared_tasks
         (('embed', 'token_embed'), ('classify', 'token_classify'))
     """
     runner_type, convert_type = resolve_runner(
@@ -369,7 +375,12 @@ def pooling_tasks(preset: HFModelPreset, *, runner: str = "pooling",
         runner_type=runner_type, convert_type=convert_type,
         pooling_class=is_pooling_class(preset.architecture),
         generative_class=is_generative_class(preset.architecture))
-    return declared_tasks(preset.default_task, convert_type)
+    changes: dict[str, Any] = {"declared_tasks": declared_tasks(preset.default_task,
+                                                                convert_type)}
+    if runs_on_transformers_backend(preset.architecture, runner_type, convert_type):
+        # Transformers' pooling classes default to CLS (EmbeddingMixin, ...): encoder-only
+        changes.update(seq_pooling_type="CLS", attn_type=pooling_attn_type("CLS"))
+    return dataclasses.replace(preset, **changes)
 
 
 def declared_tasks(kind_task: str, convert: str | None) -> tuple[str, ...]:

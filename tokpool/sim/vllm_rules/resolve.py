@@ -113,15 +113,12 @@ def resolve_engine(config) -> ResolvedEngine:
     """
     model, device = config.model, config.hardware
     refuse = engine_checks.Refusals(as_if=config.as_if)
-    if model is not None:  # vLLM's start-up refusals, before anything is derived
-        refuse(engine_checks.check_tensor_parallel, model.name, model.num_attention_heads,
-               model.num_key_value_heads or model.num_attention_heads,
-               config.tensor_parallel_size)
-        architecture = getattr(model, "architecture", "")  # config.json's (HFModelPreset);
-        model_type = getattr(model, "model_type", "")  # presets are decoders with PP support
-        refuse(engine_checks.check_pipeline_parallel, model.name,
-               config.pipeline_parallel_size,
-               supported=supports_pipeline_parallel(architecture, model_type))
+    # the start-up refusals run in vLLM's order: ModelConfig (dtype, max_model_len), then
+    # SchedulerConfig, then VllmConfig (the parallel layout), then the engine's start (the
+    # pooling task, then the KV cache)
+    architecture = getattr(model, "architecture", "")  # config.json's (HFModelPreset);
+    model_type = getattr(model, "model_type", "")  # presets are decoders with PP support
+    if model is not None:
         refuse(engine_checks.check_model_dtype, model_type,
                str(config.dtype).removeprefix("torch."),
                reason=FLOAT16_UNSUPPORTED.get(model_type))
@@ -160,6 +157,17 @@ def resolve_engine(config) -> ResolvedEngine:
     refuse(engine_checks.check_scheduler_limits, max_num_batched_tokens=tokens,
            max_num_seqs=seqs, max_model_len=max_model_len, enable_chunked_prefill=chunked,
            long_prefill_token_threshold=config.long_prefill_token_threshold)
+    if model is not None:
+        refuse(engine_checks.check_tensor_parallel, model.name, model.num_attention_heads,
+               model.num_key_value_heads or model.num_attention_heads,
+               config.tensor_parallel_size)
+        refuse(engine_checks.check_pipeline_parallel, model.name,
+               config.pipeline_parallel_size,
+               supported=supports_pipeline_parallel(architecture, model_type))
+        declared = getattr(model, "declared_tasks", ())  # a config.json's, once resolved
+        if declared:
+            refuse(engine_checks.check_configured_task, config.task, declared,
+                   name=model.name)
     graph_mode = pooling_cudagraph_mode(
         OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[config.optimization_level],
         enforce_eager=config.enforce_eager)

@@ -14,7 +14,7 @@ from typing import Any
 
 from .args import parse_vllm_args
 from .engine import select_pooling_task
-from .hf_config import declared_tasks, pooling_tasks
+from .hf_config import declared_tasks
 from .models import MODEL_PRESETS, ModelPreset
 
 __all__ = ["config_from_vllm_args", "declared_tasks"]  # declared_tasks: hf_config's
@@ -77,8 +77,7 @@ def config_from_vllm_args(cls, argv, *, model=None, **overrides) -> Any:
     natural = build(**fields)  # the model's own kind decides which tasks it declares
     if preset:
         declared, archs = declared_tasks(natural.task, convert), ()
-    else:
-        declared = pooling_tasks(natural.model, runner=runner, convert=convert)
-        archs = (natural.model.architecture,)
+    else:  # the tasks vLLM's resolved model declares (hf_config.as_served)
+        declared, archs = natural.model.declared_tasks, (natural.model.architecture,)
     selected = select_pooling_task(declared, architectures=archs)
     return natural if selected == natural.task else build(**fields, task=selected)
