@@ -334,6 +334,38 @@ def test_the_generated_lines_use_vllms_own_flags():
                 assert name in SERVE_OPTIONS, token
 
 
+def _as_vllm(name: str, value):
+    """tokpool's parsed value as vLLM's namespace holds it."""
+    if name == "max_model_len" and value is None:
+        return -1  # human_readable_int_or_auto: auto
+    if name == "long_prefill_token_threshold" and value is None:
+        return 0  # 0: no limit
+    if name == "optimization_level":
+        return str(value)  # vLLM keeps the string until VllmConfig
+    return value
+
+
+def test_the_generated_lines_parse_as_vllms_parser_parses_them(parity_count):
+    """vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args (-O, dotted keys,
+    underscores, human-readable ints) and make_arg_parser's options: every value tokpool
+    reads from a line is the value vLLM's parser reads."""
+    dtypes = {"float16": ("half", "float16"), "bfloat16": ("bfloat16",),
+              "float32": ("float32", "float")}
+    for flags in serve_lines():
+        ours = parse_vllm_args(["m", *flags])
+        theirs = vllm_parse_serve_line(["m", *flags])
+        ignored = ours.pop("ignored", ())
+        assert len(ignored) == sum(f in FRONTEND_OPTIONS for f in flags), flags
+        for key, value in ours.items():
+            if key == "task":
+                assert theirs.pooler_config.task == value, (flags, key)
+            elif key == "dtype":
+                assert theirs.dtype in dtypes[value], (flags, key)
+            elif key != "model":
+                assert getattr(theirs, key) == _as_vllm(key, value), (flags, key)
+            parity_count("serve-line values (vLLM's parser)")
+
+
 @pytest.mark.parametrize("name", list(FOLDERS))
 def test_serve_lines_match_vllm_serve(name, folders, parity_count):
     folder = folders[name]

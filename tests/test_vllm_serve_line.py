@@ -172,7 +172,8 @@ def test_a_step_prm_asked_for_token_embed_is_never_chunked(tmp_path):
                              "model_type": "qwen2", "max_position_embeddings": 4096})
     cfg = tp.SimConfig.from_vllm_args(
         f"vllm serve {prm} --convert embed --pooler-config.task token_embed")
-    assert (cfg.task, cfg.pooling_method, cfg.step_tag_id) == ("token_embed", "STEP", 151651)
+    assert (cfg.task, cfg.pooling_method, cfg.model.step_tag_id) == ("token_embed", "STEP",
+                                                                    151651)
     assert cfg.enable_chunked_prefill is False
     cpu = tp.SimConfig.from_vllm_args(
         f"vllm serve {prm} --convert embed --pooler-config.task token_embed", hardware="CPU",

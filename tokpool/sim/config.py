@@ -484,8 +484,11 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
     def from_hf_config(cls, source, **overrides) -> SimConfig:
         """A config from a Hugging Face config — a model directory, a ``config.json`` path, a
         dict or a ``transformers.PretrainedConfig`` — offline: width, labels, context, dtype,
-        layers and heads (KV bytes, FLOPs), architecture → pooling, tasks and chunking
-        (``vllm_rules.hf_config.simconfig_fields_from_hf``).
+        layers and heads (KV bytes, FLOPs), architecture → pooling, tasks and chunking, as
+        vLLM derives them (``vllm_rules.hf_config.simconfig_fields_from_hf``). A pooling
+        runner, as ``LLM(model, runner="pooling")``: pass ``runner="auto"`` for vLLM's own
+        choice (a bare ``*ForCausalLM`` is then a generative model, refused) and
+        ``convert="embed"``/``"classify"`` for vLLM's ``--convert``.
 
         Example:
             >>> from tokpool.models.registry import builtin_files
@@ -499,7 +502,11 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
     @classmethod
     def from_vllm_args(cls, argv, *, model=None, **overrides) -> SimConfig:
         """A config from a ``vllm serve`` line or its flags (vLLM 0.33.0's names and meanings,
-        ``vllm_rules.args.parse_vllm_args``); an unknown or unmodelled flag raises.
+        ``vllm_rules.args.parse_vllm_args``), as people copy it: the API server's own flags
+        (``--host``, ``--port``, ...) and flags without effect on the simulation are listed in
+        ``ignored_flags``; an unknown or unmodelled flag raises; ``--runner`` (default
+        ``auto``) resolves as vLLM's does, so a bare ``*ForCausalLM`` folder needs
+        ``--runner pooling``.
 
         Args:
             argv: e.g. ``"vllm serve Qwen/Qwen3-Embedding-8B --max-num-batched-tokens 8192

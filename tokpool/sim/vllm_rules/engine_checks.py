@@ -192,7 +192,7 @@ def check_pooling_runner(
     why = (f"`--runner auto` resolves {architecture} to `--runner {runner_type}` ({follows}: "
            "a *ForCausalLM architecture, and no sentence-transformers pooling config "
            "(modules.json) in the model's folder)" if runner == "auto"
-           else f"`--runner {runner}` runs it as a generative model")
+           else f"the line asks for `--runner {runner}`")
     raise EngineRefusal(
         f"vLLM serves {name} as a generative model, not a pooling one: {why}. Its pooling "
         "entry points then refuse every request: \"LLM.encode() is only supported for "

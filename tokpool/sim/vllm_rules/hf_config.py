@@ -12,6 +12,13 @@ Pooling types follow vLLM 0.33.0's ``@default_pooling_type`` decorators
 (``VllmModelForPooling``): LAST/ALL. A sentence-transformers ``modules.json`` in the directory
 overrides the sequence pooling (as vLLM's ``get_pooling_config`` does).
 
+What vLLM derives from the files is derived the same way: ``max_model_lens`` (the length keys,
+a ``tokenizer_config.json`` cap, RoPE scaling, LongRoPE's default), the dtype it serves
+(``HFModelPreset.served_dtype``), EmbeddingGemma's bidirectional attention, the Qwen2 PRM's
+step tag; ``as_served`` resolves the runner and conversion (``architectures``) into the tasks
+the model declares. ``tests/test_parity_config.py`` checks it against vLLM's own
+``create_engine_config``.
+
 The parameter count is counted family by family (``tokpool.sim.vllm_rules.hf_families``: experts
 included, a family it cannot count refused by name) and equals transformers' own model built
 from the config, and the published totals (``docs/PARAMETER_COUNTS.md``).
@@ -322,16 +329,17 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
         ``model`` (served: ``as_served``), ``task`` (default: the model's own task, else the
         last it declares), ``dtype``, ``num_labels`` (classify tasks), ``pooling`` (the
         model's token pooling for token tasks: STEP for PRMs, whatever the task, as vLLM's
-        ``PoolerConfig`` carries it), ``step_tag_id``, then the overrides.
+        ``PoolerConfig`` carries it), ``step_tag_id`` (when given; the preset holds vLLM's
+        default, as ``for_model``'s presets do), then the overrides.
 
     Raises:
         EngineRefusal: a model vLLM would not serve as a pooling model
             (``engine_checks.check_pooling_runner``); a ``task`` it does not declare is
             refused by the resolution step (``engine_checks.check_configured_task``).
     """
+    step_tag_id = overrides.pop("step_tag_id", None)
     preset = as_served(preset_from_hf_config(
-        source, step_tag_id=overrides.pop("step_tag_id", None),
-        include_lm_head=overrides.pop("include_lm_head", None),
+        source, step_tag_id=step_tag_id, include_lm_head=overrides.pop("include_lm_head", None),
     ), runner=runner, convert=convert)
     declared = preset.declared_tasks
     task = overrides.pop("task", None) or (
@@ -342,8 +350,8 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
         fields["num_labels"] = preset.num_labels
     if task in ("token_embed", "token_classify"):
         fields["pooling"] = preset.tok_pooling_type  # the pooler's token pooling (PRMs: STEP)
-        if preset.step_tag_id is not None:
-            fields["step_tag_id"] = preset.step_tag_id
+        if step_tag_id is not None:  # the preset keeps vLLM's default tag; synthetic prompts
+            fields["step_tag_id"] = step_tag_id  # carry none (step_tag_every places them)
     if task == "embed" or task == "classify":
         fields["pooling"] = "LAST"
     if preset.architecture.endswith("ForRewardModel"):

@@ -2,8 +2,11 @@
 
 The flags are parsed by ``args.parse_vllm_args``; this module adds what the line means beyond
 its flags: the environment words before ``vllm serve`` (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``),
-the API server's usage context and KV-cache sizing, and the task the engine SELECTS
-(``engine.select_pooling_task`` over the tasks the model declares, ``declared_tasks``).
+the API server's usage context and KV-cache sizing, the runner (``--runner``/``--convert``,
+``auto`` by default, resolved as vLLM resolves them: ``hf_config.as_served``; a bare
+``*ForCausalLM`` is a generative model there, refused), the flags it ignores
+(``SimConfig.ignored_flags``), and the task the engine SELECTS (``engine.select_pooling_task``
+over the tasks the model declares, ``hf_config.declared_tasks``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import dataclasses
 import functools
 from typing import Any
 
+# Refusals are called through the module, never copied: the refusal tests swap them there.
+from . import engine_checks
 from .args import parse_vllm_args
 from .engine import select_pooling_task
 from .hf_config import declared_tasks
@@ -68,7 +73,11 @@ def config_from_vllm_args(cls, argv, *, model=None, **overrides) -> Any:
         m.hf_id.lower() for m in MODEL_PRESETS.values()}
     preset = isinstance(source, ModelPreset) or (isinstance(source, str)
                                                  and source.lower() in names)
-    if preset:  # tokpool's presets are pooling models: the runner is pooling
+    if preset:  # tokpool's presets are pooling models: any runner but a generative one
+        if runner in ("generate", "draft"):
+            engine_checks.check_pooling_runner(
+                str(getattr(source, "name", source)), "", runner=runner, runner_type=runner,
+                convert_type="none", pooling_class=False, generative_class=True)
         build = functools.partial(cls.for_model, source)
     else:
         build = functools.partial(cls.from_hf_config, source, runner=runner, convert=convert)
