@@ -24,6 +24,7 @@ def workloads(quick: bool = False) -> list[tuple[str, list[int], dict]]:
     mixed = [rng.choice((rng.randint(16, 512), rng.randint(512, 8192))) for _ in range(n)]
     base = {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "enable_chunked_prefill": True}
     need = sum(-(-x // 16) for x in mixed)
+    shared = [rng.randint(0, 999) for _ in range(8192)]
     return [
         ("chunked, budget 2048", mixed, base),
         ("+ threshold 512, async", mixed,
@@ -34,6 +35,15 @@ def workloads(quick: bool = False) -> list[tuple[str, list[int], dict]]:
          base | {"enable_chunked_prefill": False, "max_num_batched_tokens": 8192}),
         ("short prompts, budget 256", [rng.randint(1, 64) for _ in range(4 * n)],
          base | {"max_num_batched_tokens": 256}),
+        # prefix caching (vLLM's default for causal poolers): embed prompts sharing a prefix
+        ("+ prefix caching, embed, shared prefixes", mixed,
+         base | {"long_prefill_token_threshold": 512, "kv_cache_blocks": need // 8,
+                 "enable_prefix_caching": True, "task": "embed",
+                 "prompt_token_ids": [shared[: x // 2] + list(range(1000, 1000 + x - x // 2))
+                                      for x in mixed]}),
+        ("+ sliding window 1024 (hybrid groups)", mixed,
+         base | {"long_prefill_token_threshold": 512, "kv_cache_blocks": need // 8,
+                 "kv_cache_groups": (1024, None), "max_model_len": 8192}),
     ]
 
 

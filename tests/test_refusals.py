@@ -16,6 +16,7 @@ import pytest
 import tokpool as tp
 import tokpool.sim.vllm_rules.engine_checks as checks
 from tokpool.cli import main as cli_main
+from tokpool.sim.vllm_rules.kv_spec import KVCacheSpec
 from tokpool.sim.vllm_run import vllm_scheduler_unavailable_reason
 
 PACKAGE = Path(tp.__file__).parent
@@ -242,8 +243,9 @@ def test_each_refusal_says_which_vllm_function_it_follows():
             max_num_batched_tokens=8, max_num_seqs=16, max_model_len=100,
             enable_chunked_prefill=True, long_prefill_token_threshold=None),
         "check_kv_cache_holds_one_sequence": lambda: checks.check_kv_cache_holds_one_sequence(
-            name="m", kv_cache_blocks=4, block_size=16, kv_bytes_per_token=10,
-            max_model_len=100),
+            name="m", spec=KVCacheSpec.build([None], num_kv_heads=1, head_bytes=10,
+                                             block_size=16),
+            kv_cache_blocks=4, max_model_len=100, max_in_flight_tokens=0),
         "check_prompts_fit": lambda: checks.check_prompts_fit([200], 100),
         "check_unchunked_prompts_schedulable": lambda: (
             checks.check_unchunked_prompts_schedulable([200], 100, enable_chunked_prefill=False)),

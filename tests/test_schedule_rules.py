@@ -78,6 +78,51 @@ RULE_CASES = [
            long_prefill_token_threshold=24, kv_cache_blocks=7, async_scheduling=True),
      [(0, {0: (0, 24), 1: (0, 24), 2: (0, 16)}, (2,), ()),
       (1, {0: (24, 47), 1: (24, 48)}, (0,), (2,)), (3, {1: (0, 51)}, (1,), (1,))]),
+    # SingleTypeKVCacheManager.get_num_blocks_to_allocate(apply_admission_cap=True): a
+    # sliding-window group admits a request with SlidingWindowSpec.
+    # max_admission_blocks_per_request blocks (ceil(min(31 + 64, 256) / 16) + 1 = 7 of the 9),
+    # and SlidingWindowManager.remove_skipped_blocks frees the blocks before its window: a
+    # 200-token prompt full attention never admits (13 blocks) runs
+    ("sliding_window_admits_with_its_window",
+     _case([200], max_num_batched_tokens=64, kv_cache_blocks=10, kv_cache_groups=(32,),
+           max_model_len=256),
+     [(0, {0: (0, 64)}, (), ()), (1, {0: (64, 128)}, (), ()), (2, {0: (128, 192)}, (), ()),
+      (3, {0: (192, 200)}, (0,), ())]),
+    # ... and two of them run side by side where full attention preempts one
+    ("sliding_window_runs_two_where_full_attention_preempts",
+     _case([200, 200], max_num_batched_tokens=64, kv_cache_blocks=16, kv_cache_groups=(32,),
+           max_model_len=256, long_prefill_token_threshold=32),
+     [(i, {0: (32 * i, 32 * i + 32), 1: (32 * i, 32 * i + 32)}, (), ()) for i in range(6)]
+     + [(6, {0: (192, 200), 1: (192, 200)}, (0, 1), ())]),
+    # a hybrid model (HybridKVCacheCoordinator): its full-attention group still grows
+    ("hybrid_groups_share_one_pool",
+     _case([200, 200], max_num_batched_tokens=64, kv_cache_blocks=30,
+           kv_cache_groups=(32, None), max_model_len=256, long_prefill_token_threshold=32),
+     [(i, {0: (32 * i, 32 * i + 32), 1: (32 * i, 32 * i + 32)}, (), ()) for i in range(5)]
+     + [(5, {0: (160, 192)}, (), (1,)), (6, {0: (192, 200)}, (0,), ()),
+        (7, {1: (0, 64)}, (), ()), (8, {1: (64, 128)}, (), ()), (9, {1: (128, 192)}, (), ()),
+        (10, {1: (192, 200)}, (1,), ())]),
+    # KVCacheManager.get_computed_blocks: a preempted embed request resumes after its blocks
+    # still in the prefix cache (BlockPool.free_blocks evicts a request's tail blocks first)
+    ("prefix_cache_resumes_a_preempted_request",
+     _case([128, 128], max_num_batched_tokens=64, kv_cache_blocks=11,
+           long_prefill_token_threshold=32, enable_prefix_caching=True, task="embed"),
+     [(0, {0: (0, 32), 1: (0, 32)}, (), ()), (1, {0: (32, 64), 1: (32, 64)}, (), ()),
+      (2, {0: (64, 96)}, (), (1,)), (3, {0: (96, 128)}, (0,), ()), (4, {1: (32, 96)}, (), ()),
+      (5, {1: (96, 128)}, (1,), ())]),
+    # PoolingParams._merge_default_parameters: token tasks skip reading it (from token 0)
+    ("token_tasks_skip_the_prefix_cache",
+     _case([128, 128], max_num_batched_tokens=64, kv_cache_blocks=11,
+           long_prefill_token_threshold=32, enable_prefix_caching=True, task="token_embed"),
+     [(0, {0: (0, 32), 1: (0, 32)}, (), ()), (1, {0: (32, 64), 1: (32, 64)}, (), ()),
+      (2, {0: (64, 96)}, (), (1,)), (3, {0: (96, 128)}, (0,), ()), (4, {1: (0, 64)}, (), ()),
+      (5, {1: (64, 128)}, (1,), ())]),
+    # allocate_slots caches a request's blocks when they are allocated: a prompt admitted
+    # after another in the same step hits them, up to num_tokens - 1 and whole blocks
+    ("prefix_cache_hit_in_the_same_step",
+     _case([40, 40], max_num_batched_tokens=80, enable_prefix_caching=True, task="embed",
+           prompt_token_ids=[list(range(40)), list(range(40))]),
+     [(0, {1: (32, 40), 0: (0, 40)}, (0, 1), ())]),
 ]
 
 
@@ -238,3 +283,19 @@ def test_simulate_rejects_an_unknown_scheduler():
 
     with pytest.raises(ValueError, match="unknown scheduler 'sglang'"):
         tp.simulate([4], scheduler="sglang")
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in RULE_CASES if n.startswith(
+    ("sliding_window", "hybrid", "prefix_cache", "token_tasks"))])
+def test_kv_cache_groups_and_prefix_caching_rules(name):
+    """The sliding-window, hybrid and prefix-caching cases of RULE_CASES (each quotes its
+    vLLM function above; tests/test_parity_schedule.py runs them through vLLM itself)."""
+    _run(name)
+
+
+def test_full_attention_never_admits_what_a_sliding_window_runs():
+    kw = next(kw for n, kw, _ in RULE_CASES if n == "sliding_window_admits_with_its_window")
+    with pytest.raises(ValueError, match=r"13 KV blocks of 16 tokens.*never admits it"):
+        schedule(**(kw | {"kv_cache_groups": (None,)}))
+    two = next(kw for n, kw, _ in RULE_CASES if n.startswith("sliding_window_runs_two"))
+    assert any(s.preempted for s in schedule(**(two | {"kv_cache_groups": (None,)})))

@@ -160,7 +160,7 @@ class _Asked(Exception):
 @pytest.mark.parametrize("rule", [
     "default_head_dtype", "default_use_activation", "default_async_scheduling",
     "chunked_prefill_supported", "derive_batch_limits", "pooling_cudagraph_mode",
-    "resolve_cudagraph_sizes", "kv_cache_capacity_tokens",
+    "resolve_cudagraph_sizes", "kv_cache_spec", "default_prefix_caching",
 ])
 def test_the_simulator_asks_the_rules_the_parity_tests_check(monkeypatch, rule):
     """SimConfig's defaults come from the very functions checked against vLLM's code: replace
@@ -173,7 +173,7 @@ def test_the_simulator_asks_the_rules_the_parity_tests_check(monkeypatch, rule):
     monkeypatch.setattr(resolve, rule, asked)
     with pytest.raises(_Asked):
         SimConfig(model="SmolLM2-135M" if rule != "derive_batch_limits" else None,
-                  gpu_memory_utilization=0.9 if rule == "kv_cache_capacity_tokens" else None)
+                  gpu_memory_utilization=0.9 if rule == "kv_cache_spec" else None)
 
 
 def test_the_step_memory_rule_reads_vllms_dispatch(monkeypatch):

@@ -224,7 +224,8 @@ def test_ledger_columns_and_requests_frame():
     assert r.peak_pooling_bytes == steps["pool_peak_bytes"].max()
     assert list(r.requests.columns) == ["request", "prompt_len", "first_step", "finish_step",
                                         "delivered_step", "num_chunks", "output_bytes",
-                                        "corrupted", "stranded_bytes", "num_preemptions"]
+                                        "corrupted", "stranded_bytes", "num_preemptions",
+                                        "num_cached_tokens"]
     assert r.requests["prompt_len"].tolist() == [9, 20, 4]
     assert r.requests["output_bytes"].tolist() == [9 * 8, 20 * 8, 4 * 8]
     assert "corrupted=[]" in repr(r)

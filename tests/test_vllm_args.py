@@ -67,13 +67,13 @@ def test_unknown_flags_are_reported_never_dropped():
 
 
 def test_unmodelled_flags_raise_or_come_back():
-    with pytest.raises(ValueError, match=r"\['--enable-prefix-caching'\] are not modelled"):
-        parse_vllm_args("m --enable-prefix-caching")
-    out = parse_vllm_args("m --enable-prefix-caching --quantization fp8 "
-                          "--no-enable-prefix-caching --seed 3", unmodelled="return")
-    assert out == {"model": "m", "unmodelled": {"--enable-prefix-caching": True,
+    with pytest.raises(ValueError, match=r"\['--kv-cache-memory-bytes'\] are not modelled"):
+        parse_vllm_args("m --kv-cache-memory-bytes 8G")
+    out = parse_vllm_args("m --kv-cache-memory-bytes 8G --quantization fp8 "
+                          "--no-enable-expert-parallel --seed 3", unmodelled="return")
+    assert out == {"model": "m", "unmodelled": {"--kv-cache-memory-bytes": "8G",
                                                 "--quantization": "fp8",
-                                                "--no-enable-prefix-caching": True},
+                                                "--no-enable-expert-parallel": True},
                    "ignored": ("--seed 3",)}
 
 

@@ -133,7 +133,8 @@ class ModelSource:
             out: ``[n_step_tokens, width]`` in ``dtype``, usually a view of the engine's
                 persistent buffer (written in place).
             chunks: ``(request, start, stop)`` in batch order; each continues its request's
-                prefill (``start`` = tokens computed so far).
+                prefill (``start`` = tokens computed so far, after ``skip_cached`` for a
+                prefix-cache hit).
 
         Raises:
             ValueError: ``out`` of the wrong shape or dtype, a chunk that does not continue its
@@ -168,6 +169,25 @@ class ModelSource:
             out[row : row + stop - start].copy_(hidden)
             self._produced[request][start:stop].copy_(hidden)  # host copy: the exact oracle
             row += stop - start
+
+    def skip_cached(self, request: int, tokens: int) -> None:
+        """A prefix-cache hit: the first ``tokens`` tokens' KV comes from the cache, so the
+        request's next chunk starts after them. Their KV is computed here (as the cached blocks
+        hold it) and their rows kept for the oracle, but never delivered.
+
+        Raises:
+            ValueError: the request has tokens computed already (a hit starts a prefill).
+        """
+        request = self._check_request(request)
+        stream = self._streams[request]
+        if stream.computed:
+            raise ValueError(f"request {request}: a prefix-cache hit starts a prefill, but "
+                             f"{stream.computed} tokens are computed; call reset first")
+        prefix = stream.advance(tokens)  # [tokens, hidden]: the cached blocks' KV
+        if self._score is not None:
+            with torch.inference_mode():
+                prefix = self._score(prefix)
+        self._produced[request][:tokens].copy_(prefix)
 
     def reference(self, request: int) -> Tensor:
         """What a correct engine delivers for ``request``: ``[prompt_len, hidden_size]``, the

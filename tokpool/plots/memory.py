@@ -399,8 +399,8 @@ def plot_pooling_share_of_kv(
     Args:
         df: a ``tp.sweep(...)`` DataFrame (per-rank bytes).
         kv_cache_bytes: KV-cache memory of one rank (``tokpool.sim.vllm_rules.kv_cache.
-            kv_cache_memory_bytes``, or ``config.kv_cache_blocks × block_size ×
-            config.kv_bytes_per_token``).
+            kv_cache_memory_bytes``, or ``config.kv_cache_blocks ×
+            config.kv_block_bytes``).
         async_scheduling: which rows to draw (default: async when the sweep has both).
         ax: axes to draw into (a new figure when ``None``).
         title: axes title.

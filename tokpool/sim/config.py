@@ -108,7 +108,14 @@ class SimConfig:
             memory, minus the weights and the forward's activation peak per rank, in whole
             blocks. ``None`` (default): ``kv_cache_blocks`` as given (unlimited if ``None``).
             ``SimConfig.from_vllm_args`` sets vLLM's 0.92.
-        kv_cache_dtype: vLLM's ``--kv-cache-dtype`` (``"auto"``: the model dtype).
+        kv_cache_dtype: vLLM's ``--kv-cache-dtype`` (``"auto"``: the model dtype; the
+            per-token-head dtypes store their scales too: ``vllm_rules.kv_spec``).
+        enable_prefix_caching: vLLM's ``--[no-]enable-prefix-caching``; ``None`` (default):
+            vLLM's rule (``vllm_rules.prefix_cache``: on for causal pooling models with
+            LAST/ALL pooling, off for encoders, CLS/MEAN decoders and STEP PRMs). When on, an
+            ``embed``/``classify`` request starts after the whole blocks already cached (a
+            shared prefix of token-id prompts, or its own blocks after a preemption); token
+            tasks never read the cache and recompute every token.
         activation_peak_bytes: the forward's activation peak per rank that vLLM's profiling
             run measures; default an ESTIMATE of 8 hidden-state rows per budget token.
         tensor_parallel_size, pipeline_parallel_size: the engine's parallelism. The pooler
@@ -216,6 +223,7 @@ class SimConfig:
     block_size: int = 16
     gpu_memory_utilization: float | None = None
     kv_cache_dtype: str = "auto"
+    enable_prefix_caching: bool | None = None
     activation_peak_bytes: int | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
@@ -233,7 +241,8 @@ class SimConfig:
         set_(self, "_defaulted", tuple(
             name for name in ("hidden_size", "max_num_batched_tokens", "max_num_seqs",
                               "enable_chunked_prefill", "max_model_len", "kv_cache_blocks",
-                              "use_activation", "async_scheduling", "rows_from")
+                              "use_activation", "async_scheduling", "rows_from",
+                              "enable_prefix_caching")
             if getattr(self, name) is None
         ) + (("head_dtype",) if isinstance(self.head_dtype, str)
              and self.head_dtype == "auto" else ()))
@@ -284,7 +293,7 @@ class SimConfig:
                     f"cudagraph_capture_sizes must be positive ints, got {sizes!r}"
                 )
             set_(self, "cudagraph_capture_sizes", tuple(sorted(set(sizes))))
-        for name in ("use_activation", "async_scheduling"):
+        for name in ("use_activation", "async_scheduling", "enable_prefix_caching"):
             if getattr(self, name) is not None:
                 _check_bool(name, getattr(self, name))
         _check_bool("enforce_eager", self.enforce_eager)
@@ -333,7 +342,7 @@ class SimConfig:
         resolved = resolve_engine(self)
         for name in ("max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
                      "max_num_seqs", "kv_cache_blocks", "head_dtype", "use_activation",
-                     "async_scheduling"):
+                     "async_scheduling", "enable_prefix_caching"):
             set_(self, name, getattr(resolved, name))
         set_(self, "_resolved", resolved)
 
@@ -445,6 +454,35 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes per token on the most loaded rank (0 without a model preset)."""
         return self._resolved.kv_bytes_per_token
+
+    @property
+    def kv_spec(self):
+        """The KV cache on the most loaded rank, layer by layer, as vLLM plans it
+        (``vllm_rules.kv_spec.KVCacheSpec``: windows, groups, pool block); ``None`` without a
+        model preset or for an encoder-only model."""
+        return self._resolved.kv_spec
+
+    @property
+    def kv_group_windows(self) -> tuple[int | None, ...]:
+        """Each KV-cache group's sliding window (``None``: full attention), vLLM's group
+        order: what the schedulers' block managers allocate for (one full-attention group
+        without a model preset)."""
+        spec = self._resolved.kv_spec
+        return (None,) if spec is None else spec.group_windows
+
+    @property
+    def kv_block_bytes(self) -> int:
+        """Bytes of one KV-cache pool block on the most loaded rank (all layers of the largest
+        group; ``block_size x kv_bytes_per_token`` for a full-attention model), 0 without a
+        KV cache: ``kv_bytes = blocks held x kv_block_bytes``."""
+        spec = self._resolved.kv_spec
+        return 0 if spec is None else spec.bytes_per_block
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """Tokens scheduled but not yet processed, at most (``vllm_rules.kv_spec.
+        max_in_flight_tokens``): what a sliding-window group keeps beyond its window."""
+        return self._resolved.max_in_flight_tokens
 
     @property
     def vllm_device(self) -> Hardware:

@@ -21,9 +21,10 @@ from .config import SimConfig
 from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule
-from .schedule.scheduler import ScheduledStep, validate_prompt_lens
+from .schedule.scheduler import ScheduledStep, check_prompt_token_ids, validate_prompt_lens
 from .schedule.scheduler import schedule as tokpool_schedule
 from .vllm_rules import engine_checks
+from .vllm_rules.prefix_cache import reads_prefix_cache
 from .vllm_run import vllm_schedule
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
@@ -46,7 +47,12 @@ def simulate(
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
     Args:
-        prompt_lens: prompt length per request (each >= 1).
+        prompt_lens: prompt length per request (each >= 1), or each request's prompt token
+            ids (a list of ints per request): prompts whose leading tokens are equal share
+            prefix-cache blocks (``SimConfig.enable_prefix_caching``, vLLM's default for causal
+            pooling models); given by length, every prompt has tokens of its own. The token
+            ids decide the cache hits only; hidden states and STEP's tag rows come from the
+            source.
         config: the engine (default ``SimConfig()``).
         mode: ``"tensor"`` runs real tensors through the core's poolers and heads, measures
             real storages and checks every output against the source's reference;
@@ -95,7 +101,7 @@ def simulate(
     _check_device(device)
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
-    lens = validate_prompt_lens(prompt_lens)
+    lens, token_ids = split_prompts(prompt_lens)
     refuse = engine_checks.Refusals(as_if=config.as_if)  # vLLM rejects prompts over the limit
     refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
@@ -114,9 +120,11 @@ def simulate(
         steps = check_schedule(schedule, lens,
                                max_num_batched_tokens=config.max_num_batched_tokens,
                                enable_chunked_prefill=config.enable_chunked_prefill,
-                               long_prefill_token_threshold=config.long_prefill_token_threshold)
+                               long_prefill_token_threshold=config.long_prefill_token_threshold,
+                               reads_prefix_cache=config.enable_prefix_caching
+                               and reads_prefix_cache(config.task))
     else:
-        steps = _scheduled_steps(lens, config, arrival_steps, scheduler)
+        steps = _scheduled_steps(lens, config, arrival_steps, scheduler, token_ids)
     engine_checks.check_step_pooling_sees_whole_prompts(
         steps, lens, step_tag_id=config.pooling_kind.row_tag(config),
         enable_chunked_prefill=config.enable_chunked_prefill)
@@ -159,6 +167,7 @@ def simulate(
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
         looked_past=[*config.looked_past, *refuse.looked_past],
+        prompt_token_ids=token_ids,
     )
 
 
@@ -179,8 +188,28 @@ def _check_device(device) -> None:
         raise ValueError(f"device={device!r}: the simulator runs on 'cpu' or 'cuda'")
 
 
-def _scheduled_steps(lens, config: SimConfig, arrival_steps,
-                     scheduler: str) -> list[ScheduledStep]:
+def split_prompts(prompts) -> tuple[list[int], list[list[int]] | None]:
+    """Prompt lengths, and the token ids when the prompts are given as token-id lists.
+
+    Raises:
+        TypeError: a mix of lengths and token-id lists, or entries of another type.
+        ValueError: an empty prompt or none at all.
+    """
+    def is_ids(p) -> bool:  # a list/tuple of ids, or a 1-D tensor / array
+        return isinstance(p, (list, tuple)) or getattr(p, "ndim", 0) == 1
+
+    items = prompts if isinstance(prompts, (list, tuple)) else None
+    if items and any(is_ids(p) for p in items):
+        if not all(is_ids(p) for p in items):
+            raise TypeError("give every prompt as a length (an int) or every prompt as token "
+                            "ids (a list of ints), not a mix")
+        lens = validate_prompt_lens([len(p) for p in items])
+        return lens, check_prompt_token_ids(items, lens)
+    return validate_prompt_lens(prompts), None
+
+
+def _scheduled_steps(lens, config: SimConfig, arrival_steps, scheduler: str,
+                     token_ids) -> list[ScheduledStep]:
     schedule_fn = vllm_schedule if scheduler == "vllm" else tokpool_schedule
     with paused_gc():  # a long schedule is many small objects: see paused_gc
         return schedule_fn(
@@ -193,6 +222,11 @@ def _scheduled_steps(lens, config: SimConfig, arrival_steps,
             kv_cache_blocks=config.kv_cache_blocks,
             block_size=config.block_size,
             async_scheduling=config.async_scheduling,
+            kv_cache_groups=config.kv_group_windows,
+            max_model_len=config.max_model_len,
+            enable_prefix_caching=config.enable_prefix_caching,
+            task=config.task,
+            prompt_token_ids=token_ids,
         )
 
 

@@ -21,7 +21,7 @@ from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
 from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.step_memory import StepOutput
-from .loop import EngineLoop
+from .loop import EngineLoop, admitted
 
 
 class _Storage:
@@ -121,8 +121,9 @@ class CountingEngine(EngineLoop):
     def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
         self._step_output = (_Storage(out.rows * self.row_bytes, False, counted=False)
                              if out.fresh else None)
-        for r, start, _ in step.chunks:
-            if start == 0 or r not in self.states:  # (unchunked: every chunk starts afresh)
+        starting = admitted(step)  # a prefill (re)starts: new pooling state
+        for r, _, _ in step.chunks:
+            if r in starting or r not in self.states:  # (unchunked: every chunk starts afresh)
                 self.states[r] = _State()
 
     def end_iteration(self, index: int) -> None:

@@ -89,16 +89,17 @@ def check_byte_range(prompt_lens: Sequence[int], config, *, what: str = "this ru
             f"counts up to {bound:.3g} B, beyond int64 ({INT64_MAX:.3g}): tokpool refuses "
             "rather than report a wrapped number. Use shorter prompts or a smaller width"
         )
-    # KV bytes in use: whole blocks, at most every request's tokens rounded up to blocks
+    # KV bytes in use: whole blocks, at most every request's tokens rounded up to blocks in
+    # every KV-cache group
     block = config.block_size
-    blocks = total // block + len(prompt_lens) + 1
+    blocks = (total // block + len(prompt_lens) + 1) * len(config.kv_group_windows)
     if config.kv_cache_blocks is not None:
         blocks = min(blocks, config.kv_cache_blocks)
-    kv = blocks * block * config.kv_bytes_per_token
+    kv = blocks * config.kv_block_bytes
     if kv > INT64_MAX:
         raise ValueError(
             f"{what}: KV-cache bytes can reach {kv:.3g} B ({blocks:,} blocks of block_size="
-            f"{block:,} tokens x {config.kv_bytes_per_token:,} B per token), beyond int64 "
+            f"{block:,} tokens, {config.kv_block_bytes:,} B each), beyond int64 "
             f"({INT64_MAX:.3g}): tokpool refuses rather than report a wrapped number. Use "
             "vLLM's block sizes (--block-size 16, the default, up to a few hundred)"
         )

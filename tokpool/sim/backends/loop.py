@@ -93,6 +93,12 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+def admitted(step: ScheduledStep) -> set[int]:
+    """Requests whose prefill (re)starts in ``step``: from token 0, or after the tokens a
+    prefix-cache hit gave them (``ScheduledStep.cached``). Their pooling state is new."""
+    return {r for r, start, _ in step.chunks if start == 0} | {r for r, _ in step.cached}
+
+
 def copies_at_finish(config: SimConfig) -> bool:
     """Does the pipeline copy a finished output within its step (STEP selection, a head cast or
     activation)? Then a one-shot view is read there, not by the host copy."""
@@ -272,13 +278,16 @@ class EngineLoop(ABC):
         """The keep rule of every chunk; records chunks and registers kept views."""
         rules: list[KeepRule] = []
         row = 0
+        starting = admitted(step)
+        for r, tokens in step.cached:
+            self.requests[r].num_cached_tokens += tokens  # KV from the prefix cache
         for r, start, stop in step.chunks:
             rec = self.requests[r]
             rec.num_chunks += 1
-            if start == 0:
+            if r in starting:
                 rec.first_step = index
             finished = stop == self.lens[r]
-            rule, label = self._chunk_rules[finished, start == 0]
+            rule, label = self._chunk_rules[finished, r in starting]
             if rule is None:  # nothing kept: the step gathers its row
                 chunk = ChunkRecord(index, r, start, stop, row, out.fresh, label, True, index)
             else:
@@ -378,8 +387,8 @@ class EngineLoop(ABC):
             num_finished=0 if step is None else len(step.finished),
             context_sum=0 if step is None else step.context_sum,
             stranded_bytes=self._stranded(),
-            kv_bytes=0 if step is None else step.kv_blocks * self.cfg.block_size
-            * self.cfg.kv_bytes_per_token,
+            kv_bytes=0 if step is None else step.kv_blocks * self.cfg.kv_block_bytes,
+            num_cached_tokens=0 if step is None else sum(n for _, n in step.cached),
             **self.memory(),
         )
 

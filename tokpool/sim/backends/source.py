@@ -45,6 +45,11 @@ class HiddenStateSource(Protocol):
     ``fill(out, chunks)`` with the step's chunks; ``reference(r)`` and ``token_ids(r)`` any time
     after request ``r``'s last chunk was filled; ``reset(r)`` if ``r`` is preempted (it then
     restarts from position 0): a full KV cache preempts requests, which then restart.
+
+    Optional: ``skip_cached(request, tokens)``, called before ``fill`` when a request starts
+    after a prefix-cache hit of ``tokens`` tokens (its first chunk then starts there). A source
+    whose rows depend on the position only (``SyntheticSource``) needs none; one that runs a
+    model (``tokpool.ModelSource``) computes the cached prefix's KV there.
     """
 
     width: int

@@ -32,7 +32,7 @@ from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
 from ..vllm_rules.step_memory import StepOutput
-from .loop import EngineLoop
+from .loop import EngineLoop, admitted
 
 
 def make_pooler(config: SimConfig):
@@ -164,11 +164,13 @@ class TensorEngine(EngineLoop):
             hidden = self.buffer[:n]  # rows [0, n) of the persistent buffer
             if out.rows_written > n and hidden.is_floating_point():
                 self.buffer[n : out.rows_written].fill_(self.padding_value)  # a replay's padding
+        skip = getattr(self.source, "skip_cached", None)  # optional: see HiddenStateSource
+        for r, tokens in step.cached if skip is not None else ():
+            skip(r, tokens)  # a prefix-cache hit: the source starts the request after them
         self.source.fill(hidden, step.chunks)  # [n_step_tokens, width] in place
         self._hidden = hidden
-        for r, start, _ in step.chunks:
-            if start == 0:
-                self.states[r] = PoolingStates()
+        for r in admitted(step):  # a prefill (re)starts: new pooling state
+            self.states[r] = PoolingStates()
 
     def end_iteration(self, index: int) -> None:
         self._step_output = None  # the engine lets go of it: only views keep it alive now

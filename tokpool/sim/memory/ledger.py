@@ -61,8 +61,10 @@ STEP_COLUMNS: dict[str, str] = {
                       "output tensors that no kept view covers but that views keep alive "
                       "(a view pins its whole step tensor)",
     "kv_bytes": "KV-cache bytes held during the step, per rank: the blocks of the running "
-                "requests, finishing ones included (× block_size × KV bytes per token per rank; "
-                "0 without a model preset)",
+                "requests in every KV-cache group, finishing ones included (× the pool block's "
+                "bytes, SimConfig.kv_block_bytes; 0 without a model preset)",
+    "num_cached_tokens": "prompt tokens of the requests admitted in the step whose KV came "
+                         "from the prefix cache: neither computed nor pooled",
     "est_forward_s": "ESTIMATE: roofline forward time of the step (NaN without a model preset)",
     "est_pool_s": "ESTIMATE: 2 * copy_bytes / HBM bandwidth",
     "est_d2h_s": "ESTIMATE: d2h_bytes / PCIe bandwidth",
@@ -83,6 +85,9 @@ REQUEST_COLUMNS: dict[str, str] = {
                       "requests' rows of an eager step's output tensor)",
     "num_preemptions": "times the KV cache preempted it (its pooling state cleaned, its "
                        "prefill restarted)",
+    "num_cached_tokens": "prompt tokens it did not compute because their KV came from the "
+                         "prefix cache (over all its admissions; 0 for token tasks, which vLLM "
+                         "recomputes in full)",
 }
 
 
@@ -105,6 +110,7 @@ class StepRecord:
     stranded_bytes: int
     kv_bytes: int
     context_sum: int  # Σ (position + 1) over the step's tokens, for the time model
+    num_cached_tokens: int = 0
 
 
 @dataclass
@@ -121,6 +127,7 @@ class RequestRecord:
     corrupted: bool = False
     stranded_bytes: int = 0
     num_preemptions: int = 0
+    num_cached_tokens: int = 0
 
 
 BYTE_COLUMNS: tuple[str, ...] = tuple(

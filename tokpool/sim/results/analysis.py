@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..._text import format_range
 from ..backends.source import default_source
+from ..vllm_rules.prefix_cache import TOKEN_TASK_SKIP_REASON, reads_prefix_cache
 
 if TYPE_CHECKING:
     from .result import SimResult
@@ -61,6 +62,11 @@ def explain(result: SimResult) -> list[str]:
     """
     chunks = result.chunks
     corrupted = set(result.corrupted)
+    cfg = result.config
+    # a token task with prefix caching on reads nothing: say why where a hit was possible
+    recomputed = (TOKEN_TASK_SKIP_REASON if cfg.enable_prefix_caching
+                  and not reads_prefix_cache(cfg.task) else None)
+    shared = _shares_a_block(result.prompt_token_ids, cfg.block_size)
     lines = []
     for rec in result.requests.itertuples(index=False):
         mine = chunks[chunks["request"] == rec.request]
@@ -92,10 +98,19 @@ def explain(result: SimResult) -> list[str]:
         else:
             verdict = " → corrupted" if rec.request in corrupted else " → intact"
         restarts = int(getattr(rec, "num_preemptions", 0))
+        cached = int(getattr(rec, "num_cached_tokens", 0))
         if restarts:
+            restart = ("restarted after the blocks the prefix cache still held" if cached
+                       else "restarted from token 0")
             verdict += (f"; preempted {restarts} time{'s' if restarts > 1 else ''} (KV cache "
-                        "full): each time its pooling state was cleaned and its prefill "
-                        "restarted from token 0, so its chunks include the discarded attempts")
+                        f"full): each time its pooling state was cleaned and its prefill "
+                        f"{restart}, so its chunks include the discarded attempts")
+        if cached:
+            verdict += (f"; {cached:,} of its prompt tokens came from the prefix cache (their "
+                        "KV was already in cached blocks: not computed, not pooled again)")
+        elif recomputed is not None and (restarts or rec.request in shared):
+            verdict += f"; {recomputed}"
+
         pinned = int(getattr(rec, "stranded_bytes", 0))
         if pinned > 0:
             verdict += f"; its views stranded {pinned:,} bytes of other rows"
@@ -104,6 +119,22 @@ def explain(result: SimResult) -> list[str]:
                         "(SimResult.looked_past)")
         lines.append(head + verdict + ".")
     return lines
+
+
+def _shares_a_block(token_ids, block_size: int) -> set[int]:
+    """Requests whose first full block equals an earlier prompt's (a prefix-cache hit was
+    possible)."""
+    if token_ids is None:
+        return set()
+    seen, out = set(), set()
+    for r, ids in enumerate(token_ids):
+        if len(ids) < block_size:
+            continue
+        first = tuple(ids[:block_size])
+        if first in seen:
+            out.add(r)
+        seen.add(first)
+    return out
 
 
 def prompt_grid(low: int, high: int, *, points_per_doubling: int = 2) -> np.ndarray:

@@ -36,6 +36,8 @@ class SimResult:
         closed_form: ``mode="closed_form"`` only: the formula's numbers (``summary()``).
         looked_past: what vLLM would have refused of this run and the config looked past on
             purpose (``SimConfig(as_if=True)``), one message each; empty: vLLM runs it.
+        prompt_token_ids: the prompts' token ids when they were given as token ids (they
+            decide the prefix-cache hits), else ``None``.
     """
 
     config: SimConfig
@@ -52,6 +54,7 @@ class SimResult:
     chunks: pd.DataFrame | None = field(default=None, repr=False)
     closed_form: dict | None = field(default=None, repr=False)
     looked_past: list[str] = field(default_factory=list, repr=False)
+    prompt_token_ids: list[list[int]] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         c = self.config
@@ -107,7 +110,9 @@ class SimResult:
     def explain(self) -> list[str]:
         """One sentence per request: how its chunks were kept (the keep rule's actions), which
         step rewrote a kept view before it was read, whether it was corrupted, what it
-        stranded. Drawn from ``chunks``; see ``tokpool.sim.results.analysis.explain``."""
+        stranded, which of its tokens came from the prefix cache (and, for a token task that
+        could have hit it, why vLLM recomputed them). Drawn from ``chunks`` and ``requests``;
+        see ``tokpool.sim.results.analysis.explain``."""
         self._needs_steps("explain()")
         return explain(self)
 

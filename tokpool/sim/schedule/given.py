@@ -13,11 +13,13 @@ def check_schedule(
     steps: Sequence[ScheduledStep], prompt_lens: Sequence[int], *,
     max_num_batched_tokens: int, enable_chunked_prefill: bool,
     long_prefill_token_threshold: int | None = None,
+    reads_prefix_cache: bool = True,
 ) -> list[ScheduledStep]:
     """Validate a schedule for ``prompt_lens``; return it as a list.
 
     Each step's chunks must continue their request where it stopped (from 0 after a
-    preemption), fit the token budget, list as ``finished`` exactly the requests whose last
+    preemption, or from the tokens the step lists in ``cached`` for it: a prefix-cache hit),
+    fit the token budget, list as ``finished`` exactly the requests whose last
     prompt token they compute, and every request must finish exactly once; step indices
     increase. Without chunked prefill a prompt is scheduled whole, unless a
     ``long_prefill_token_threshold`` is set (vLLM's ``Scheduler.schedule`` applies the cap before
@@ -25,6 +27,9 @@ def check_schedule(
     Under async scheduling vLLM may preempt a request whose last chunk is still in flight; it is
     finished all the same (``update_from_output``), so a preemption of a request finished by the
     step listed just before is accepted and changes nothing.
+
+    ``reads_prefix_cache=False`` (prefix caching off, or a token task: ``vllm_rules.
+    prefix_cache``) refuses any prefix-cache hit.
 
     Raises:
         TypeError: not a sequence of ``ScheduledStep``.
@@ -56,6 +61,16 @@ def check_schedule(
                 f"{max_num_batched_tokens}; split it or raise the budget in the SimConfig"
             )
         seen: set[int] = set()
+        hits = dict(step.cached)
+        if hits and not reads_prefix_cache:
+            raise ValueError(
+                f"{where} lists prefix-cache hits {step.cached}, but this engine reads no prefix "
+                "cache (prefix caching off, or a token task, which vLLM recomputes in full)")
+        for r, tokens in hits.items():
+            if not 0 <= r < len(lens) or done[r] != 0 or not 0 < tokens < lens[r]:
+                raise ValueError(
+                    f"{where}: a prefix-cache hit of {tokens} tokens for request {r} must be of "
+                    "a request starting its prefill (none computed), shorter than its prompt")
         for r, start, stop in step.chunks:
             if not 0 <= r < len(lens):
                 raise ValueError(
@@ -63,13 +78,15 @@ def check_schedule(
             if r in seen or r in finished_at:
                 raise ValueError(f"{where}: request {r} is scheduled twice or after it finished")
             seen.add(r)
-            if start != done[r] or not start < stop <= lens[r]:
+            expected_start = done[r] + hits.get(r, 0)
+            if start != expected_start or not start < stop <= lens[r]:
                 raise ValueError(
-                    f"{where}: request {r} chunk [{start}, {stop}) must start at {done[r]} and end "
-                    f"by its prompt length {lens[r]}"
+                    f"{where}: request {r} chunk [{start}, {stop}) must start at {expected_start} "
+                    f"and end by its prompt length {lens[r]}"
                 )
             capped = bool(long_prefill_token_threshold)  # vLLM chunks by the cap, not by budget
-            if not enable_chunked_prefill and (start, stop) != (0, lens[r]) and not capped:
+            whole = (hits.get(r, 0), lens[r])  # all of it but the cached tokens
+            if not enable_chunked_prefill and (start, stop) != whole and not capped:
                 raise ValueError(f"{where}: request {r} is chunked but chunked prefill is off "
                                  "and no long_prefill_token_threshold caps it")
             done[r] = stop

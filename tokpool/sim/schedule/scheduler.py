@@ -25,8 +25,17 @@ the cap then: nobody to starve). The cap applies with or without chunked prefill
 With ``kv_cache_blocks`` (vLLM's ``num_gpu_blocks``) the cache is finite: block 0 is vLLM's
 null block, so ``kv_cache_blocks - 1`` blocks hold KV. A running request that cannot get the
 blocks for its next chunk preempts the LAST running request (recompute: its blocks are freed,
-it goes back to the front of the waiting queue and restarts from token 0; the engine cleans
-its pooling state), itself if it is the last, and no request after it runs in that step.
+it goes back to the front of the waiting queue and restarts; the engine cleans its pooling
+state), itself if it is the last, and no request after it runs in that step. The blocks are
+kept as vLLM's ``KVCacheManager`` keeps them (``kv_blocks``): one block table per KV-cache
+group (``kv_cache_groups``: a sliding-window group frees the blocks before its window and
+admits a request with its window's blocks only).
+
+With ``enable_prefix_caching`` (vLLM's default for causal pooling models) a waiting request
+of a task that reads the cache (``embed``, ``classify``: ``vllm_rules.prefix_cache``) starts
+after its longest run of cached blocks: blocks another prompt with the same leading token ids
+computed (``prompt_token_ids``), or its own blocks from before a preemption that were not
+evicted since. Its first chunk then starts at that token (``ScheduledStep.cached``).
 
 A step's chunks are listed in ROW order, as Model Runner V2 lays them out in the step's hidden
 states: ascending scheduled tokens, ties in scheduler order (``vllm_rules.step_order``). Which
@@ -45,12 +54,16 @@ preemption made in such a call is listed in the next step's ``preempted``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Called through the module, never copied: the refusal tests swap the checks there.
 from ..vllm_rules import engine_checks
 from ..vllm_rules.engine import step_order
+from ..vllm_rules.kv_spec import max_in_flight_tokens
+from ..vllm_rules.prefix_cache import reads_prefix_cache
+from .kv_blocks import KVBlocks, block_keys, unlimited_blocks
 
 
 @dataclass(frozen=True)
@@ -66,10 +79,12 @@ class ScheduledStep:
             dropped and their prefill restarts from token 0. Under async scheduling it may
             list a request that finished in the previous step (its output was in flight):
             vLLM frees its blocks, delivers its output and never schedules it again.
-        kv_blocks: KV-cache blocks held right after the step is scheduled: the running
-            requests', finishing ones included, and under async those of requests finished in
-            the previous step (freed only when its output is processed); vLLM's null block not
-            counted (counted with or without a KV-cache limit).
+        kv_blocks: KV-cache blocks held right after the step is scheduled, every group: the
+            running requests', finishing ones included, and under async those of requests
+            finished in the previous step (freed only when its output is processed); vLLM's
+            null block not counted (counted with or without a KV-cache limit).
+        cached: ``(request, tokens)`` for the requests admitted in this step whose first
+            ``tokens`` prompt tokens came from the prefix cache (their chunk starts there).
     """
 
     index: int
@@ -77,6 +92,7 @@ class ScheduledStep:
     finished: tuple[int, ...]
     preempted: tuple[int, ...] = ()
     kv_blocks: int = 0
+    cached: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -132,6 +148,43 @@ def check_arrival_steps(arrival_steps: Sequence[int] | None, n: int) -> list[int
     return steps
 
 
+def check_prompt_token_ids(token_ids: object, lens: Sequence[int]) -> list[list[int]] | None:
+    """Validate per-request prompt token ids against the prompt lengths (``None``: none given).
+
+    Raises:
+        TypeError: not a sequence of int sequences.
+        ValueError: a count or a length that does not match ``lens``.
+    """
+    if token_ids is None:
+        return None
+    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
+        raise TypeError("prompt_token_ids must be a list of token-id lists, one per request, "
+                        f"got {type(token_ids).__name__}")
+    if len(token_ids) != len(lens):
+        raise ValueError(f"prompt_token_ids has {len(token_ids)} prompts for {len(lens)} "
+                         "requests")
+    out = []
+    for i, ids in enumerate(token_ids):
+        ids = _ids(ids, i)
+        if len(ids) != lens[i]:
+            raise ValueError(f"prompt_token_ids[{i}] has {len(ids)} tokens but prompt_lens[{i}] "
+                             f"is {lens[i]}")
+        out.append(ids)
+    return out
+
+
+def _ids(ids: object, i: int) -> list[int]:
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()  # tensors, arrays
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise TypeError(f"prompt_token_ids[{i}] must be a sequence of ints, got "
+                        f"{type(ids).__name__}")
+    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or t < 0]
+    if bad:
+        raise TypeError(f"prompt_token_ids[{i}] holds {bad[:3]}: token ids are ints >= 0")
+    return list(ids)
+
+
 def schedule(
     prompt_lens: Sequence[int],
     *,
@@ -143,17 +196,28 @@ def schedule(
     kv_cache_blocks: int | None = None,
     block_size: int = 16,
     async_scheduling: bool = False,
+    kv_cache_groups: Sequence[int | None] = (None,),
+    max_model_len: int | None = None,
+    enable_prefix_caching: bool = False,
+    task: str = "token_embed",
+    prompt_token_ids: Sequence[Sequence[int]] | None = None,
 ) -> list[ScheduledStep]:
     """The steps that prefill every request (see the module docstring for the rules).
 
     Args:
         prompt_lens: prompt length per request (each >= 1).
         max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
-            long_prefill_token_threshold, block_size, async_scheduling: vLLM's flags of those
-            names (``None``/0 threshold: no cap).
+            long_prefill_token_threshold, block_size, async_scheduling, max_model_len,
+            enable_prefix_caching: vLLM's flags of those names (``None``/0 threshold: no cap;
+            ``None`` max_model_len: no limit).
         arrival_steps: per request, the first step it may be scheduled in (default all 0).
         kv_cache_blocks: vLLM's ``num_gpu_blocks`` (one is the null block); ``None``:
-            unlimited (blocks are only counted).
+            every prompt's blocks at once (``kv_blocks.unlimited_blocks``: nothing preempted).
+        kv_cache_groups: each KV-cache group's sliding window, ``None`` for full attention
+            (``SimConfig.kv_group_windows``; default one full-attention group).
+        task: the pooling task of every request (token tasks never read the prefix cache).
+        prompt_token_ids: per request, its token ids (prompts that share leading tokens share
+            prefix-cache blocks); default: every prompt has tokens of its own.
 
     Returns:
         The steps that schedule tokens. ``ScheduledStep.kv_blocks``: the blocks held right
@@ -168,17 +232,25 @@ def schedule(
     """
     lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
+    token_ids = check_prompt_token_ids(prompt_token_ids, lens)
     budget_per_step = max_num_batched_tokens
     engine_checks.check_unchunked_prompts_schedulable(
         lens, budget_per_step, enable_chunked_prefill=enable_chunked_prefill)
     threshold = long_prefill_token_threshold or 0  # 0/None: no cap
-    kv = _KVCache(kv_cache_blocks, block_size, lens)
     queue_size = 2 if async_scheduling else 1  # VllmConfig.max_concurrent_batches
+    reads_cache = enable_prefix_caching and reads_prefix_cache(task)
+    # Blocks nobody reads need no prefix keys: with every request skipping the cache (token
+    # tasks) vLLM's cached blocks change which free block is handed out next, never how many
+    # are free, so the schedule is the one without caching.
+    kv = _kv_blocks(lens, kv_cache_blocks, block_size, kv_cache_groups, max_model_len,
+                    max_in_flight_tokens(budget_per_step, async_scheduling=async_scheduling),
+                    reads_cache, token_ids)
     pending = collections.deque(sorted(range(len(lens)), key=lambda i: (arrival[i], i)))
     waiting: collections.deque[int] = collections.deque()
     running: list[int] = []
     computed = [0] * len(lens)
-    in_flight: collections.deque[ScheduledStep] = collections.deque()
+    in_flight: collections.deque[tuple[ScheduledStep, list[tuple[int, int]]]] = \
+        collections.deque()
     finished_at: dict[int, list[int]] = {}
     finished: set[int] = set()
     steps: list[ScheduledStep] = []
@@ -194,30 +266,32 @@ def schedule(
         while pending and arrival[pending[0]] <= index:
             waiting.append(pending.popleft())
         if waiting or running or unreported:  # Scheduler.has_requests
-            step = _schedule_step(index, lens, computed, running, waiting, kv, threshold,
-                                  budget_per_step, max_num_seqs, enable_chunked_prefill)
+            step, order = _schedule_step(index, lens, computed, running, waiting, kv,
+                                         threshold, budget_per_step, max_num_seqs,
+                                         enable_chunked_prefill, reads_cache)
             unreported = False
             index += 1
-            in_flight.appendleft(step)
+            in_flight.appendleft((step, order))
             if step.chunks:
                 if carried:  # preempted in a call that then scheduled nothing
-                    step = ScheduledStep(step.index, step.chunks, (),
-                                         (*carried, *step.preempted), step.kv_blocks)
+                    step = dataclasses.replace(step, preempted=(*carried, *step.preempted))
                     carried = []
                 steps.append(step)
                 idle = 0
             else:
                 carried.extend(step.preempted)
                 idle += 1
-                if idle > queue_size + 1:  # a bug guard: the checks above rule this out
-                    raise RuntimeError(f"scheduler made no progress at step {step.index}")
+                if idle > queue_size + 1:
+                    _raise_stuck(waiting, lens, step.index)
             if len(in_flight) < queue_size and (step.chunks or waiting or running):
                 continue
         elif not in_flight:
             continue
-        done = in_flight.pop()  # Scheduler.update_from_output of the oldest step
-        for r, _, stop in done.chunks:
-            if stop != lens[r] or r in finished:
+        done, order = in_flight.pop()  # Scheduler.update_from_output of the oldest step
+        for r, n in order:  # the scheduler's order (its num_scheduled_tokens)
+            kv.in_flight[r] -= n
+        for r, _ in order:
+            if r in finished or not _finishes(done, r, lens):
                 continue
             # its pooler output: finished. Under async a request preempted while this, its
             # last step, was in flight finishes too, from the waiting queue
@@ -230,23 +304,78 @@ def schedule(
             finished.add(r)
             finished_at.setdefault(done.index, []).append(r)
             unreported = True
-    return [
-        ScheduledStep(s.index, s.chunks, tuple(finished_at.get(s.index, ())), s.preempted,
-                      s.kv_blocks)
-        for s in steps
-    ]
+    return [dataclasses.replace(s, finished=tuple(
+        sorted(finished_at.get(s.index, ()), key=[r for r, _, _ in s.chunks].index)))
+        for s in steps]
+
+
+def _finishes(step: ScheduledStep, r: int, lens: list[int]) -> bool:
+    return any(q == r and stop == lens[r] for q, _, stop in step.chunks)
+
+
+def refuse_what_the_cache_never_admits(
+    lens: Sequence[int], kv_cache_blocks: int | None, *, block_size: int,
+    kv_cache_groups: Sequence[int | None], max_model_len: int | None, in_flight: int,
+    reads_cache: bool, token_ids: Sequence[Sequence[int]] | None,
+) -> None:
+    """The KV refusal both schedulers apply before they run (vLLM itself would spin):
+    ``engine_checks.check_prompts_fit_kv_cache`` over the groups; with prefix caching read and
+    prompts that may share blocks, only a cache of fewer than two blocks (a hit can make room
+    vLLM then admits with)."""
+    if kv_cache_blocks is None:
+        return
+    if reads_cache and token_ids is not None:
+        engine_checks.check_prompts_fit_kv_cache([], kv_cache_blocks, block_size)
+        return
+    engine_checks.check_prompts_fit_kv_cache(
+        lens, kv_cache_blocks, block_size, kv_cache_groups=kv_cache_groups,
+        max_model_len=max_model_len, max_in_flight_tokens=in_flight)
+
+
+def _kv_blocks(lens, blocks, block_size, groups, max_model_len, in_flight, caching,
+               token_ids) -> KVBlocks:
+    """The block manager, after vLLM's refusal of prompts the cache never admits."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+    groups = tuple(groups)
+    if not groups:
+        raise ValueError("kv_cache_groups needs at least one group (None: full attention)")
+    refuse_what_the_cache_never_admits(
+        lens, blocks, block_size=block_size, kv_cache_groups=groups, max_model_len=max_model_len,
+        in_flight=in_flight, reads_cache=caching, token_ids=token_ids)
+    if blocks is None:
+        blocks = unlimited_blocks(lens, block_size, len(groups))
+    keys = block_keys(lens, block_size, token_ids) if caching else [[] for _ in lens]
+    return KVBlocks(blocks, block_size, groups, caching=caching,
+                    max_model_len=max_model_len if max_model_len is not None else 1 << 62,
+                    max_in_flight_tokens=in_flight, lens=lens, keys=keys)
+
+
+def _raise_stuck(waiting, lens: list[int], index: int) -> None:
+    """Nothing can be scheduled, again and again: the real engine would spin."""
+    r = waiting[0] if waiting else None
+    detail = f"request {r} ({lens[r]} prompt tokens)" if r is not None else "no request"
+    raise ValueError(
+        f"the scheduler makes no progress at step {index}: {detail} is not scheduled again "
+        "(its blocks never fit the KV cache), and vLLM's engine would spin forever with no "
+        "error (vLLM's own scheduler does the same). Give the KV cache more blocks "
+        "(kv_cache_blocks / gpu_memory_utilization) or raise max_num_batched_tokens / enable "
+        "chunked prefill"
+    )
 
 
 def _schedule_step(
     index: int, lens: list[int], computed: list[int], running: list[int],
-    waiting: collections.deque[int], kv: _KVCache, threshold: int, budget: int,
-    max_num_seqs: int, chunked: bool,
-) -> ScheduledStep:
-    """One ``Scheduler.schedule()`` call: mutates the queues, ``computed`` and the cache."""
+    waiting: collections.deque[int], kv: KVBlocks, threshold: int, budget: int,
+    max_num_seqs: int, chunked: bool, reads_cache: bool,
+) -> tuple[ScheduledStep, list[tuple[int, int]]]:
+    """One ``Scheduler.schedule()`` call: mutates the queues, ``computed`` and the cache.
+    Returns the step and its ``(request, tokens)`` in scheduling order."""
     # vLLM lifts long_prefill_token_threshold when only one request runs or waits
     cap = threshold if len(running) + len(waiting) > 1 else 0
     chunks: list[tuple[int, int, int]] = []
     preempted: list[int] = []
+    cached: list[tuple[int, int]] = []
     i = 0
     while i < len(running) and budget > 0:
         r = running[i]
@@ -257,7 +386,7 @@ def _schedule_step(
         if 0 < cap < take:
             take = cap
         take = min(take, budget)
-        while not kv.grow(r, computed[r] + take):
+        while not kv.allocate(r, computed[r], take):
             victim = running.pop()  # the lowest priority: the last admitted
             kv.free(victim)
             computed[victim] = 0
@@ -274,59 +403,27 @@ def _schedule_step(
     # vLLM admits no waiting request in a step that preempted one (``if not preempted_reqs``)
     while not preempted and waiting and budget > 0 and len(running) < max_num_seqs:
         r = waiting[0]
-        take = lens[r]
+        hit, num_hit = kv.cache_hit(r) if reads_cache else (None, 0)
+        take = lens[r] - num_hit
         if 0 < cap < take:
             take = cap
         if not chunked and take > budget:
             break
         take = min(take, budget)
-        if not kv.admit(r, lens[r], take):
+        if not kv.allocate(r, 0, take, hit=hit, num_hit=num_hit, admit=True):
             break  # its whole prompt does not fit the free blocks: it waits
         waiting.popleft()
         running.append(r)
-        chunks.append((r, 0, take))
+        chunks.append((r, num_hit, num_hit + take))
+        if num_hit:
+            cached.append((r, num_hit))
         budget -= take
-    for r, _, stop in chunks:
+    order = [(r, stop - start) for r, start, stop in chunks]
+    for r, start, stop in chunks:
         computed[r] = stop
+        kv.in_flight[r] += stop - start  # until update_from_output processes the step
     rows = [chunks[j] for j in step_order([stop - start for _, start, stop in chunks])]
-    return ScheduledStep(index, tuple(rows), (), tuple(preempted), kv.used)
-
-
-class _KVCache:
-    """KV-cache blocks per request (``None`` blocks: unlimited, only counted).
-
-    ``blocks`` is vLLM's ``num_gpu_blocks``: its ``BlockPool`` keeps block 0 as the null
-    block, so ``blocks - 1`` are free to hold KV.
-    """
-
-    def __init__(self, blocks: int | None, block_size: int, lens: list[int]) -> None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-        self.size = block_size
-        self.total = None if blocks is None else blocks - 1  # BlockPool.null_block
-        self.held: dict[int, int] = {}
-        self.used = 0
-        if blocks is not None:
-            engine_checks.check_prompts_fit_kv_cache(lens, blocks, block_size)
-
-    def grow(self, request: int, tokens: int) -> bool:
-        """Hold blocks for ``tokens`` computed tokens of ``request``; False if they don't fit."""
-        extra = -(-tokens // self.size) - self.held.get(request, 0)
-        if self.total is not None and self.used + extra > self.total:
-            return False
-        self.held[request] = self.held.get(request, 0) + extra
-        self.used += extra
-        return True
-
-    def admit(self, request: int, prompt_len: int, tokens: int) -> bool:
-        """A waiting request: its whole prompt's blocks must be free, then hold its chunk's."""
-        whole = -(-prompt_len // self.size) - self.held.get(request, 0)
-        if self.total is not None and self.used + whole > self.total:
-            return False
-        return self.grow(request, tokens)
-
-    def free(self, request: int) -> None:
-        self.used -= self.held.pop(request, 0)
+    return ScheduledStep(index, tuple(rows), (), tuple(preempted), kv.used, tuple(cached)), order
 
 
 def engine_steps(

@@ -14,7 +14,9 @@ A new vLLM version's rule is an edit here, seen by every backend through the sea
   generated); ``serve_line``: a whole ``vllm serve`` line as a config; ``hf_config`` (and
   ``hf_families``): ``config.json`` reading; ``architectures``: what vLLM's registry says of
   an architecture (runner, conversion, pipeline support, refused dtypes); ``kv_cache``:
-  KV-cache sizing and parallel layouts; ``profile``: what vLLM's profiling run reserves
+  KV-cache sizing and parallel layouts; ``kv_spec``: each layer's KV-cache spec (sliding
+  windows, per-token-head scales), vLLM's groups and blocks; ``prefix_cache``: prefix caching
+  on or off, and which tasks read it; ``profile``: what vLLM's profiling run reserves
   (ESTIMATES).
 
 ``tokpool.sim.vllm_run`` holds the other half: vLLM's own code, run, as the oracle.

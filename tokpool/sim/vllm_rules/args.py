@@ -14,7 +14,7 @@ parser, ``make_arg_parser``), so a line copied from a deployment loads and nothi
 silently: the API server's own options (``--host``, ``--port``, ``--api-key``, ...) and engine
 flags that change nothing tokpool simulates (``--served-model-name``, ``--seed``, logging, ...)
 come back under ``"ignored"`` (``SimConfig.ignored_flags``); a flag vLLM has but tokpool does
-not model (``--enable-prefix-caching``, ``--quantization``, ...) raises ``ValueError`` saying
+not model (``--kv-cache-memory-bytes``, ``--quantization``, ...) raises ``ValueError`` saying
 so, or with ``unmodelled="return"`` is returned under ``"unmodelled"`` (flag -> raw value); a
 flag vLLM does not have raises as vLLM's parser does (the removed ``--task``: vLLM's hint to
 ``--runner pooling`` / ``--convert``). ``-O0`` .. ``-O3`` are vLLM's optimization level.
@@ -125,6 +125,8 @@ _FLAGS: dict[str, tuple[str, Any]] = {
     "--async-scheduling": ("async_scheduling", "bool"),
     "--enforce-eager": ("enforce_eager", "bool"),
     "--enable-chunked-prefill": ("enable_chunked_prefill", "bool"),
+    # CacheConfig.enable_prefix_caching: BooleanOptionalAction, default None (the model's)
+    "--enable-prefix-caching": ("enable_prefix_caching", "bool"),
     "--tensor-parallel-size": ("tensor_parallel_size", _int),
     "--pipeline-parallel-size": ("pipeline_parallel_size", _int),
     "--data-parallel-size": ("data_parallel_size", _int),
@@ -200,7 +202,8 @@ _REMOVED = {
               "--convert reward.",
 }
 #: Flags vLLM serves but whose values change what tokpool simulates in ways it does not model
-#: (prefix caching, quantization, LoRA, speculative decoding, ...): refused, never dropped.
+#: (a KV-cache size in bytes, quantization, LoRA, speculative decoding, ...): refused, never
+#: dropped.
 UNMODELLED_FLAGS: frozenset[str] = frozenset(
     name for name in set(SERVE_OPTIONS) | set(CANONICAL.values())
     if CANONICAL.get(name, name) not in _FLAGS
@@ -278,8 +281,9 @@ def parse_vllm_args(
     Returns:
         Only the flags given: ``model``, ``max_num_batched_tokens``, ``max_num_seqs``,
         ``max_model_len`` (``None`` for ``auto``/-1), ``async_scheduling``, ``enforce_eager``,
-        ``enable_chunked_prefill``, ``max_cudagraph_capture_size``, ``cudagraph_capture_sizes``
-        (tuple), ``long_prefill_token_threshold`` (``None`` for 0, vLLM's "no limit"),
+        ``enable_chunked_prefill``, ``enable_prefix_caching``, ``max_cudagraph_capture_size``,
+        ``cudagraph_capture_sizes`` (tuple), ``long_prefill_token_threshold`` (``None`` for 0,
+        vLLM's "no limit"),
         ``optimization_level`` (``-O``), ``dtype`` (omitted for ``auto``: the model's dtype),
         ``use_activation``/``task``/``pooling``/``step_tag_id``/``returned_token_ids`` from
         ``--pooler-config``; ``runner``, ``convert``; ``tensor_parallel_size``,

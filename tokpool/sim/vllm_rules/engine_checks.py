@@ -25,10 +25,11 @@ Start-up refusals (the engine never starts):
   class without ``SupportsPP``;
 - ``check_model_dtype``: ``_check_valid_dtype`` (vllm/config/model.py): float16 for a model
   type vLLM refuses it for (Gemma-2/3, GLM-4);
-- ``check_kv_cache_holds_one_sequence``: ``check_enough_kv_cache_memory`` /
+- ``check_kv_cache_holds_one_sequence``: ``get_kv_cache_configs`` /
   ``_check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_planning.py): the cache, less the
-  null block the ``BlockPool`` keeps, must hold one ``max_model_len`` request, whether it was
-  sized from memory or given (``--num-gpu-blocks-override``, ``get_kv_cache_configs``).
+  null block the ``BlockPool`` keeps, must hold one ``max_model_len`` request in every KV-cache
+  group (a sliding-window group only its window, ``SlidingWindowSpec.max_memory_usage_bytes``),
+  whether it was sized from memory or given (``--num-gpu-blocks-override``).
 
 Request refusals:
 
@@ -40,8 +41,9 @@ Request refusals:
 - ``check_step_pooling_sees_whole_prompts``: without chunked prefill, STEP pooling with a step
   tag fails on a prompt the long-prefill threshold split (``StepPool.forward``, run);
 - ``check_prompts_fit_kv_cache``: a prompt whose blocks exceed the cache is never admitted
-  (``Scheduler.schedule`` reserves the whole prompt; vLLM refuses such a ``max_model_len`` at
-  start-up, ``check_kv_cache_holds_one_sequence``).
+  (``Scheduler.schedule`` reserves the whole prompt, a sliding-window group its window's
+  blocks; vLLM refuses such a ``max_model_len`` at start-up,
+  ``check_kv_cache_holds_one_sequence``).
 
 Each raises ``EngineRefusal`` (a ``ValueError``). ``SimConfig(as_if=True)`` looks past the ones
 that leave a simulation meaning something (``EngineRefusal.can_look_past``): the run goes on and
@@ -53,6 +55,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from .kv_spec import KVCacheSpec, admission_blocks
 
 __all__ = [
     "EngineRefusal",
@@ -313,60 +317,76 @@ def check_scheduler_limits(
             f"{max_model_len}", follows=follows)
 
 
+def _gib(num_bytes: int) -> str:
+    return f"{round(num_bytes / _GIB, 2)}"  # vllm/utils/mem_utils.py, format_gib
+
+
 def check_kv_cache_holds_one_sequence(
-    *, name: str, kv_cache_blocks: int, block_size: int, kv_bytes_per_token: int,
-    max_model_len: int | None, available_bytes: int | None = None, given: bool = False,
+    *, name: str, spec: KVCacheSpec | None, kv_cache_blocks: int, max_model_len: int | None,
+    max_in_flight_tokens: int, available_bytes: int | None = None, given: bool = False,
 ) -> None:
-    """Refuse a KV cache that cannot hold one ``max_model_len`` request, as vLLM does: the
-    ``BlockPool`` keeps one block back as its null block, so ``kv_cache_blocks - 1`` must hold
-    ``ceil(max_model_len / block_size)`` blocks (``check_enough_kv_cache_memory`` plans against
-    the memory less one block; with ``--num-gpu-blocks-override`` the memory checked is the
-    override's blocks, ``get_kv_cache_configs``).
+    """Refuse a KV cache that cannot hold one ``max_model_len`` request, as vLLM does:
+    ``get_kv_cache_configs`` keeps the null block back (``available - bytes_per_block``, the
+    pipeline stages' workers in order) and ``_check_enough_kv_cache_memory`` compares the rest
+    with one request's blocks in every group (``_max_memory_usage_bytes_from_groups``; a
+    sliding-window group needs its window's blocks only,
+    ``SlidingWindowSpec.max_memory_usage_bytes``). With ``--num-gpu-blocks-override`` the
+    memory checked is the override's blocks.
 
     Args:
         name: the model.
-        kv_cache_blocks: ``num_gpu_blocks`` on the most loaded rank (the null block included).
-        block_size: tokens per block.
-        kv_bytes_per_token: KV bytes per token on that rank (0: no KV cache, nothing to check).
+        spec: its KV cache on the most loaded rank (``kv_cache.kv_cache_spec``; ``None``:
+            no KV cache, nothing to check).
+        kv_cache_blocks: ``num_gpu_blocks`` on that rank (the null block included).
         max_model_len: the engine's ``max_model_len`` (``None``: nothing to check).
+        max_in_flight_tokens: ``kv_spec.max_in_flight_tokens`` (sliding windows hold them).
         available_bytes: the KV memory vLLM found on that rank (default: the blocks').
         given: the block count was given (``kv_cache_blocks=``, vLLM's
             ``--num-gpu-blocks-override``) rather than sized from memory.
 
     Raises:
-        EngineRefusal: with vLLM's message and the longest ``max_model_len`` that fits.
+        EngineRefusal: with vLLM's message and its estimated longest ``max_model_len``.
     """
-    if max_model_len is None or kv_bytes_per_token == 0:
+    if max_model_len is None or spec is None:
         return
-    usable = kv_cache_blocks - 1  # BlockPool.null_block
-    blocks_needed = -(-max_model_len // block_size)
-    if blocks_needed <= usable:
+    flight = {"max_model_len": max_model_len, "max_in_flight_tokens": max_in_flight_tokens}
+    if spec.fits_one_sequence(kv_cache_blocks, **flight):
         return
-    per_block = block_size * kv_bytes_per_token
-    needed = blocks_needed * per_block
-    available = (kv_cache_blocks * per_block if available_bytes is None else available_bytes)
-    available -= per_block  # the null block is planned away first
-    longest = max(usable, 0) * block_size
-    estimate = (f"Based on the available memory, the estimated maximum model length is "
-                f"{longest}. " if longest > 0 else "")
-    if available <= 0:
-        quoted = ("No available memory for the cache blocks. Try increasing "
-                  "`gpu_memory_utilization` ...")
-    else:
-        quoted = (f"To serve at least one request with the model's max seq len "
-                  f"({max_model_len}), ({needed / _GIB:.2f} GiB KV cache is needed, which is "
-                  f"larger than the available KV cache memory ({available / _GIB:.2f} GiB). "
-                  f"{estimate}Try increasing `gpu_memory_utilization` ... or decreasing "
-                  "`max_model_len`")
-    fix = ("give more blocks (kv_cache_blocks=, vLLM's --num-gpu-blocks-override)" if given
-           else "raise --gpu-memory-utilization (gpu_memory_utilization=), add GPUs "
+    follows = "kv_cache_planning._check_enough_kv_cache_memory"
+    fix = ("Give more blocks (kv_cache_blocks=, vLLM's --num-gpu-blocks-override)" if given
+           else "Raise --gpu-memory-utilization (gpu_memory_utilization=), add GPUs "
            "(--tensor-parallel-size)")
-    raise EngineRefusal(
-        f"vLLM refuses to start {name}: \"{quoted}\" (kv_cache_planning."
-        f"check_enough_kv_cache_memory; {kv_cache_blocks} blocks of {block_size} tokens, one "
-        f"of them the null block). {fix[0].upper() + fix[1:]}, simulate it on purpose with "
-        f"as_if=True, or lower --max-model-len (max_model_len=) to at most {longest}",
-        follows="kv_cache_planning.check_enough_kv_cache_memory")
+    if available_bytes is None:  # a block count: the most loaded rank's blocks
+        available_bytes = kv_cache_blocks * spec.bytes_per_block
+        stages: tuple[int, ...] = (spec.bytes_per_block,)
+    else:  # get_kv_cache_configs checks the pipeline stages' workers in order
+        stages = spec.stage_bytes_per_block
+    for per_block in stages:
+        if per_block == 0:
+            continue  # a stage without KV layers
+        check = available_bytes - per_block  # the null block the BlockPool holds back
+        if check <= 0:
+            raise EngineRefusal(
+                f"vLLM refuses to start {name}: \"No available memory for the cache blocks. "
+                "Try increasing `gpu_memory_utilization` when initializing the engine\" "
+                f"({follows}: {available_bytes:,} B for the KV cache, less than one block of "
+                f"{per_block:,} B besides vLLM's null block). {fix}, or simulate it on "
+                "purpose with as_if=True", follows=follows)
+        blocks = available_bytes // per_block
+        if spec.fits_one_sequence(blocks, **flight):
+            continue
+        needed = spec.max_memory_blocks(**flight) * per_block
+        longest = spec.estimate_max_model_len(blocks, **flight)
+        estimate = (f"Based on the available memory, the estimated maximum model length is "
+                    f"{longest}. " if longest > 0 else "")
+        raise EngineRefusal(
+            f"vLLM refuses to start {name}: \"To serve at least one request with the model's "
+            f"max seq len ({max_model_len}), ({_gib(needed)} GiB KV cache is needed, which is "
+            f"larger than the available KV cache memory ({_gib(check)} GiB). {estimate}"
+            "Try increasing `gpu_memory_utilization` ... or decreasing `max_model_len`\" "
+            f"({follows}; {blocks} blocks of {spec.block_size} tokens, one of them the null "
+            f"block). {fix}, simulate it on purpose with as_if=True, or lower --max-model-len "
+            f"(max_model_len=) to at most {longest}", follows=follows)
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -436,11 +456,24 @@ def check_unchunked_prompts_schedulable(prompt_lens: Sequence[int], max_num_batc
 
 
 def check_prompts_fit_kv_cache(prompt_lens: Sequence[int], kv_cache_blocks: int,
-                               block_size: int) -> None:
+                               block_size: int, *,
+                               kv_cache_groups: Sequence[int | None] = (None,),
+                               max_model_len: int | None = None,
+                               max_in_flight_tokens: int = 0) -> None:
     """Refuse prompts the KV cache can never admit: vLLM's scheduler reserves a waiting
-    request's WHOLE prompt (``SchedulerConfig.scheduler_reserve_full_isl``) in
-    ``kv_cache_blocks - 1`` usable blocks (one is the ``BlockPool``'s null block), so a longer
-    prompt waits forever; vLLM refuses such a ``max_model_len`` at start-up.
+    request's WHOLE prompt (``SchedulerConfig.scheduler_reserve_full_isl``) in every KV-cache
+    group — a sliding-window group its window's blocks
+    (``get_num_blocks_to_allocate(apply_admission_cap=True)``) — in ``kv_cache_blocks - 1``
+    usable blocks (one is the ``BlockPool``'s null block), so a longer prompt waits forever;
+    vLLM refuses such a ``max_model_len`` at start-up.
+
+    Args:
+        prompt_lens: per request, its prompt length.
+        kv_cache_blocks: ``num_gpu_blocks``.
+        block_size: tokens per block.
+        kv_cache_groups: each group's sliding window (``None``: full attention).
+        max_model_len, max_in_flight_tokens: what a sliding window's cap depends on
+            (``kv_spec.admission_blocks``).
 
     Raises:
         ValueError: ``kv_cache_blocks`` below 2 (no usable block).
@@ -452,14 +485,18 @@ def check_prompts_fit_kv_cache(prompt_lens: Sequence[int], kv_cache_blocks: int,
             f"kv_cache_blocks must be an int >= 2 (vLLM keeps one as its null block), "
             f"got {kv_cache_blocks!r}; give the KV cache more memory"
         )
-    lens = np.asarray(prompt_lens, dtype=np.int64).reshape(-1)
-    need = -(-lens // block_size)  # blocks per prompt
-    too_big = np.flatnonzero(need > kv_cache_blocks - 1)
-    if too_big.size:
-        i = int(too_big[0])
+    for i, n in enumerate(prompt_lens):
+        need = admission_blocks(int(n), kv_cache_groups, block_size=block_size,
+                                max_model_len=max_model_len,
+                                max_in_flight_tokens=max_in_flight_tokens)
+        if need <= kv_cache_blocks - 1:
+            continue
+        window = ("" if all(w is None for w in kv_cache_groups) else
+                  f" in its {len(kv_cache_groups)} KV-cache groups (the sliding-window ones at "
+                  "most their window's)")
         raise EngineRefusal(
-            f"request {i} has {int(lens[i])} prompt tokens: {int(need[i])} KV blocks of "
-            f"{block_size} tokens, but the KV cache has {kv_cache_blocks} blocks, "
+            f"request {i} has {int(n)} prompt tokens: {need} KV blocks of {block_size} "
+            f"tokens{window}, but the KV cache has {kv_cache_blocks} blocks, "
             f"{kv_cache_blocks - 1} usable (one is vLLM's null block): vLLM never admits it "
             "(its whole prompt must fit, Scheduler.schedule) and refuses a max_model_len the "
             "cache cannot hold. "

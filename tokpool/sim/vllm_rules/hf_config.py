@@ -45,6 +45,7 @@ from .architectures import (
 )
 from .engine import pooling_attn_type
 from .hf_families import checked_hf_config, count_parameters
+from .kv_spec import attention_head_size, check_kv_layout, layer_sliding_windows
 from .models import ModelPreset
 
 __all__ = [
@@ -252,6 +253,7 @@ def preset_from_hf_config(
                 "text part, or a ModelPreset with the whole model's parameter count"
             )
         cfg = {**cfg, **text, "architectures": cfg.get("architectures")}
+    check_kv_layout(cfg)  # a KV layout tokpool does not model is refused by its name first
     cfg = checked_hf_config(cfg)
     archs = cfg.get("architectures") or []
     if isinstance(archs, str):
@@ -260,7 +262,7 @@ def preset_from_hf_config(
     model_type = str(cfg.get("model_type", ""))
     kind = _kind(arch, model_type)
     heads = int(cfg["num_attention_heads"])
-    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
+    head_dim = attention_head_size(cfg)  # as vLLM's attention layers are built
     encoder = model_type in _ENCODERS
     if kind == "prm" and step_tag_id is None:
         step_tag_id = _PRM_STEP_TAG_ID  # Qwen2ForProcessRewardModelConfig's default
@@ -305,7 +307,15 @@ def preset_from_hf_config(
         model_type=model_type,
         intermediate_size=int(cfg.get("intermediate_size") or 0),
         sentence_transformers=_st_pooling(directory) is not None,
+        # each layer's window as vLLM builds the model (kv_spec); encoders keep no KV cache
+        sliding_windows=(None if attn_type == "encoder_only"
+                         else _windows_or_none(layer_sliding_windows(cfg))),
     )
+
+
+def _windows_or_none(windows: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
+    """``None`` when no layer slides (the preset's default: full attention everywhere)."""
+    return windows if any(w is not None for w in windows) else None
 
 
 def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: str = "auto",
@@ -386,8 +396,10 @@ def as_served(preset: HFModelPreset, *, runner: str = "pooling",
     changes: dict[str, Any] = {"declared_tasks": declared_tasks(preset.default_task,
                                                                 convert_type)}
     if runs_on_transformers_backend(preset.architecture, runner_type, convert_type):
-        # Transformers' pooling classes default to CLS (EmbeddingMixin, ...): encoder-only
-        changes.update(seq_pooling_type="CLS", attn_type=pooling_attn_type("CLS"))
+        # Transformers' pooling classes default to CLS (EmbeddingMixin, ...): encoder-only,
+        # so no KV cache and no sliding windows either
+        changes.update(seq_pooling_type="CLS", attn_type=pooling_attn_type("CLS"),
+                       sliding_windows=None)
     return dataclasses.replace(preset, **changes)
 
 

@@ -20,19 +20,23 @@ vLLM's executor numbers them (vllm/v1/executor/multiproc_executor.py, ``_get_out
   evenly): ``weight_bytes_per_rank``.
 - **KV cache**: KV heads split over TP, replicated when ``tp`` > KV heads
   (vllm/config/model.py, ``ModelConfig.get_num_kv_heads``: ``max(1, kv_heads // tp)``); layers
-  split over PP (vllm/distributed/utils.py, ``get_pp_indices``); ``kv_bytes_per_token_per_rank``.
+  split over PP (vllm/distributed/utils.py, ``get_pp_indices``); each layer's spec, the groups
+  and the pool block as vLLM plans them (``kv_spec``: sliding windows, per-token-head scales):
+  ``kv_cache_spec``, ``kv_bytes_per_token_per_rank``.
 - **KV capacity** (vllm/v1/worker/gpu_worker.py, ``Worker.determine_available_memory``;
   vllm/v1/worker/utils.py, ``request_memory``; vllm/v1/core/kv_cache_planning.py,
   ``get_kv_cache_config_from_groups`` and ``get_kv_cache_configs``):
   ``ceil(total x utilization) - non-KV memory (weights + activation peak + ...)``, divided
-  into whole blocks of ``block_size`` tokens, the smallest count over ranks:
+  into whole pool blocks (``KVCacheSpec.bytes_per_block``), the smallest count over ranks:
   ``kv_cache_capacity_tokens``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
+from .kv_spec import KVCacheSpec, kv_element_bytes, kv_head_bytes
 from .models import ModelPreset
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "kv_cache_capacity_tokens",
     "kv_cache_dtype_bytes",
     "kv_cache_memory_bytes",
+    "kv_cache_spec",
     "kv_heads_per_rank",
     "pipeline_layers",
     "pooler_ranks",
@@ -53,10 +58,6 @@ __all__ = [
 DEFAULT_BLOCK_SIZE = 16
 #: vllm/config/cache.py ``CacheConfig.gpu_memory_utilization`` default in 0.33.0.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-_KV_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1,
-                   "fp8_e5m2": 1, "fp8_inc": 1, "int8_per_token_head": 1,
-                   "fp8_per_token_head": 1}
-
 
 def _pos(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -109,17 +110,13 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int = 1) -> int:
 
 
 def kv_cache_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
-    """Bytes per KV element for ``--kv-cache-dtype`` (``auto``: the model's dtype).
+    """Bytes per stored K or V element for ``--kv-cache-dtype`` (``auto``: the model's dtype;
+    the per-token-head dtypes' scales come on top: ``kv_spec.kv_head_bytes``).
 
     Raises:
         ValueError: a packed/quantised format tokpool does not size (nvfp4, turboquant, ...).
     """
-    if kv_cache_dtype == "auto":
-        return model_dtype_bytes
-    if kv_cache_dtype not in _KV_DTYPE_BYTES:
-        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not sized by tokpool; use one "
-                         f"of {['auto', *_KV_DTYPE_BYTES]}")
-    return _KV_DTYPE_BYTES[kv_cache_dtype]
+    return kv_element_bytes(kv_cache_dtype, model_dtype_bytes)
 
 
 def _model_bytes(preset: ModelPreset, dtype_bytes: int | None) -> int:
@@ -127,6 +124,45 @@ def _model_bytes(preset: ModelPreset, dtype_bytes: int | None) -> int:
         return _pos("dtype_bytes", dtype_bytes)
     own = getattr(preset, "dtype_bytes", None)  # HFModelPreset knows its dtype
     return own if own is not None else 2
+
+
+def kv_cache_spec(
+    preset: ModelPreset,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    kv_cache_dtype: str = "auto",
+    dtype_bytes: int | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> KVCacheSpec | None:
+    """The model's KV cache on the most loaded rank, layer by layer (``kv_spec``): each
+    layer's window (``preset.sliding_windows``), its KV heads on a TP rank, its bytes per token
+    (scales included), the groups, the pipeline stages. ``None`` for an encoder-only model
+    (vLLM keeps no KV cache for it). A ``ModelPreset`` without ``num_key_value_heads`` is taken
+    as without grouped-query attention (KV heads = attention heads).
+
+    Args:
+        preset: the model.
+        tp, pp: tensor- and pipeline-parallel sizes.
+        kv_cache_dtype: vLLM's ``--kv-cache-dtype``.
+        dtype_bytes: the model dtype's bytes (default: the preset's, else 2).
+        block_size: tokens per block.
+    """
+    if preset.attn_type == "encoder_only":
+        return None
+    kv_heads = preset.num_key_value_heads or preset.num_attention_heads
+    windows = preset.sliding_windows or (None,) * preset.num_layers
+    if len(windows) != preset.num_layers:
+        raise ValueError(f"{preset.name}: sliding_windows lists {len(windows)} layers, the "
+                         f"model has {preset.num_layers}")
+    bounds = [0]
+    for n in pipeline_layers(preset.num_layers, pp):
+        bounds.append(bounds[-1] + n)
+    stages = [tuple(range(a, b)) for a, b in itertools.pairwise(bounds)]
+    head = kv_head_bytes(preset.head_dim, kv_cache_dtype, _model_bytes(preset, dtype_bytes))
+    return KVCacheSpec.build(windows, num_kv_heads=kv_heads_per_rank(kv_heads, tp),
+                             head_bytes=head, block_size=_pos("block_size", block_size),
+                             stages=stages)
 
 
 def kv_bytes_per_token_per_rank(
@@ -137,11 +173,10 @@ def kv_bytes_per_token_per_rank(
     kv_cache_dtype: str = "auto",
     dtype_bytes: int | None = None,
 ) -> int:
-    """KV-cache bytes one token takes on the most loaded rank (the stage with most layers).
-
-    ``2 (K, V) x layers on the stage x KV heads per TP rank x head_dim x bytes``. Encoder-only
-    models keep no KV cache (0). A ``ModelPreset`` without ``num_kv_heads`` is taken as
-    without grouped-query attention (KV heads = attention heads).
+    """KV-cache bytes one token takes on the most loaded rank (the stage with most layers),
+    if every layer held it: ``layers on the stage x KV heads per TP rank x kv_head_bytes``
+    (K and V, and the per-token-head dtypes' scales). Encoder-only models keep no KV cache
+    (0). A sliding-window layer holds at most its window's tokens (``kv_cache_spec``).
 
     Args:
         preset: the model.
@@ -149,17 +184,9 @@ def kv_bytes_per_token_per_rank(
         kv_cache_dtype: vLLM's ``--kv-cache-dtype``.
         dtype_bytes: the model dtype's bytes (default: the preset's, else 2).
     """
-    if preset.attn_type == "encoder_only":
-        return 0
-    kv_heads = preset.num_key_value_heads or preset.num_attention_heads
-    size = kv_cache_dtype_bytes(kv_cache_dtype, _model_bytes(preset, dtype_bytes))
-    return (
-        2                                              # K and V
-        * max(pipeline_layers(preset.num_layers, pp))  # layers on the fullest stage
-        * kv_heads_per_rank(kv_heads, tp)              # heads on this rank
-        * preset.head_dim                              # elements per head
-        * size                                         # bytes per element
-    )
+    spec = kv_cache_spec(preset, tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype,
+                         dtype_bytes=dtype_bytes)
+    return 0 if spec is None else spec.bytes_per_token
 
 
 def weight_bytes_per_rank(
@@ -220,10 +247,11 @@ def kv_cache_capacity_tokens(
     kv_cache_dtype: str = "auto",
     dtype_bytes: int | None = None,
 ) -> int:
-    """Tokens the KV cache holds: whole blocks of ``block_size`` tokens in the memory left
-    (``kv_cache_memory_bytes``), ``num_blocks = available // bytes_per_block``
+    """Token slots of the KV cache: ``num_blocks x block_size``, the whole pool blocks in the
+    memory left (``kv_cache_memory_bytes``), ``num_blocks = available // bytes_per_block``
     (``get_kv_cache_config_from_groups``), on the most loaded rank (``get_kv_cache_configs``
-    takes the smallest count over ranks).
+    takes the smallest count over ranks). For a full-attention model these are the tokens it
+    holds; a pool block of a hybrid model holds one group's layers.
 
     Raises:
         ValueError: an encoder-only model (no KV cache), or no memory left.
@@ -234,14 +262,12 @@ def kv_cache_capacity_tokens(
         >>> kv_cache_capacity_tokens(MODEL_PRESETS["SmolLM2-135M"], gpu_memory_bytes=80 * GiB)
         3418320
     """
-    per_token = kv_bytes_per_token_per_rank(preset, tp=tp, pp=pp,
-                                            kv_cache_dtype=kv_cache_dtype,
-                                            dtype_bytes=dtype_bytes)
-    if per_token == 0:
+    spec = kv_cache_spec(preset, tp=tp, pp=pp, kv_cache_dtype=kv_cache_dtype,
+                         dtype_bytes=dtype_bytes, block_size=block_size)
+    if spec is None:
         raise ValueError(f"{preset.name} is encoder-only: vLLM keeps no KV cache for it")
     available = kv_cache_memory_bytes(
         preset, gpu_memory_bytes=gpu_memory_bytes, gpu_memory_utilization=gpu_memory_utilization,
         tp=tp, pp=pp, activation_peak_bytes=activation_peak_bytes, dtype_bytes=dtype_bytes,
     )
-    bytes_per_block = _pos("block_size", block_size) * per_token
-    return available // bytes_per_block * block_size
+    return spec.num_blocks(available) * block_size

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .devices import _positive
+from .kv_spec import kv_head_bytes
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class ModelPreset:
         seq_pooling_type: the pooler's sequence pooling (``"LAST"``, ``"MEAN"``, ``"CLS"``).
         tok_pooling_type: the pooler's token pooling (``"ALL"``, or ``"STEP"`` for PRMs).
         num_key_value_heads: KV heads (grouped-query attention); ``None``: one per head.
+        sliding_windows: each layer's sliding window in tokens, ``None`` entries for full
+            attention (``kv_spec.layer_sliding_windows`` reads them from a config.json);
+            ``None``: every layer attends fully.
     """
 
     name: str
@@ -59,20 +63,20 @@ class ModelPreset:
     seq_pooling_type: str = "LAST"
     tok_pooling_type: str = "ALL"
     num_key_value_heads: int | None = None
+    sliding_windows: tuple[int | None, ...] | None = None
 
     def kv_bytes_per_token(self, dtype_size: int) -> int:
-        """KV-cache bytes one token holds on ONE device holding the whole model: K and V,
-        every layer, every KV head; 0 for encoder-only models (vLLM keeps no KV cache for
-        them: ``EncoderOnlyAttention.get_kv_cache_spec`` returns ``None``)."""
+        """KV-cache bytes one token holds on ONE device holding the whole model if every layer
+        kept it: K and V, every layer, every KV head; 0 for encoder-only models (vLLM keeps no
+        KV cache for them: ``EncoderOnlyAttention.get_kv_cache_spec`` returns ``None``).
+        A sliding-window layer keeps at most its window (``kv_cache.kv_cache_spec``)."""
         if self.attn_type == "encoder_only":
             return 0
         kv_heads = self.num_key_value_heads or self.num_attention_heads
         return (
-            2                   # K and V
-            * self.num_layers   # layers
-            * kv_heads          # KV heads (grouped-query attention shares them)
-            * self.head_dim     # per head
-            * dtype_size        # bytes per element
+            self.num_layers                            # layers
+            * kv_heads                                 # KV heads (GQA shares them)
+            * kv_head_bytes(self.head_dim, "auto", dtype_size)  # K and V of one head
         )
 
     def __post_init__(self) -> None:
@@ -80,6 +84,17 @@ class ModelPreset:
             self, "hidden_size", "num_layers", "num_attention_heads", "head_dim",
             "num_parameters", "vocab_size",
         )
+        windows = self.sliding_windows
+        if windows is not None:
+            windows = tuple(windows)
+            bad = [w for w in windows if w is not None and (
+                isinstance(w, bool) or not isinstance(w, int) or w < 1)]
+            if bad or len(windows) != self.num_layers:
+                raise ValueError(
+                    f"ModelPreset.sliding_windows must give each of the {self.num_layers} "
+                    f"layers a window (an int >= 1) or None (full attention), got {windows!r:.80}"
+                )
+            object.__setattr__(self, "sliding_windows", windows)
 
     @property
     def max_model_len_limit(self) -> int | None:

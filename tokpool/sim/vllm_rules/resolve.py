@@ -14,11 +14,13 @@ same functions the parity tests check against vLLM's own code — once, in this 
    ``max_model_len`` when prompts are not chunked);
 4. CUDA-graph mode and capture sizes: ``engine.pooling_cudagraph_mode`` (PIECEWISE, or NONE
    when eager or at ``-O0``: no capture sizes) and ``engine.resolve_cudagraph_sizes``;
-5. KV cache: bytes per token per rank and, with ``gpu_memory_utilization``, the blocks vLLM
-   would allocate (``kv_cache.kv_cache_capacity_tokens``, from the DRIVER-reported memory);
+5. KV cache: the model's KV-cache spec per rank (``kv_cache.kv_cache_spec``: each layer's
+   window and bytes, vLLM's groups, the pool block; none for an encoder-only model) and, with
+   ``gpu_memory_utilization``, the blocks vLLM would allocate from the DRIVER-reported memory;
 6. what vLLM reserves outside the KV cache: the profiled activation peak
    (``activation_peak_bytes`` or ``activation_peak_estimate``), non-torch memory and CUDA-graph
-   memory (``profile``: ESTIMATES).
+   memory (``profile``: ESTIMATES);
+7. prefix caching: ``prefix_cache.default_prefix_caching`` (on where the model supports it).
 
 Along the way it applies every start-up refusal of ``engine_checks`` (a ``-tp`` that does not
 split the heads, a ``-pp`` on a model without pipeline support, float16 for a model type vLLM
@@ -48,11 +50,9 @@ from .engine import (
     pooling_cudagraph_mode,
     resolve_cudagraph_sizes,
 )
-from .kv_cache import (
-    kv_bytes_per_token_per_rank,
-    kv_cache_capacity_tokens,
-    kv_cache_memory_bytes,
-)
+from .kv_cache import kv_cache_memory_bytes, kv_cache_spec
+from .kv_spec import max_in_flight_tokens
+from .prefix_cache import default_prefix_caching
 from .profile import (
     NON_TORCH_BYTES_ESTIMATE,
     cudagraph_bytes,
@@ -81,6 +81,9 @@ class ResolvedEngine:
     async_scheduling: bool
     #: vLLM's refusals looked past on purpose (``as_if=True``), one message each.
     looked_past: tuple[str, ...] = ()
+    kv_spec: Any = None  # kv_spec.KVCacheSpec on the most loaded rank, None without KV cache
+    enable_prefix_caching: bool = False
+    max_in_flight_tokens: int = 0
 
 
 def activation_peak_estimate(config, max_num_batched_tokens: int, head_dtype) -> int:
@@ -134,14 +137,15 @@ def resolve_engine(config) -> ResolvedEngine:
     elif max_model_len is not None and model is not None:
         refuse(engine_checks.check_user_max_model_len, max_model_len,
                model.max_model_len_limit, allow_long=config.allow_long_max_model_len)
+    # vLLM's PoolerConfig carries the model's token pooling whatever task is served: a token
+    # kind set for this run, else the model's own (a STEP PRM neither chunks nor caches
+    # prefixes, even asked for an embedding: is_chunked_prefill_supported and
+    # is_prefix_caching_supported read it)
+    kind = config.pooling_kind
+    tok_pooling = (kind.tok_pooling_type if model is None or (
+        kind.token_level and config.pooling is not None) else model.tok_pooling_type)
     chunked = config.enable_chunked_prefill
     if chunked is None:
-        # vLLM's PoolerConfig carries the model's token pooling whatever task is served: a
-        # token kind set for this run, else the model's own (a STEP PRM never chunks, even
-        # asked for an embedding)
-        kind = config.pooling_kind
-        tok_pooling = (kind.tok_pooling_type if model is None or (
-            kind.token_level and config.pooling is not None) else model.tok_pooling_type)
         chunked = chunked_prefill_supported(
             model.attn_type if model else "decoder",
             seq_pooling_type=model.seq_pooling_type if model else "LAST",
@@ -187,9 +191,13 @@ def resolve_engine(config) -> ResolvedEngine:
     graphs = 0 if model is None else cudagraph_bytes(
         model, max_capture_size=max(sizes, default=0), tp=config.tensor_parallel_size,
         dtype_bytes=config.dtype_size)
-    kv_per_token = 0 if model is None else kv_bytes_per_token_per_rank(
+    spec = None if model is None else kv_cache_spec(
         model, tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
-        kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size)
+        kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size,
+        block_size=config.block_size)
+    kv_per_token = 0 if spec is None else spec.bytes_per_token
+    in_flight = max_in_flight_tokens(tokens, async_scheduling=async_scheduling,
+                                     pipeline_parallel_size=config.pipeline_parallel_size)
     blocks = config.kv_cache_blocks
     name = model.name if model is not None else "this model"
     if config.gpu_memory_utilization is not None and blocks is None:
@@ -202,21 +210,21 @@ def resolve_engine(config) -> ResolvedEngine:
                   # everything vLLM keeps outside the KV cache (module docstring of ``profile``)
                   "activation_peak_bytes": activation + NON_TORCH_BYTES_ESTIMATE + graphs,
                   "dtype_bytes": config.dtype_size}
-        if kv_per_token == 0:  # encoder-only: vLLM keeps no KV cache and sizes none
-            kv_cache_memory_bytes(model, **memory)  # but the weights must fit all the same
-        else:
-            blocks = kv_cache_capacity_tokens(
-                model, block_size=config.block_size, kv_cache_dtype=config.kv_cache_dtype,
-                **memory) // config.block_size
+        available = kv_cache_memory_bytes(model, **memory)  # the weights must fit in any case
+        if spec is not None:  # encoder-only: vLLM keeps no KV cache and sizes none
+            blocks = spec.num_blocks(available)
             refuse(engine_checks.check_kv_cache_holds_one_sequence,
-                   name=name, kv_cache_blocks=blocks, block_size=config.block_size,
-                   kv_bytes_per_token=kv_per_token, max_model_len=max_model_len,
-                   available_bytes=kv_cache_memory_bytes(model, **memory))
+                   name=name, spec=spec, kv_cache_blocks=blocks, max_model_len=max_model_len,
+                   max_in_flight_tokens=in_flight, available_bytes=available)
     elif blocks is not None:  # given: vLLM's --num-gpu-blocks-override, checked the same way
         refuse(engine_checks.check_kv_cache_holds_one_sequence,
-               name=name, kv_cache_blocks=blocks, block_size=config.block_size,
-               kv_bytes_per_token=kv_per_token, max_model_len=max_model_len, given=True)
+               name=name, spec=spec, kv_cache_blocks=blocks, max_model_len=max_model_len,
+               max_in_flight_tokens=in_flight, given=True)
+    prefix_caching = default_prefix_caching(
+        config.enable_prefix_caching, model.attn_type if model else "decoder",
+        seq_pooling_type=model.seq_pooling_type if model else "LAST",
+        tok_pooling_type=tok_pooling)
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
                           blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
                           head_dtype, use_activation, async_scheduling,
-                          tuple(refuse.looked_past))
+                          tuple(refuse.looked_past), spec, prefix_caching, in_flight)

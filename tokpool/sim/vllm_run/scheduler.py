@@ -22,10 +22,16 @@ calls that schedule no token (async: waiting for a step's output) are not listed
 indices can jump (``tokpool.sim.schedule.scheduler.engine_steps`` then adds the collect-only
 iterations); a preemption made in such a call is listed with the next step.
 
-Fixed choices (tokpool's scheduler models them the same way): prefix caching off (every prompt
-has distinct token ids anyway), FCFS policy, no speculative decoding, one full-attention KV
-group of ``block_size`` tokens per block, ``kv_cache_blocks`` = vLLM's ``num_gpu_blocks``
-(block 0 is vLLM's null block, so ``kv_cache_blocks - 1`` blocks hold KV).
+Fixed choices (tokpool's scheduler models them the same way): FCFS policy, no speculative
+decoding, ``kv_cache_blocks`` = vLLM's ``num_gpu_blocks`` (block 0 is vLLM's null block, so
+``kv_cache_blocks - 1`` blocks hold KV), the hybrid KV-cache manager on (as on a GPU). The KV
+cache has one group per ``kv_cache_groups`` entry, each one layer of vLLM's
+``FullAttentionSpec`` or ``SlidingWindowSpec`` with ``block_size`` tokens per block (the pool
+counts blocks, so a group's page size does not change the schedule; vLLM's own grouping of a
+model's layers is checked in ``tests/test_parity_kv_spec.py``). Prefix caching as asked
+(``enable_prefix_caching``); each request's ``PoolingParams`` goes through vLLM's own
+``PoolingParams.verify``, which makes token tasks skip reading the cache. Prompts have the
+given token ids, else distinct ones (no prefix-cache hits between prompts).
 
 Cost: vLLM's Python per step (about 0.1–0.9 ms a step here; ``benchmarks/bench_schedule.py``
 has the ratio to tokpool's scheduler); the engine config is built once per flag set (cached).
@@ -49,10 +55,19 @@ from ...vllm_bridge import (
     VllmUnavailableError,
     prepare_vllm_environment,
 )
-from ..schedule.scheduler import ScheduledStep, check_arrival_steps, validate_prompt_lens
+from ..schedule.kv_blocks import unlimited_blocks
+from ..schedule.scheduler import (
+    ScheduledStep,
+    check_arrival_steps,
+    check_prompt_token_ids,
+    refuse_what_the_cache_never_admits,
+    validate_prompt_lens,
+)
 
 # Called through the module, never copied: the refusal tests swap the checks there.
 from ..vllm_rules import engine_checks, step_order
+from ..vllm_rules.kv_spec import max_in_flight_tokens
+from ..vllm_rules.prefix_cache import reads_prefix_cache
 
 __all__ = ["vllm_schedule", "vllm_scheduler_available", "vllm_scheduler_unavailable_reason"]
 
@@ -96,6 +111,7 @@ def _vllm() -> dict[str, Any]:
             FullAttentionSpec,
             KVCacheConfig,
             KVCacheGroupSpec,
+            SlidingWindowSpec,
         )
         from vllm.v1.outputs import ModelRunnerOutput
         from vllm.v1.request import Request
@@ -114,7 +130,8 @@ def _vllm() -> dict[str, Any]:
         torch=torch, version=vllm.__version__, EngineArgs=EngineArgs,
         PoolingParams=PoolingParams, Scheduler=Scheduler, AsyncScheduler=AsyncScheduler,
         KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
-        FullAttentionSpec=FullAttentionSpec, ModelRunnerOutput=ModelRunnerOutput,
+        FullAttentionSpec=FullAttentionSpec, SlidingWindowSpec=SlidingWindowSpec,
+        ModelRunnerOutput=ModelRunnerOutput,
         Request=Request, StructuredOutputManager=StructuredOutputManager,
         hasher=get_request_block_hasher, sha256=sha256, model_dir=None,
     )
@@ -148,18 +165,23 @@ def _engine_config(
     long_prefill_token_threshold: int,
     block_size: int,
     async_scheduling: bool,
+    enable_prefix_caching: bool = False,
+    max_model_len: int | None = None,
 ) -> Any:
     """vLLM's resolved ``VllmConfig`` for one flag set (built once: ~5 ms to seconds)."""
     m = _vllm()
     # Without chunking vLLM requires max_num_batched_tokens >= max_model_len
     # (SchedulerConfig.verify_max_model_len); prompts over the budget are refused before.
-    max_model_len = _CHUNKED_MAX_MODEL_LEN if enable_chunked_prefill else max_num_batched_tokens
+    if max_model_len is None:
+        max_model_len = (_CHUNKED_MAX_MODEL_LEN if enable_chunked_prefill
+                         else max_num_batched_tokens)
     args = m["EngineArgs"](
         model=_model_dir(), runner="pooling", skip_tokenizer_init=True,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         enable_chunked_prefill=enable_chunked_prefill,
         long_prefill_token_threshold=long_prefill_token_threshold,
-        enable_prefix_caching=False, max_model_len=max_model_len, block_size=block_size,
+        enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
+        block_size=block_size,
         async_scheduling=async_scheduling,
     )
     vllm_logger = logging.getLogger("vllm")
@@ -178,6 +200,8 @@ def _engine_config(
     # vLLM's CPU platform turns async scheduling off (CpuPlatform.check_and_update_config);
     # tokpool simulates a GPU engine, where a pooling model runs it when asked for.
     sched.async_scheduling = async_scheduling
+    # ... and the hybrid KV-cache manager (VllmConfig.__post_init__: not supported on CPU)
+    sched.disable_hybrid_kv_cache_manager = False
     return config
 
 
@@ -193,6 +217,10 @@ def vllm_schedule(
     async_scheduling: bool = False,
     task: str = "token_embed",
     arrival_steps: Sequence[int] | None = None,
+    kv_cache_groups: Sequence[int | None] = (None,),
+    max_model_len: int | None = None,
+    enable_prefix_caching: bool = False,
+    prompt_token_ids: Sequence[Sequence[int]] | None = None,
 ) -> list[ScheduledStep]:
     """The prefill schedule the installed vLLM's own scheduler computes for these prompts.
 
@@ -202,9 +230,13 @@ def vllm_schedule(
             long_prefill_token_threshold, block_size, async_scheduling: vLLM's flags of those
             names (``None``/0 threshold: no cap).
         kv_cache_blocks: vLLM's ``num_gpu_blocks`` (block 0 is the null block); ``None``:
-            enough for every prompt at once (nothing is ever preempted).
+            enough for every prompt at once (``kv_blocks.unlimited_blocks``).
         task: the pooling task of every request (``PoolingParams(task=...)``).
         arrival_steps: per request, the ``schedule()`` call it is added before (default 0).
+        kv_cache_groups: each KV-cache group's sliding window (``None``: full attention).
+        max_model_len: the engine's (default: 2**20 with chunked prefill, else the budget).
+        enable_prefix_caching: vLLM's ``--enable-prefix-caching``.
+        prompt_token_ids: per request, its token ids (default: distinct ids per prompt).
 
     Returns:
         The steps that schedule tokens, as ``tokpool.sim.schedule.scheduler.schedule`` returns them:
@@ -221,22 +253,33 @@ def vllm_schedule(
     """
     lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
+    token_ids = check_prompt_token_ids(prompt_token_ids, lens)
+    groups = tuple(kv_cache_groups)
     threshold = long_prefill_token_threshold or 0
     # the refusals tokpool's scheduler applies, from the same functions (vLLM would spin)
     engine_checks.check_unchunked_prompts_schedulable(
         lens, max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill)
-    if kv_cache_blocks is not None:
-        engine_checks.check_prompts_fit_kv_cache(lens, kv_cache_blocks, block_size)
+    refuse_what_the_cache_never_admits(
+        lens, kv_cache_blocks, block_size=block_size, kv_cache_groups=groups,
+        max_model_len=max_model_len, reads_cache=enable_prefix_caching and reads_prefix_cache(task),
+        in_flight=max_in_flight_tokens(max_num_batched_tokens, async_scheduling=async_scheduling),
+        token_ids=token_ids)
     m = _vllm()
     config = _engine_config(max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
-                            threshold, block_size, async_scheduling)
-    need = sum(-(-n // block_size) for n in lens)
-    num_blocks = need + 1 if kv_cache_blocks is None else kv_cache_blocks
+                            threshold, block_size, async_scheduling, enable_prefix_caching,
+                            max_model_len)
+    num_blocks = (unlimited_blocks(lens, block_size, len(groups)) if kv_cache_blocks is None
+                  else kv_cache_blocks)
     config.cache_config.num_gpu_blocks = num_blocks
+    spec = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1,
+            "dtype": m["torch"].float32}
     kv_config = m["KVCacheConfig"](
         num_blocks=num_blocks, kv_cache_tensors=[],
-        kv_cache_groups=[m["KVCacheGroupSpec"](["layer"], m["FullAttentionSpec"](
-            block_size=block_size, num_kv_heads=1, head_size=1, dtype=m["torch"].float32))],
+        kv_cache_groups=[m["KVCacheGroupSpec"]([f"layer{g}"], m["FullAttentionSpec"](**spec)
+                                               if window is None else
+                                               m["SlidingWindowSpec"](**spec,
+                                                                      sliding_window=window))
+                         for g, window in enumerate(groups)],
     )
     cls = m["AsyncScheduler"] if async_scheduling else m["Scheduler"]
     scheduler = cls(
@@ -244,14 +287,17 @@ def vllm_schedule(
         structured_output_manager=m["StructuredOutputManager"](config), block_size=block_size,
     )
     return _run(scheduler, m, lens, arrival, task, block_size, num_blocks,
-                queue_size=config.max_concurrent_batches)
+                queue_size=config.max_concurrent_batches, token_ids=token_ids,
+                model_config=config.model_config)
 
 
 def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int], task: str,
-         block_size: int, num_blocks: int, *, queue_size: int) -> list[ScheduledStep]:
+         block_size: int, num_blocks: int, *, queue_size: int,
+         token_ids: list[list[int]] | None, model_config: Any) -> list[ScheduledStep]:
     """``EngineCore.step`` / ``step_with_batch_queue`` with fake model outputs."""
     torch = m["torch"]
     hasher = m["hasher"](block_size, m["sha256"])
+    progress = [0] * len(lens)  # tokens computed per request, as the records tell
     order = sorted(range(len(lens)), key=lambda i: (arrival[i], i))
     pending = collections.deque(order)
     queue: collections.deque[tuple[int, Any]] = collections.deque()
@@ -269,28 +315,41 @@ def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int],
             index = max(index, arrival[pending[0]])  # idle until the next arrival
         while pending and arrival[pending[0]] <= index:
             r = pending.popleft()
-            ids = list(range(token, token + lens[r]))  # distinct ids: no prefix-cache hits
-            token += lens[r]
-            scheduler.add_request(m["Request"](
-                str(r), ids, None, m["PoolingParams"](task=task), block_hasher=hasher))
+            if token_ids is not None:
+                ids = token_ids[r]
+            else:
+                ids = list(range(token, token + lens[r]))  # distinct ids: no shared prefix
+                token += lens[r]
+            params = m["PoolingParams"](task=task)
+            params.verify(model_config)  # vLLM's defaults: token tasks skip the prefix cache
+            scheduler.add_request(m["Request"](str(r), ids, None, params, block_hasher=hasher))
         if scheduler.has_requests():
             out = scheduler.schedule()
             executed = out.total_num_scheduled_tokens > 0
             if executed:
                 idle_calls = 0
-                chunks = []
+                chunks, cached = [], []
+                preempted = [*carried, *sorted(int(r) for r in out.preempted_req_ids or ())]
+                for r in preempted:
+                    progress[r] = 0
                 for rid, n in out.num_scheduled_tokens.items():
                     stop = scheduler.requests[rid].num_computed_tokens
                     chunks.append((int(rid), stop - n, stop))
+                    if stop - n > progress[int(rid)]:  # admitted after a prefix-cache hit
+                        cached.append((int(rid), stop - n))
+                    progress[int(rid)] = stop
                 records[index] = {
                     "chunks": chunks,
-                    "preempted": [*carried, *sorted(int(r) for r in out.preempted_req_ids or ())],
+                    "preempted": preempted,
                     "kv": num_blocks - 1 - pool.get_num_free_blocks(),
                     "finished": [],
+                    "cached": cached,
                 }
                 carried = []
             else:
                 carried.extend(sorted(int(r) for r in out.preempted_req_ids or ()))
+                for r in out.preempted_req_ids or ():
+                    progress[int(r)] = 0
                 idle_calls += 1
                 if idle_calls > queue_size + 1:
                     _raise_stuck(scheduler, lens, index)
@@ -323,7 +382,7 @@ def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int],
         row_of = {r: i for i, (r, _, _) in enumerate(rows)}
         finished = sorted(rec["finished"], key=lambda r: row_of.get(r, len(rows)))
         steps.append(ScheduledStep(index, tuple(rows), tuple(finished),
-                                   tuple(rec["preempted"]), rec["kv"]))
+                                   tuple(rec["preempted"]), rec["kv"], tuple(rec["cached"])))
     return steps
 
 
