@@ -17,10 +17,10 @@ Two layers, the same folders:
 
 Fields compared: runner, model dtype, max_model_len, max_num_batched_tokens and max_num_seqs (on
 vLLM's CPU tier: tokpool's ``hardware="CPU"``, world size included), chunked-prefill
-eligibility, head dtype, attention type, the model's token pooling, the optimization level and
-the selected pooling task (vLLM's ``ModelConfig.get_pooling_task`` over the tasks the model
-declares for the conversion vLLM resolved). Capture sizes are compared with vLLM's platform
-patched in ``test_parity_vllm.py``; device memory stays tokpool's input.
+eligibility, prefix caching, head dtype, attention type, the model's token pooling, the
+optimization level and the selected pooling task (vLLM's ``ModelConfig.get_pooling_task`` over
+the tasks the model declares for the conversion vLLM resolved). Capture sizes are compared with
+vLLM's platform patched in ``test_parity_vllm.py``; device memory stays tokpool's input.
 """
 
 from __future__ import annotations
@@ -212,6 +212,7 @@ MODELLED = {
     "--max-model-len": ["512", "1000", "4096", "32k", "auto"],
     "chunked": ["--enable-chunked-prefill", "--no-enable-chunked-prefill",
                 "--disable-chunked-prefill"],
+    "prefix": ["--enable-prefix-caching", "--no-enable-prefix-caching"],
     "--long-prefill-token-threshold": ["0", "128", "100000"],
     "--dtype": ["auto", "half", "bfloat16", "float32"],
     "--tensor-parallel-size": ["1", "2"],
@@ -269,7 +270,7 @@ def serve_lines(n: int = 40, seed: int = 27) -> list[list[str]]:
         flags += runner.split()
         for flag in rng.sample(sorted(MODELLED), rng.randint(2, 6)):
             value = rng.choice(MODELLED[flag])
-            if flag in ("chunked", "-O"):
+            if flag in ("chunked", "prefix", "-O"):
                 flags += value.split()
             elif value is None:
                 flags.append(flag)
@@ -320,6 +321,7 @@ def _tokpool_facts(folder, flags):
         "tok_pooling_type": kind.tok_pooling_type if kind.token_level and cfg.pooling
         is not None else cfg.model.tok_pooling_type,
         "optimization_level": cfg.optimization_level,
+        "enable_prefix_caching": cfg.enable_prefix_caching,
         "selected_task": cfg.task,
     }, cfg
 

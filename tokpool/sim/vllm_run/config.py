@@ -143,7 +143,7 @@ def vllm_serve_facts(tokens: list[str], *, declared_tasks=None) -> dict[str, Any
         ``runner_type``, ``convert_type``, ``dtype``, ``max_model_len``,
         ``max_num_batched_tokens``, ``max_num_seqs``, ``enable_chunked_prefill``,
         ``head_dtype``, ``attn_type`` (pooling runners), ``tok_pooling_type``,
-        ``optimization_level``, ``selected_task``.
+        ``optimization_level``, ``enable_prefix_caching``, ``selected_task``.
 
     Raises:
         ValueError: vLLM refuses the line or the configuration (its message).
@@ -191,6 +191,7 @@ def vllm_serve_facts(tokens: list[str], *, declared_tasks=None) -> dict[str, Any
         "attn_type": model.attn_type if pooling else None,
         "tok_pooling_type": model.pooler_config.tok_pooling_type if pooling else None,
         "optimization_level": int(config.optimization_level),
+        "enable_prefix_caching": bool(config.cache_config.enable_prefix_caching),
         "selected_task": selected,
     }
 
