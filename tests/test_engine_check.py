@@ -99,7 +99,7 @@ def test_cli_without_vllm_is_one_line_exit_2(no_vllm_python, capsys):
     (["engine-check", "--python", "/nonexistent/bin/python"], "no Python at /nonexistent"),
     (["engine-check", "/nonexistent/model-dir"], "is not a built-in engine model"),
     (["engine-check", "--chunk-sizes", "16,x"], "--chunk-sizes '16,x'"),
-    (["engine-check", "--chunk-sizes", "-1"], "chunk_sizes must be ints >= 0"),
+    (["engine-check", "--chunk-sizes", "-1"], "chunk_sizes[0] must be a whole number from 0"),
     (["engine-check", "--budget", "0"], "--budget"),
     (["engine-check", "--budget", "32"], "must be at least max_num_seqs (64)"),
     (["engine-check", "--max-num-seqs", "1", "--prompt", "a", "--prompt", "b", "--prompt", "c"],

@@ -96,13 +96,19 @@ def _compare(kw: dict, task: str) -> tuple[list[str], dict[str, int]]:
             return [], counts
         return [f"vLLM: {theirs!r}\ntokpool: {ours!r}"], counts
     diffs = []
-    try:  # vLLM's schedule is one the step loop accepts as a given schedule
+    try:  # vLLM's schedule is one the step loop accepts as a given schedule, every limit
+        # replayed by tokpool's scheduler rules (KV blocks included, counted the same)
         check_schedule(theirs, kw["prompt_lens"],
                        max_num_batched_tokens=kw["max_num_batched_tokens"],
                        enable_chunked_prefill=kw["enable_chunked_prefill"],
                        long_prefill_token_threshold=kw["long_prefill_token_threshold"],
                        reads_prefix_cache=kw.get("enable_prefix_caching", False)
-                       and task in ("embed", "classify"))
+                       and task in ("embed", "classify"),
+                       max_num_seqs=kw["max_num_seqs"], kv_cache_blocks=kw["kv_cache_blocks"],
+                       block_size=kw["block_size"], async_scheduling=kw["async_scheduling"],
+                       kv_cache_groups=kw.get("kv_cache_groups", (None,)),
+                       max_model_len=kw.get("max_model_len"),
+                       prompt_token_ids=kw.get("prompt_token_ids"))
     except ValueError as err:
         diffs.append(f"check_schedule refuses vLLM's schedule: {err}")
     if len(theirs) != len(ours):

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -107,7 +108,10 @@ def test_backends_run_a_hand_written_schedule():
     cfg = SimConfig(hidden_size=3, max_num_batched_tokens=4, max_num_seqs=2,
                     output_memory="one_buffer", policy="legacy", use_activation=False)
     result = _agree_given(cfg, lens, plan)
-    assert result.schedule == plan
+    # the given schedule, with its KV blocks counted by the scheduler's rules (kv_blocks=0:
+    # not given)
+    assert [dataclasses.replace(s, kv_blocks=0) for s in result.schedule] == plan
+    assert [s.kv_blocks for s in result.schedule] == [1, 1, 1]
     assert result.corrupted == [0]
     first = result.chunks[(result.chunks.request == 0) & (result.chunks.token_start == 0)]
     assert first["overwritten_at_step"].tolist() == [2]

@@ -320,8 +320,9 @@ def test_memory_policies_are_toggle_buttons() -> None:
     assert list(ex.view.data["peaks"].index) == ["clone", "prealloc", "offload"]
     ex.policies.value = ("offload",)
     assert [b.value for b in ex.policies.buttons.values()] == [False, False, False, True]
-    with pytest.raises(ValueError, match="unknown option"):
-        ex.policies.value = ("nope",)
+    ex.policies.value = ("nope",)  # refused in the panel, naming the control and its options
+    assert ex.policies.value == ("offload",) and ex.view is None
+    assert "policies: ('nope',) is not a tuple of its options" in ex.error
 
 
 def test_token_explorer_takes_your_own_text(tiny_decoder) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 import pandas as pd
 from torch import Tensor
 
+from . import _args as checks
 from .models import load_model
 from .models.gguf_cache import convert_gguf
 from .models.integrity import MARKER, file_manifest, sha256_file, verify_entry
@@ -442,10 +443,9 @@ def engine_check(
         EngineCheckError: no vLLM, a model vLLM or tokpool cannot load, a task the model does
             not serve, bad chunk sizes or prompts.
     """
+    sizes = _check_arguments(model, prompts, task, chunk_sizes, max_num_batched_tokens,
+                             max_num_seqs, python, progress)
     engine_python(python)  # a named Python that does not exist: before any loading
-    sizes = list(chunk_sizes)
-    if not sizes or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in sizes):
-        raise EngineCheckError(f"chunk_sizes must be ints >= 0 (0: no threshold), got {sizes}")
     if max_num_batched_tokens < max_num_seqs:
         raise EngineCheckError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at "
                                f"least max_num_seqs ({max_num_seqs}), as vLLM requires")
@@ -510,6 +510,39 @@ def engine_check(
         })
         summary.update({k: engine.info[k] for k in ("vllm_version", "device", "torch_version")})
     return pd.DataFrame(rows), summary
+
+
+def _check_arguments(model, prompts, task, chunk_sizes, max_num_batched_tokens, max_num_seqs,
+                     python, progress) -> list[int]:
+    """``engine_check``'s arguments, before anything is started or loaded (each refused with
+    its name); returns the chunk sizes as a list."""
+    try:
+        checks.path("model", model)
+        if prompts is not None:
+            given = checks.items("prompts", prompts, what="a list of texts or token-id lists")
+            for i, prompt in enumerate(given):
+                if isinstance(prompt, str):
+                    checks.text(f"prompts[{i}]", prompt)
+                else:
+                    ids = checks.items(f"prompts[{i}]", prompt, what="a text or a list of token "
+                                     "ids")
+                    checks.each(f"prompts[{i}]", ids, lambda n, v: checks.whole(n, v, minimum=0))
+        if task is not None:
+            checks.choice("task", task, ENGINE_TASKS)
+        sizes = checks.items("chunk_sizes", chunk_sizes, what="a list of thresholds (0: none)")
+        sizes = checks.each("chunk_sizes", sizes, lambda n, v: checks.whole(
+            n, v, minimum=0, maximum=checks.INT32_MAX))
+        for name, value in (("max_num_batched_tokens", max_num_batched_tokens),
+                            ("max_num_seqs", max_num_seqs)):
+            checks.whole(name, value, minimum=1, maximum=checks.INT32_MAX)
+        if python is not None:
+            checks.path("python", python)
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be a callable taking one line (e.g. print), got "
+                            f"{progress!r}")
+    except (TypeError, ValueError) as err:
+        raise EngineCheckError(str(err)) from None
+    return sizes  # type: ignore[return-value]
 
 
 def _quiet_load(load_model: Callable, folder: Path):

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from torch import Tensor
 
 
-def _storage(t: Tensor):
+def _storage(t: Tensor, name: str = "tensor"):
     if not isinstance(t, Tensor):
-        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__} ({t!r:.60})")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} ({t!r:.60})")
     return t.untyped_storage()
 
 
@@ -45,15 +45,19 @@ def shares_storage(a: Tensor, b: Tensor) -> bool:
 
     Empty storages never count as shared: they hold no bytes to overwrite.
     """
-    if _storage(a).nbytes() == 0 or _storage(b).nbytes() == 0:
+    if _storage(a, "a").nbytes() == 0 or _storage(b, "b").nbytes() == 0:
         return False
     return storage_key(a) == storage_key(b)
 
 
-def _unique(tensors: Iterable[Tensor | None]) -> dict[tuple[str, int], Tensor]:
+def _unique(tensors: Iterable[Tensor | None], name: str = "tensors"
+            ) -> dict[tuple[str, int], Tensor]:
+    if not isinstance(tensors, Iterable):
+        raise TypeError(f"{name} must be an iterable of tensors (or None), got "
+                        f"{type(tensors).__name__} ({tensors!r:.60})")
     seen: dict[tuple[str, int], Tensor] = {}
-    for t in tensors:
-        if t is None or _storage(t).nbytes() == 0:
+    for i, t in enumerate(tensors):
+        if t is None or _storage(t, f"{name}[{i}]").nbytes() == 0:
             continue
         seen.setdefault(storage_key(t), t)
     return seen
@@ -69,7 +73,7 @@ def owned_bytes(
         exclude: tensors whose storages are not counted (e.g. the engine's persistent
             hidden-state buffer, which pooling does not own).
     """
-    excluded = set(_unique(exclude))
+    excluded = set(_unique(exclude, "exclude"))
     return sum(
         storage_nbytes(t) for key, t in _unique(tensors).items() if key not in excluded
     )

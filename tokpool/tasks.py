@@ -324,6 +324,9 @@ def task_table(
         ``pre_50931:<task>``
         and ``current:<task>`` holding ``"yes"``, ``"no"`` or ``"refused"`` (the gate raised).
     """
+    if kinds is not None and (isinstance(kinds, str) or not isinstance(kinds, Iterable)):
+        raise TypeError(f"kinds must be a list of model kinds from {list(MODEL_KINDS)}, got "
+                        f"{kinds!r}")
     names = list(MODEL_KINDS) if kinds is None else list(kinds)
     columns = list(POOLING_TASKS) if tasks is None else list(_check_tasks(tasks, "tasks"))
     rows = []

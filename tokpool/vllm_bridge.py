@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import Any, Literal
 
 import numpy as np
@@ -58,7 +59,42 @@ def prepare_vllm_environment() -> None:
     at import). Explicit settings win."""
     if "VLLM_TARGET_DEVICE" not in os.environ and not torch.cuda.is_available():
         os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    check_target_device(os.environ.get("VLLM_TARGET_DEVICE"))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+#: vLLM 0.33.0's built-in platforms (vllm/platforms/__init__.py, ``builtin_platform_plugins``).
+VLLM_DEVICES = ("cuda", "rocm", "tpu", "xpu", "cpu")
+
+
+def check_target_device(value: str | None) -> None:
+    """``VLLM_TARGET_DEVICE`` as vLLM reads it (lower-cased): a built-in platform or a
+    registered platform plugin, and a GPU one only where torch sees a GPU; else vLLM fails
+    later with ``RuntimeError: Device string must not be empty`` (its device could not be
+    inferred).
+
+    Raises:
+        ValueError: the value, the platforms vLLM knows and what to set instead.
+    """
+    if value is None or value.lower() == "cpu":
+        return
+    device = value.lower()
+    if device not in VLLM_DEVICES:
+        plugins = {ep.name for ep in entry_points(group="vllm.platform_plugins")}
+        if device in plugins:
+            return
+        raise ValueError(
+            f"VLLM_TARGET_DEVICE={value!r} is not a platform vLLM {VLLM_REFERENCE_VERSION} "
+            f"knows: its built-in platforms are {list(VLLM_DEVICES)} (vllm/platforms/"
+            f"__init__.py){f', plugins {sorted(plugins)}' if plugins else ''}. Set it to "
+            "'cpu' on a machine without a GPU, or unset it"
+        )
+    if device in ("cuda", "rocm") and not torch.cuda.is_available():
+        raise ValueError(
+            f"VLLM_TARGET_DEVICE={value!r} but this torch ({torch.__version__}) sees no GPU: "
+            "vLLM could not infer its device (RuntimeError: Device string must not be "
+            "empty). Set VLLM_TARGET_DEVICE=cpu, or unset it (tokpool then picks cpu)"
+        )
 
 
 def _import_vllm() -> dict[str, Any]:
@@ -96,16 +132,17 @@ def _import_vllm() -> dict[str, Any]:
 
 def vllm_available() -> bool:
     """Whether the installed vLLM's pooling modules import here (never raises)."""
-    try:
-        _import_vllm()
-    except VllmUnavailableError:
-        return False
-    return True
+    return vllm_unavailable_reason() is None
 
 
 def vllm_unavailable_reason() -> str | None:
-    """Why vLLM cannot be imported (``None`` when it can)."""
-    return None if vllm_available() else _IMPORT["error"]
+    """Why vLLM cannot be imported (``None`` when it can): not installed, or a
+    ``VLLM_TARGET_DEVICE`` it cannot run on."""
+    try:
+        _import_vllm()
+    except (VllmUnavailableError, ValueError) as err:
+        return str(err)
+    return None
 
 
 def vllm_version() -> str | None:

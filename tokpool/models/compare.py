@@ -9,9 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._args import items
 from ..heads import resolve_dtype
 from .pooling_model import PoolingModel
 from .prompts import Prompt, as_prompt_list
+from .source import require_pooling_model
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -55,15 +57,26 @@ def compare_chunked(
     Raises:
         ValueError: an encoder model, more than one prompt, no or invalid chunk sizes.
     """
+    require_pooling_model(model)
     prompts = as_prompt_list(prompt)
     if len(prompts) != 1:
         raise ValueError(f"compare_chunked takes one prompt, got {len(prompts)}")
+    chunk_sizes = items("chunk_sizes", chunk_sizes, empty=True, what="a list of chunk sizes")
+    dtypes = items("dtypes", dtypes, empty=True, what="a list of dtypes")
     if not chunk_sizes:
         raise ValueError("chunk_sizes is empty; give at least one chunk size")
-    for c in chunk_sizes:
-        model.check_chunk_size(c)
+    for i, c in enumerate(chunk_sizes):
+        try:
+            model.check_chunk_size(c)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"chunk_sizes[{i}]: {err}") from None
     (ids,) = model.token_ids(prompts)
-    dtype_list = [resolve_dtype(d) for d in dtypes]
+    dtype_list = []
+    for i, d in enumerate(dtypes):
+        try:
+            dtype_list.append(resolve_dtype(d))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"dtypes[{i}]: {err}") from None
     if not dtype_list:
         raise ValueError("dtypes is empty; give at least one dtype")
     fp32_full = _hidden(model.with_dtype(torch.float32), ids, None, layer)

@@ -20,8 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -192,13 +194,21 @@ def convert_gguf(
         f"the result is cached in {target} (set {CACHE_ENV} to move it)",
         file=sys.stderr,
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # TOKPOOL_CACHE is a file, or a folder that cannot be written
+        where = (f"cache_dir={str(cache_dir)!r}" if cache_dir is not None else
+                 f"{CACHE_ENV}={os.environ[CACHE_ENV]!r}" if os.environ.get(CACHE_ENV) else
+                 "the default cache folder")
+        raise ValueError(f"cannot create the model cache folder {target.parent} ({where}: "
+                         f"{err.strerror}); set {CACHE_ENV} or cache_dir= to a folder you can "
+                         "write") from None
     start = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         try:
             _dequantize_into(gguf_path, work, name=name)
-        except (ValueError, EOFError, IndexError, KeyError) as err:  # numpy/gguf on bad bytes
+        except (ValueError, EOFError, IndexError, KeyError, struct.error) as err:  # bad bytes
             raise DamagedModelError(
                 f"cannot read the GGUF file {gguf_path} ({gguf_path.stat().st_size:,} bytes; "
                 f"{type(err).__name__}: {err}): it is damaged or truncated. Restore it: "

@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from .._args import path as args_path
 from ..heads import resolve_dtype
 from ..st_config import SentenceTransformersConfig, read_sentence_transformers_config
 from .gguf_cache import convert_gguf
@@ -104,7 +105,20 @@ def _load_pretrained(path: str | Path, *, name: str, dtype: torch.dtype, task: s
     else:
         auto = AutoModel
     with no_transformers_bars():
-        hf_model = auto.from_pretrained(path, dtype=dtype, local_files_only=local_files_only)
+        hf_model, info = auto.from_pretrained(path, dtype=dtype, local_files_only=local_files_only,
+                                              output_loading_info=True)
+    # BERT's pooler (a dense layer on [CLS]) is never run: pooling reads the hidden states
+    missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith("pooler."))
+    if missing:  # transformers filled them with random numbers: outputs would be noise
+        weights = sorted(p.name for p in Path(path).glob("*.safetensors")) if Path(
+            path).is_dir() else []
+        raise DamagedModelError(
+            f"{name}: {len(missing)} of the model's weights are not in its checkpoint "
+            f"({', '.join(weights) or 'no .safetensors file'} in {path}; missing "
+            f"{missing[:4]}{' ...' if len(missing) > 4 else ''}): transformers would fill "
+            "them with random numbers and every output would be noise. Restore the weight "
+            "files"
+        )
     tokenizer = None  # token-id prompts still work without one
     local_dir = Path(path).is_dir()
     # why the file check: transformers 5 builds a 5-token stub tokenizer from a bare config
@@ -181,6 +195,8 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, what="dtype") or torch.float32
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(f"name_or_path must be a str or path, got {type(name_or_path).__name__}")
+    if cache_dir is not None:
+        args_path("cache_dir", cache_dir)
     name = os.fspath(name_or_path)
     if not name.strip():
         raise _unknown(name, "the name is empty")

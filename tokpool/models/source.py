@@ -25,6 +25,17 @@ if TYPE_CHECKING:
     from .pooling_model import PoolingModel
 
 
+def require_pooling_model(model: object, name: str = "model") -> None:
+    """``TypeError`` unless ``model`` is a loaded model with ``PoolingModel``'s interface
+    (``tp.load_model(...)``: ``token_ids``, ``encode``, ``hidden_size``), not its name or
+    path."""
+    if not all(hasattr(model, a) for a in ("token_ids", "encode", "hidden_size", "num_layers")):
+        hint = (f"; load it first with tp.load_model({model!r})" if isinstance(model, str)
+                else "")
+        raise TypeError(f"{name} must be a tp.PoolingModel (tp.load_model(...)), got "
+                        f"{type(model).__name__} {model!r:.60}{hint}")
+
+
 class ModelSource:
     """A hidden-state source backed by a real model (the simulator's ``HiddenStateSource``).
 
@@ -60,6 +71,7 @@ class ModelSource:
         layer: int = -1,
         task: Literal["token_embed", "token_classify"] = "token_embed",
     ) -> None:
+        require_pooling_model(model)
         self.model = model
         self.layer = layer
         self.task = task

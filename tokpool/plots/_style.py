@@ -6,6 +6,7 @@ Nothing here touches global rcParams or calls ``plt.show()``: every plot functio
 
 from __future__ import annotations
 
+import difflib
 import functools
 import io
 from collections.abc import Callable
@@ -89,8 +90,15 @@ def styled(func: F) -> F:
 
 
 def new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
-    """Return ``ax``, or a fresh constrained-layout figure's axes of ``figsize`` inches."""
+    """Return ``ax``, or a fresh constrained-layout figure's axes of ``figsize`` inches.
+
+    Raises:
+        TypeError: ``ax`` is neither ``None`` nor a matplotlib ``Axes``.
+    """
     if ax is not None:
+        if not isinstance(ax, Axes):
+            raise TypeError(f"ax must be a matplotlib Axes (or None for a new figure), got "
+                            f"{type(ax).__name__}")
         return ax
     import matplotlib.pyplot as plt  # pyplot only when we must create a figure
 
@@ -116,18 +124,43 @@ def figure_png(fig: Figure, *, dpi: int = 200, close_figure: bool = True) -> byt
     return buf.getvalue()
 
 
-def as_numpy(x: Any, *, name: str, ndim: int | None = None) -> np.ndarray:
+def as_numpy(x: Any, *, name: str, ndim: int | None = None, finite: bool = False,
+             empty: bool = True) -> np.ndarray:
     """A float64 numpy copy of a tensor / array / sequence, with a shape check.
 
     Raises:
-        ValueError: ``x`` does not have ``ndim`` dimensions.
+        TypeError: ``x`` is not numbers (a string, ``None``, ...).
+        ValueError: ``x`` does not have ``ndim`` dimensions; is empty (``empty=False``); holds
+            NaN or infinities (``finite=True``).
     """
+    if x is None or isinstance(x, str | bytes):
+        raise TypeError(f"{name} must be numbers (a tensor, array or list), got "
+                        f"{type(x).__name__} {x!r:.40}")
     if hasattr(x, "detach"):  # torch.Tensor without importing torch here
         x = x.detach().to("cpu").float().numpy()
-    arr = np.asarray(x, dtype=np.float64)
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be numbers, got {x!r:.40} ({err})") from None
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
+    if not empty and arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); there is nothing to draw")
+    if finite and not np.isfinite(arr).all():
+        raise ValueError(f"{name} holds NaN or infinite values (first at index "
+                         f"{np.argwhere(~np.isfinite(arr))[0].tolist()}); draw finite values")
     return arr
+
+
+def check_cmap(cmap: Any) -> None:
+    """A matplotlib colormap name or ``Colormap``, else ``ValueError`` naming ``cmap``."""
+    if isinstance(cmap, mpl.colors.Colormap):
+        return
+    if not isinstance(cmap, str) or cmap not in mpl.colormaps:
+        close = difflib.get_close_matches(str(cmap), list(mpl.colormaps), n=3)
+        raise ValueError(f"cmap={cmap!r} is not a matplotlib colormap"
+                         f"{f'; did you mean {close}' if close else ''} (e.g. 'viridis', "
+                         "'RdBu_r'; matplotlib.colormaps lists them)")
 
 
 #: Byte counts on axes and in captions: three significant digits (``tokpool._text``).

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 
-from ._style import as_numpy, new_axes, styled
+from .._args import items, number, whole
+from ._style import as_numpy, check_cmap, new_axes, styled
 from .token_text import visible_whitespace
 
 
@@ -21,7 +22,7 @@ def cosine_similarity_matrix(embeddings: Any) -> np.ndarray:
     Returns:
         ``[n_tokens, n_tokens]`` float64 array in ``[-1, 1]`` (zero vectors give 0).
     """
-    x = as_numpy(embeddings, name="embeddings", ndim=2)  # [n, D]
+    x = as_numpy(embeddings, name="embeddings", ndim=2, finite=True, empty=False)  # [n, D]
     norms = np.linalg.norm(x, axis=1, keepdims=True)  # [n, 1]
     unit = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
     return np.clip(unit @ unit.T, -1.0, 1.0)  # [n, n]
@@ -115,8 +116,15 @@ def plot_similarity(
     """
     sim = cosine_similarity_matrix(embeddings)
     n = sim.shape[0]
-    if tokens is not None and len(tokens) != n:
-        raise ValueError(f"got {len(tokens)} tokens for {n} embeddings; pass one per row")
+    if tokens is not None:
+        tokens = items("tokens", tokens, what="a list of token strings, one per row")
+        if len(tokens) != n:
+            raise ValueError(f"got {len(tokens)} tokens for {n} embeddings; pass one per row")
+    low, high = number("vmin", vmin), number("vmax", vmax)
+    if not low < high:
+        raise ValueError(f"vmin={vmin!r} must be below vmax={vmax!r} (the colour range)")
+    whole("max_labels", max_labels, minimum=1, optional=True)
+    check_cmap(cmap)
     side = min(12.0, max(6.4, 0.12 * n + 2.6))  # room for one label per token
     ax = new_axes(ax, (side, side - 1.0))
     image = ax.imshow(sim, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")

@@ -10,6 +10,7 @@ from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
+from .._args import whole
 from ._style import OKABE_ITO, format_bytes, format_tokens, new_axes, styled
 
 if TYPE_CHECKING:
@@ -70,12 +71,16 @@ def _hardware_bytes(hardware: Any) -> tuple[str, int] | None:
     """``(label, bytes)`` for a hardware preset name, a ``Hardware`` or a byte count."""
     if hardware is None:
         return None
-    if isinstance(hardware, (int, np.integer)):
+    if isinstance(hardware, (int, np.integer)) and not isinstance(hardware, bool):
+        whole("hardware (bytes of device memory)", hardware, minimum=1)
         return f"device memory ({format_bytes(hardware)})", int(hardware)
     if isinstance(hardware, str):
         from ..sim.vllm_rules.devices import resolve_hardware  # names resolve in one place
 
         hardware = resolve_hardware(hardware)
+    if not hasattr(hardware, "hbm_bytes"):
+        raise TypeError(f"hardware must be a preset name (tp.HARDWARE_PRESETS), a Hardware or "
+                        f"a byte count, got {type(hardware).__name__} {hardware!r:.40}")
     return f"{hardware.name} memory ({format_bytes(hardware.hbm_bytes)})", int(hardware.hbm_bytes)
 
 
@@ -89,7 +94,15 @@ def _outside_legend(ax: Axes, handles: list[Any]) -> None:
 
 
 def _steps_frame(result_or_steps: SimResult | pd.DataFrame) -> pd.DataFrame:
-    return getattr(result_or_steps, "steps", result_or_steps)
+    steps = getattr(result_or_steps, "steps", result_or_steps)
+    if not isinstance(steps, pd.DataFrame):
+        raise TypeError(f"result must be a tp.simulate(...) result or its steps DataFrame, got "
+                        f"{type(result_or_steps).__name__}")
+    missing = [c for c in ("step", "pool_peak_bytes") if c not in steps.columns]
+    if missing:
+        raise ValueError(f"result: the steps table lacks {missing}; pass a tp.simulate(...) "
+                         "result (mode='tensor' or 'analytic') or its .steps")
+    return steps
 
 
 def _draw_ledger(ax: Axes, steps: pd.DataFrame, *, host: bool, label_peak: bool = True
@@ -155,6 +168,7 @@ def plot_memory_timeline(
         The axes.
     """
     steps = _steps_frame(result)
+    whole("zoom_steps", zoom_steps, minimum=1)
     ax = new_axes(ax, (7.6, 3.8))
     edges, top = _draw_ledger(ax, steps, host=host)
     top *= 1.15  # headroom for the peak label
@@ -273,9 +287,12 @@ def plot_memory_vs_prompt_length(
     Raises:
         ValueError: a missing column, unknown hardware, or no rows for ``async_scheduling``.
     """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"df must be a tp.sweep(...) DataFrame, got {type(df).__name__}")
     missing = [c for c in ("prompt_len", hue, y) if c not in df.columns]
     if missing:
-        raise ValueError(f"df lacks column(s) {missing}; it has {list(df.columns)}")
+        raise ValueError(f"df lacks column(s) {missing} (prompt_len, hue={hue!r}, y={y!r}); it "
+                         f"has {list(df.columns)}")
     df, mode = _select_async(df, async_scheduling)
     ax = new_axes(ax, (9.2, 4.6))
     extra = _plot_lines(df, y, ax, hue=hue, floor_zero=loglog)

@@ -11,7 +11,8 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ._style import OKABE_ITO, as_numpy, new_axes, styled
+from .._args import items, number, whole
+from ._style import OKABE_ITO, as_numpy, check_cmap, new_axes, styled
 
 PRED_COLOUR = OKABE_ITO[3]  # vermillion
 TRUE_COLOUR = "#111111"
@@ -65,11 +66,23 @@ def plot_step_rewards(
     Raises:
         ValueError: ``step_labels``/``step_texts`` do not have one entry per step.
     """
-    r = as_numpy(rewards, name="rewards", ndim=1)
+    r = as_numpy(rewards, name="rewards", ndim=1, finite=True, empty=False)
     n = r.shape[0]
+    if ((r < 0) | (r > 1)).any():
+        raise ValueError(f"rewards must be probabilities in [0, 1], got {r[(r < 0) | (r > 1)][:3]}"
+                         " (pass the rewards, not the logits)")
+    number("threshold", threshold)
     for name, seq in (("step_labels", step_labels), ("step_texts", step_texts)):
-        if seq is not None and len(seq) != n:
-            raise ValueError(f"{name} has {len(seq)} entries for {n} rewards; pass one per step")
+        if seq is not None:
+            seq = items(name, seq, what="a list, one entry per step")
+            if len(seq) != n:
+                raise ValueError(f"{name} has {len(seq)} entries for {n} rewards; pass one per "
+                                 "step")
+    for name, step in (("predicted_first_error", predicted_first_error),
+                       ("true_first_error", true_first_error)):
+        whole(name, step, minimum=-1, maximum=n - 1, optional=True,
+              why=f" (-1: no error; else one of the {n} steps)")
+    check_cmap(cmap)
     pred = first_below(r, threshold) if predicted_first_error is None else predicted_first_error
     ax = new_axes(ax, (max(7.0, 0.75 * n + 4.2), 3.8))
     colours = mpl.colormaps[cmap](np.clip(r, 0.0, 1.0))

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
+from .._args import MissingFileError
 from .dataset import default_data_dir
 
 #: The safetensors metadata key holding a file's JSON settings (``"format"`` among them).
@@ -29,17 +30,17 @@ def read_tagged_safetensors(path: str | Path, *, fmt: str,
             raw = (f.metadata() or {}).get(META_KEY)
         settings = json.loads(raw) if raw else {}
     except Exception as err:  # safetensors' SafetensorError, a bad header, unreadable JSON
-        raise _damaged(path, what, err) from None
+        raise damaged_file(path, what, err) from None
     if settings.get("format") != fmt:
         raise ValueError(f"{path} is not a {what} (format {settings.get('format')!r}, "
                          f"expected {fmt!r})")
     try:
         return settings, load_file(str(path))
     except Exception as err:  # truncated data after a whole header
-        raise _damaged(path, what, err) from None
+        raise damaged_file(path, what, err) from None
 
 
-def _damaged(path: str | Path, what: str, err: Exception) -> ValueError:
+def damaged_file(path: str | Path, what: str, err: Exception) -> ValueError:
     """The error for a shipped file that cannot be read: which file, why, how to restore it."""
     size = Path(path).stat().st_size if Path(path).is_file() else 0
     return ValueError(
@@ -60,7 +61,7 @@ def read_shipped_json(path: str | Path | None, name: str, *, what: str,
     """
     file = Path(path) if path else default_data_dir() / "prm" / "smollm2-prm" / name
     if not file.is_file():
-        raise FileNotFoundError(f"no {what} at {file}; write it with `{write_with}` from a "
-                                "checkout")
+        raise MissingFileError(f"no {what} at {file}; write it with `{write_with}` from a "
+                               "checkout")
     return json.loads(file.read_text())
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._files import META_KEY, read_tagged_safetensors
+from ._files import META_KEY, damaged_file, read_tagged_safetensors
 
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_FORMAT = "tokpool-prm-lora/1"
@@ -66,11 +66,19 @@ def save_adapter(path: str | os.PathLike, tensors: dict[str, Tensor],
 
 
 def read_format(path: str | os.PathLike) -> str | None:
-    """The ``format`` a tokpool ``.safetensors`` file declares in its header, or ``None``."""
+    """The ``format`` a tokpool ``.safetensors`` file declares in its header, or ``None``.
+
+    Raises:
+        ValueError: a file safetensors cannot read (empty, truncated, a bad header): named
+            with its size and how to restore it.
+    """
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as f:
-        raw = (f.metadata() or {}).get(_META_KEY)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get(_META_KEY)
+    except Exception as err:  # safetensors' SafetensorError: header too small, bad JSON, ...
+        raise damaged_file(path, "tokpool probe or PRM adapter", err) from None
     try:
         return json.loads(raw).get("format") if raw else None
     except (ValueError, AttributeError):

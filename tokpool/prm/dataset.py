@@ -43,6 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from .._args import MissingFileError
+from .._args import path as args_path
+
 Split = Literal["train", "test", "dev", "hard"]
 SPLITS: tuple[str, ...] = ("train", "test", "dev", "hard")
 #: The error kinds of ``train``, ``test`` and ``dev``.
@@ -443,6 +446,9 @@ def generate_training_problems(
 def default_data_dir() -> Path:
     """``$TOKPOOL_DATA_DIR`` or the repository's ``data/`` folder."""
     env = os.environ.get("TOKPOOL_DATA_DIR")
+    if env and Path(env).exists() and not Path(env).is_dir():
+        raise ValueError(f"TOKPOOL_DATA_DIR={env!r} is a file, not a folder; point it at a "
+                         "copy of tokpool's data/ folder (or unset it)")
     return Path(env) if env else Path(__file__).resolve().parents[2] / "data"
 
 
@@ -491,12 +497,44 @@ def load_prm_dataset(split: Split, *, path: str | os.PathLike | None = None):
         ValueError: unknown split.
         FileNotFoundError: an explicit ``path`` that does not exist.
     """
-    if split not in SPLITS:
+    if not isinstance(split, str) or split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
-    file = Path(path) if path is not None else default_data_dir() / "prm" / f"{split}.jsonl"
+    file = args_path("path", path) if path is not None else (
+        default_data_dir() / "prm" / f"{split}.jsonl")
     if not file.exists():
         if path is not None:
-            raise FileNotFoundError(f"no PRM data at {file}")
+            raise MissingFileError(f"no PRM data at {file} (path=)")
         return generate_prm_dataset(split)
+    if not file.is_file():
+        raise ValueError(f"the PRM data at {file} is not a file (path= or TOKPOOL_DATA_DIR)")
+    return read_records(file)
+
+
+def read_records(file: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file, one JSON object a line; a bad line is named by its file
+    and number, with how to restore the file.
+
+    Raises:
+        ValueError: a line that is not JSON, or not a JSON object.
+    """
+    records = []
     with file.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{file}, line {number}, is not JSON ({err.msg} at column "
+                                 f"{err.colno}): the file is damaged. {_RESTORE}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{file}, line {number}, holds {type(record).__name__} "
+                                 f"{line.strip()[:40]!r}, not a record (a JSON object). "
+                                 f"{_RESTORE}")
+            records.append(record)
+    return records
+
+
+_RESTORE = ("Restore it: in a clone of tokpool `git checkout -- data/prm`; for a copy under "
+            "$TOKPOOL_DATA_DIR copy data/prm from the repository again; or rewrite it with "
+            "`python -m tokpool.prm make-data`")

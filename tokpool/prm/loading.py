@@ -30,13 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._args import MissingFileError, choice, each, flag, items, text, whole
+from .._args import path as args_path
 from ..models import load_model
+from ..models.source import require_pooling_model
 from .adapter import ADAPTER_FORMAT, read_format
 from .dataset import default_data_dir
 from .finetuned import load_finetuned
 from .probe import PROBE_FILE, PROBE_FORMAT, QWEN_PRM_SYSTEM, read_probe
-from .reward_model import ProcessRewardModel
-from .steps import Convention
+from .reward_model import ProcessRewardModel, check_threshold
+from .steps import CONVENTIONS, Convention
 
 if TYPE_CHECKING:
     from ..models.pooling_model import PoolingModel
@@ -101,29 +104,57 @@ def load_prm(
     """
     if path is None:
         path = DEFAULT_PRM
+    _check_load_options(model, convention, returned_token_ids, tag, threshold,
+                        trust_remote_code)
     if isinstance(path, str) and path in SHIPPED_PRMS:
         file = default_data_dir() / "prm" / SHIPPED_PRMS[path]
         if not file.is_file():
-            raise FileNotFoundError(f"the shipped PRM {path!r} is missing at {file}; rebuild it "
-                                    f"with `{_REBUILD[path]}` from a checkout of tokpool")
-        return _load_file(file, model=model, tag=tag, threshold=threshold)
-    path = Path(path).expanduser()
+            raise MissingFileError(f"the shipped PRM {path!r} is missing at {file}; rebuild it "
+                                   f"with `{_REBUILD[path]}` from a checkout of tokpool")
+        return _load_file(file, model=model, tag=tag, threshold=threshold,
+                          convention=convention, returned_token_ids=returned_token_ids)
+    path = args_path("path", path).expanduser()
     if not path.exists():
         if isinstance(path, Path) and len(path.parts) == 1 and not path.suffix:
             raise ValueError(f"no PRM named {str(path)!r}: shipped PRMs are "
                              f"{sorted(SHIPPED_PRMS)}; or pass a local path")
-        raise FileNotFoundError(f"no PRM at {path}")
-    if path.is_file() and path.suffix == ".safetensors":
-        return _load_file(path, model=model, tag=tag, threshold=threshold)
-    for name in (PROBE_FILE, "adapter.safetensors"):
-        if (path / name).is_file():
-            return _load_file(path / name, model=model, tag=tag, threshold=threshold)
+        raise MissingFileError(f"no PRM at {path} (path=)")
+    file = path if path.is_file() and path.suffix == ".safetensors" else next(
+        (path / n for n in (PROBE_FILE, "adapter.safetensors") if (path / n).is_file()), None)
+    if file is not None:
+        return _load_file(file, model=model, tag=tag, threshold=threshold,
+                          convention=convention, returned_token_ids=returned_token_ids)
     return _load_checkpoint(path, convention=convention, returned_token_ids=returned_token_ids,
                             tag=tag, threshold=threshold, trust_remote_code=trust_remote_code)
 
 
-def _load_file(file: Path, *, model, tag, threshold) -> ProcessRewardModel:
+def _check_load_options(model, convention, returned_token_ids, tag, threshold,
+                        trust_remote_code) -> None:
+    """``load_prm``'s options, before anything is read (each named with what it must be)."""
+    if model is not None:
+        require_pooling_model(model, "model (a probe's base model)")
+    if convention is not None:
+        choice("convention", convention, CONVENTIONS)
+    if returned_token_ids is not None:
+        ids = items("returned_token_ids", returned_token_ids,
+                    what="(good_id, bad_id): two vocabulary ids")
+        each("returned_token_ids", ids, lambda name, v: whole(name, v, minimum=0))
+    if tag is not None:
+        text("tag", tag)
+    if threshold is not None:
+        check_threshold(threshold)
+    flag("trust_remote_code", trust_remote_code)
+
+
+def _load_file(file: Path, *, model, tag, threshold, convention=None,
+               returned_token_ids=None) -> ProcessRewardModel:
     """A probe or an adapter file, told apart by the format in its header."""
+    given = [n for n, v in (("convention", convention), ("returned_token_ids",
+                                                          returned_token_ids)) if v is not None]
+    if given:
+        raise ValueError(f"{given} apply to a transformers PRM checkpoint; {file.name} is a "
+                         "tokpool probe or adapter, which sets its own convention and columns. "
+                         "Drop them")
     found = read_format(file)
     if found not in (ADAPTER_FORMAT, PROBE_FORMAT):
         raise ValueError(f"{file} is not a tokpool probe or PRM adapter (format {found!r}, "

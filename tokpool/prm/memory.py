@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from .._args import items
 from ..heads import DTypeLike
 from ..pooling import RetentionPolicy
 from ..sim import SimConfig, simulate
@@ -108,7 +109,10 @@ def prm_memory_table(
         value_head      512
         Name: peak_pooling_bytes, dtype: int64
     """
-    lens = [prompt_lens] if isinstance(prompt_lens, int) else list(prompt_lens)
+    lens = [prompt_lens] if isinstance(prompt_lens, int) and not isinstance(
+        prompt_lens, bool) else items("prompt_lens", prompt_lens, what="a prompt length or a "
+                                      "list of them")
+    conventions = items("conventions", conventions, what="a list of conventions")
     unknown = [c for c in conventions if c not in CONVENTIONS]
     if unknown:
         raise ValueError(f"unknown conventions {unknown}; use some of {list(CONVENTIONS)}")

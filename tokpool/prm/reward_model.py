@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from .._args import flag, items, number, whole
 from .batched import padded_hidden
 from .steps import (
     CONVENTIONS,
@@ -59,6 +60,39 @@ class StepScores:
         })
 
 
+def check_threshold(threshold: object) -> float:
+    """A reward cut: a finite number (rewards are probabilities in [0, 1]; a cut above 1
+    marks every step an error, one at or below 0 none).
+
+    Raises:
+        TypeError: not a number (``"0.5"`` too).
+        ValueError: NaN or infinite (a NaN cut compares False with every reward).
+    """
+    return number("threshold", threshold)
+
+
+def check_records(records: object) -> list[dict[str, Any]]:
+    """Dataset records (``tp.load_prm_dataset``): a list of dicts with ``prompt`` and
+    ``completions``; the first bad one is named by its index.
+
+    Raises:
+        TypeError: not a list, or a record that is not a dict.
+        ValueError: a record without ``prompt`` or ``completions``.
+    """
+    out = items("records", records, empty=True, what="a list of dataset records (dicts with "
+                "'prompt' and 'completions', as tp.load_prm_dataset returns)")
+    for i, record in enumerate(out):
+        if not isinstance(record, dict):
+            raise TypeError(f"record {i} must be a dict with 'prompt' and 'completions', got "
+                            f"{record!r:.60} ({type(record).__name__})")
+        missing = [k for k in ("prompt", "completions") if k not in record]
+        if missing:
+            raise ValueError(f"record {i} has no {' or '.join(map(repr, missing))} (it has "
+                             f"{sorted(record)[:8]}); each record needs 'prompt' (the problem) "
+                             "and 'completions' (its steps)")
+    return out
+
+
 class ProcessRewardModel:
     """A PRM: formats steps, runs the model, and turns tag rows into rewards.
 
@@ -99,7 +133,7 @@ class ProcessRewardModel:
         if self.tokenizer is None:
             raise ValueError("a PRM needs a tokenizer to format steps; pass tokenizer=")
         self.convention = convention
-        self.threshold = float(threshold)
+        self.threshold = check_threshold(threshold)
         self.tag, self.separator, self.chat, self.system = tag, separator, chat, system
         self.returned_token_ids = None if returned_token_ids is None else list(returned_token_ids)
         self.head, self.layer, self.remote = head, layer, remote
@@ -170,12 +204,13 @@ class ProcessRewardModel:
             ...           ["3 + 4 = 8.", "So the answer is 8."]).first_error
             -1
         """
+        cut = check_threshold(self.threshold if threshold is None else threshold)
+        whole("chunk_size", chunk_size, minimum=1, optional=True)
         formatted = self.format(problem, steps)
         per_token = self.per_token(formatted.token_ids, chunk_size=chunk_size)
         rewards = step_rewards(per_token, formatted.token_ids, step_tag_id=formatted.step_tag_id,
                                convention=self.convention,
                                returned_token_ids=self.returned_token_ids)
-        cut = self.threshold if threshold is None else float(threshold)
         return StepScores(rewards, first_error_from_rewards(rewards, cut), cut, list(steps),
                           formatted)
 
@@ -231,7 +266,9 @@ class ProcessRewardModel:
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        cut = self.threshold if threshold is None else float(threshold)
+        cut = check_threshold(self.threshold if threshold is None else threshold)
+        flag("progress", progress)
+        records = check_records(records)
         formatted = [self.format(r["prompt"], r["completions"]) for r in records]
         order = sorted(range(len(records)), key=lambda i: formatted[i].num_tokens)
         results: list[StepScores | None] = [None] * len(records)

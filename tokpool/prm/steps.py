@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._args import items
 from ..heads import NonFiniteError, TokenClassifierHead
 from ..metadata import build_metadata
 from ..pooling import StepPool
@@ -176,11 +177,15 @@ def format_steps(
         >>> len(ids), tag_id, ids.count(tag_id)  # one tag token per step
         (56, 5, 2)
     """
+    if not isinstance(problem, str):
+        raise TypeError(f"problem must be the question as a str, got {problem!r:.60} "
+                        f"({type(problem).__name__})")
     if isinstance(steps, str):
-        raise TypeError("steps must be a list of strings, one per step, not one string")
-    steps = list(steps)
+        raise TypeError("steps must be a list of strings, one per step, not one string "
+                        "(split it: steps=text.splitlines())")
+    steps = items("steps", steps, empty=True, what="a list of strings, one per step")
     if not steps:
-        raise ValueError("format_steps needs at least one step")
+        raise ValueError("format_steps needs at least one step (steps is empty)")
     bad = [i for i, s in enumerate(steps) if not isinstance(s, str) or not s.strip()]
     if bad:
         raise ValueError(f"steps {bad} are empty or not strings; every step needs text")

@@ -17,6 +17,7 @@ from .vllm_rules import engine_checks
 from .vllm_rules import step_memory as step_memory_rule
 from .vllm_rules.devices import Hardware, resolve_hardware
 from .vllm_rules.hf_config import simconfig_fields_from_hf
+from .vllm_rules.kv_cache import check_kv_cache_dtype
 from .vllm_rules.models import ModelPreset, preset_fields, resolve_model
 from .vllm_rules.pooling_kind import (
     SYNTHETIC_STEP_TAG_ID,
@@ -26,6 +27,7 @@ from .vllm_rules.pooling_kind import (
 )
 from .vllm_rules.resolve import resolve_engine
 from .vllm_rules.serve_line import config_from_vllm_args
+from .vllm_rules.sizes import check_engine_sizes
 
 __all__ = ["OUTPUT_MEMORIES", "SIM_TASKS", "SYNTHETIC_STEP_TAG_ID", "SimConfig"]
 
@@ -307,6 +309,10 @@ class SimConfig:
         if isinstance(ignored, str) or not all(isinstance(f, str) for f in ignored):
             raise TypeError(f"ignored_flags must be a tuple of strings, got {ignored!r}")
         set_(self, "ignored_flags", tuple(ignored))
+        check_kv_cache_dtype(self.kv_cache_dtype)
+        if self.dtype is None:
+            raise TypeError("dtype must be the hidden states' dtype ('bfloat16', "
+                            "torch.float16, ...), got None (None is for head_dtype: no cast)")
         if self.task not in SIM_TASKS:
             raise ValueError(f"unknown task {self.task!r}; the simulator runs {list(SIM_TASKS)}")
         check_policy(self.policy, allowed=SIM_POLICIES)
@@ -337,6 +343,7 @@ class SimConfig:
                              "'server' (the API server)")
         if self.enable_chunked_prefill is not None:
             _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
+        check_engine_sizes(vars(self))  # given sizes vLLM's int32 tensors cannot hold
         self.pooling_kind.check(self)
         # The one resolution step: vLLM's rules fill what was left None.
         resolved = resolve_engine(self)
@@ -514,6 +521,11 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
         """A copy with some fields changed (validated again). Fields that were filled from
         defaults (the hidden size from ``model``; vLLM's budget, ``max_num_seqs``, chunking,
         ``max_model_len``) are filled again for the new values unless given."""
+        fields = {f.name for f in dataclasses.fields(self) if f.init}
+        unknown = sorted(set(changes) - fields)
+        if unknown:
+            raise TypeError(f"SimConfig has no field(s) {unknown}; its fields are "
+                            f"{sorted(fields)}")
         for name in self._defaulted:
             changes.setdefault(name, "auto" if name == "head_dtype" else None)
         return dataclasses.replace(self, **changes)

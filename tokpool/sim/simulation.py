@@ -96,16 +96,21 @@ def simulate(
     config = SimConfig() if config is None else config
     if not isinstance(config, SimConfig):
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
-    if mode not in SIM_MODES:
+    if not isinstance(mode, str) or mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
     _check_device(device)
-    if scheduler not in SCHEDULERS:
+    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
     lens, token_ids = split_prompts(prompt_lens)
     refuse = engine_checks.Refusals(as_if=config.as_if)  # vLLM rejects prompts over the limit
     refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
-    check_work(lens, config, mode=mode)  # a run that ends, refused before it starts
+    if mode == "closed_form" and scheduler != "tokpool":
+        raise ValueError(f"mode='closed_form' solves tokpool's own schedule of one request by "
+                         f"formula, so it takes no scheduler={scheduler!r}; use "
+                         "mode='analytic' with it")
+    work_scheduler = scheduler if schedule is None else "tokpool"  # a given one: no scheduler
+    check_work(lens, config, mode=mode, scheduler=work_scheduler)  # refused before it starts
     if mode == "closed_form":
         if schedule is not None:
             raise ValueError("closed forms solve tokpool's own schedule of one request by "
@@ -122,7 +127,14 @@ def simulate(
                                enable_chunked_prefill=config.enable_chunked_prefill,
                                long_prefill_token_threshold=config.long_prefill_token_threshold,
                                reads_prefix_cache=config.enable_prefix_caching
-                               and reads_prefix_cache(config.task))
+                               and reads_prefix_cache(config.task),
+                               max_num_seqs=config.max_num_seqs,
+                               kv_cache_blocks=config.kv_cache_blocks,
+                               block_size=config.block_size,
+                               async_scheduling=config.async_scheduling,
+                               kv_cache_groups=config.kv_group_windows,
+                               max_model_len=config.max_model_len,
+                               prompt_token_ids=token_ids)
     else:
         steps = _scheduled_steps(lens, config, arrival_steps, scheduler, token_ids)
     engine_checks.check_step_pooling_sees_whole_prompts(

@@ -76,8 +76,11 @@ def sweep(
         30000       94994432  61440000
     """
     config = SimConfig() if config is None else config
-    if mode not in _AUTO_PROGRESS_POINTS:
+    if not isinstance(mode, str) or mode not in _AUTO_PROGRESS_POINTS:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(_AUTO_PROGRESS_POINTS)}")
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be True, False or None (only when long), got "
+                        f"{progress!r}")
     if not isinstance(config, SimConfig):
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
     lens = np.asarray(validate_prompt_lens(prompt_lens), dtype=np.int64)

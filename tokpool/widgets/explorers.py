@@ -10,8 +10,11 @@ controls and outputs as attributes, so code and tests can drive it::
 
 Controls that recompute use ``continuous_update=False``: work happens when a slider is released.
 A slider's value is typed into the box beside it; a value it cannot take is refused, not
-clamped. Each explorer bounds its input before any work (too many steps, tokens, characters),
-and whatever the render raises clears the output and shows the message: no stale figure.
+clamped. A value set from code that a control cannot take (a menu value it does not offer, a
+slider value out of range) is refused the same way (``guards.py``): the control keeps its
+value and the panel names it, the value and what it takes. Each explorer bounds its input
+before any work (too many steps, tokens, characters), and whatever the render raises clears
+the output and shows the message: no stale figure.
 
 Displayed, an explorer emits two outputs: the live widget, and a static snapshot of its current
 state (settings, text, figure, table) as plain HTML, updated as the controls move. The live
@@ -32,12 +35,15 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as W
 import traitlets
 
+from .. import _args as checks
+from .._args import as_whole
 from ..guard import ensure_fits
 from ..plots import format_tokens, token_strings
 from ..pooling import RETENTION_POLICIES
 from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig
+from .guards import guard_controls
 from .memory import render_memory
-from .ownership import parse_prompt_lens, render_ownership
+from .ownership import check_workload, parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards
 from .tokens import (
     TOKEN_METRICS,
@@ -174,6 +180,7 @@ class Explorer(W.VBox):
              self._errors, self._output],
             **kwargs,
         )
+        guard_controls(controls, self.fail)  # a value set from code that a control cannot take
 
     # --- typed values ---------------------------------------------------------------------
 
@@ -359,6 +366,13 @@ MAX_TEXT_CHARS = 20_000
 MAX_TEXT_TOKENS = 1_024
 
 
+def _check_model(model: Any) -> None:
+    """A ``PoolingModel`` (``tp.load_model(...)``), not its name or path."""
+    from ..models.source import require_pooling_model  # tokpool.models: transformers
+
+    require_pooling_model(model)
+
+
 class TokenExplorer(Explorer):
     """Per-token values and token × token similarity of ``model``'s hidden states of a text.
 
@@ -379,8 +393,12 @@ class TokenExplorer(Explorer):
             raise ValueError(f"unknown metric {metric!r}; choose one of {list(TOKEN_METRICS)}")
         if not isinstance(text, str) or not text.strip():
             raise ValueError("token_explorer needs a non-empty text string")
-        self.model = model
+        _check_model(model)
         n = model.num_layers
+        layer = checks.whole("layer", layer, minimum=-(n + 1), maximum=n,
+                             why=f" (0 = embeddings, {n} = the last of the model's {n} layers; "
+                                 "negative counts from the end)")
+        self.model = model
         self.text_input = W.Textarea(value=text, continuous_update=False, description="text",
                                      placeholder="your own text",
                                      layout=W.Layout(width="100%", height="4.5em"))
@@ -414,7 +432,10 @@ class TokenExplorer(Explorer):
             raise ValueError(f"the text has {len(text):,} characters; the explorer takes at "
                              f"most {MAX_TEXT_CHARS:,}. Shorten it, or call model.encode(...) "
                              "in a cell for long texts")
-        (ids,) = self.model.token_ids([text])
+        try:
+            (ids,) = self.model.token_ids([text])
+        except ValueError as err:  # longer than the model takes, ...
+            raise ValueError(f"text: {err}") from err
         n = int(ids.numel())
         if n > MAX_TEXT_TOKENS:
             raise ValueError(f"the text has {n:,} tokens; the explorer takes at most "
@@ -480,6 +501,34 @@ MAX_STEPS = 40
 MAX_SOLUTION_CHARS = 12_000
 
 
+def _check_reward_inputs(prm: Any, problem: Any, steps: Any, true_first_error: Any,
+                         step_labels: Any) -> None:
+    """``step_reward_explorer``'s arguments, each named with what it must be."""
+    if not callable(getattr(prm, "score", None)):
+        hint = (f"; load it first: tp.step_reward_explorer(tp.load_prm({prm!r}), ...)"
+                if isinstance(prm, str) else "")
+        raise TypeError(f"prm must be a process reward model with score(problem, steps) "
+                        f"(tp.load_prm(...)), got {type(prm).__name__} {prm!r:.60}{hint}")
+    checks.number("prm.threshold (the threshold slider's start)",
+                  getattr(prm, "threshold", 0.5), low=0.0, high=1.0)
+    checks.text("problem", problem)
+    if isinstance(steps, str):
+        raise TypeError("steps must be a list of strings, one per step, not one string (split "
+                        "it: steps=text.splitlines())")
+    given = checks.items("steps", steps, what="a list of strings, one per step")
+    checks.each("steps", given, checks.text)
+    if true_first_error is not None:
+        checks.whole("true_first_error", true_first_error, minimum=-1, maximum=len(given) - 1,
+                     why=f" (-1: no error; else a step index of the {len(given)} steps)")
+    if step_labels is not None:
+        labels = checks.items("step_labels", step_labels, what="a list of True/False, one "
+                              "per step")
+        if len(labels) != len(given):
+            raise ValueError(f"step_labels has {len(labels)} labels for {len(given)} steps; "
+                             "give one per step")
+        checks.each("step_labels", labels, checks.flag)
+
+
 class StepRewardExplorer(Explorer):
     """A process reward model's step rewards for one solution; edit the steps, move the cut.
 
@@ -492,6 +541,7 @@ class StepRewardExplorer(Explorer):
     def __init__(self, prm: ProcessRewardModel, problem: str, steps: list[str], *,
                  true_first_error: int | None = None,
                  step_labels: list[bool] | None = None) -> None:
+        _check_reward_inputs(prm, problem, steps, true_first_error, step_labels)
         self.prm = prm
         self._original = (problem, tuple(steps))
         self._truth = (true_first_error, step_labels)
@@ -510,13 +560,14 @@ class StepRewardExplorer(Explorer):
     def render(self) -> View:
         steps = tuple(s for s in self.steps.value.splitlines() if s.strip())
         if not self.problem.value.strip():
-            raise ValueError("write the problem the steps solve (the PRM scores each step "
-                             "against it)")
+            raise ValueError("problem: write the problem the steps solve (the PRM scores each "
+                             "step against it)")
         if not steps:
-            raise ValueError("write at least one step (one per line)")
+            raise ValueError("steps: write at least one step (one per line)")
         if len(steps) > MAX_STEPS:
-            raise ValueError(f"{len(steps)} steps; the explorer scores at most {MAX_STEPS}. "
-                             "Remove steps, or call prm.score(problem, steps) in a cell")
+            raise ValueError(f"steps: {len(steps)} steps; the explorer scores at most "
+                             f"{MAX_STEPS}. Remove steps, or call prm.score(problem, steps) in "
+                             "a cell")
         chars = len(self.problem.value) + sum(len(s) for s in steps)
         if chars > MAX_SOLUTION_CHARS:
             raise ValueError(f"the problem and steps have {chars:,} characters; the explorer "
@@ -557,6 +608,10 @@ def step_reward_explorer(prm: ProcessRewardModel, problem: str, steps: list[str]
                               step_labels=step_labels)
 
 
+#: Widest hidden states the ownership view simulates (it runs real tensors).
+MAX_OWNERSHIP_WIDTH = 65_536
+
+
 class OwnershipExplorer(Explorer):
     """A small workload through the simulated engine: schedule, corruption and memory.
 
@@ -573,9 +628,20 @@ class OwnershipExplorer(Explorer):
                  async_scheduling: bool = False, policy: str = "clone",
                  enable_chunked_prefill: bool = True, hidden_size: int = 576) -> None:
 
-        lens = [20, 6, 9] if prompt_lens is None else list(prompt_lens)
-        if not lens:
-            raise ValueError("give at least one prompt length")
+        lens = [20, 6, 9] if prompt_lens is None else checks.items(
+            "prompt_lens", prompt_lens, what="a list of prompt lengths")
+        lens = checks.each("prompt_lens", lens, lambda name, n: checks.whole(name, n, minimum=1))
+        if not 1 <= lens[0] <= 96:
+            raise ValueError(f"prompt_lens[0] = {lens[0]:,}: the request 0 tokens slider takes "
+                             "1 to 96")
+        checks.whole("budget", budget, minimum=2, maximum=64,
+                     why=" (the tokens per step slider)")
+        checks.flag("async_scheduling", async_scheduling)
+        checks.flag("enable_chunked_prefill", enable_chunked_prefill)
+        checks.choice("policy", policy, RETENTION_POLICIES)
+        checks.whole("hidden_size", hidden_size, minimum=1, maximum=MAX_OWNERSHIP_WIDTH,
+                     why=" (the view simulates real tensors of that width)")
+        check_workload(lens, budget)  # a workload the view can draw, before any work
         self.hidden_size = hidden_size
         self.prompt_len = W.IntSlider(value=lens[0], min=1, max=96, continuous_update=False,
                                       description="request 0 tokens", style=_WIDE,
@@ -603,7 +669,11 @@ class OwnershipExplorer(Explorer):
     @property
     def prompt_lens(self) -> list[int]:
         """The workload the controls describe."""
-        return [self.prompt_len.value, *parse_prompt_lens(self.more_requests.value)]
+        try:
+            others = parse_prompt_lens(self.more_requests.value)
+        except ValueError as err:
+            raise ValueError(f"other requests: {err}") from err
+        return [self.prompt_len.value, *others]
 
     def render(self) -> View:
         return render_ownership(
@@ -680,20 +750,33 @@ class MemoryExplorer(Explorer):
                  prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                  policies: Sequence[str] | None = None, async_scheduling: bool = True) -> None:
 
-        if model not in MODEL_PRESETS:
+        if not isinstance(model, str) or model not in MODEL_PRESETS:
             raise ValueError(f"unknown model preset {model!r}; choose one of "
                              f"{list(MODEL_PRESETS)}")
+        checks.choice("hardware", hardware, HARDWARE_PRESETS)
+        checks.flag("async_scheduling", async_scheduling)
+        if policies is not None:
+            checks.each("policies", checks.items("policies", policies, what="a list of "
+                        "retention policies"), lambda n, v: checks.choice(n, v,
+                                                                          RETENTION_POLICIES))
         if prompt_len is None:
             prompt_len = context_range(MODEL_PRESETS[model].max_model_len)
         self._note = ""
-        for name, value, allowed in (("prompt_len", prompt_len[0], MEMORY_LENGTHS),
-                                     ("prompt_len", prompt_len[1], MEMORY_LENGTHS)):
-            if value not in allowed:
-                raise ValueError(f"{name} bounds must be powers of two from 256 to 1M "
-                                 f"({format_tokens(1 << 20)}); got {value}")
+        bounds = checks.items("prompt_len", prompt_len, what="a (shortest, longest) pair")
+        if len(bounds) != 2:
+            raise ValueError(f"prompt_len must be a (shortest, longest) pair of prompt "
+                             f"lengths, got {prompt_len!r}")
+        for value in bounds:
+            if as_whole(value) not in MEMORY_LENGTHS:
+                raise ValueError(f"prompt_len bounds must be powers of two from 256 to 1M "
+                                 f"({format_tokens(1 << 20)}); got {value!r}")
+        if bounds[0] > bounds[1]:
+            raise ValueError(f"prompt_len runs backwards: {prompt_len!r}; give (shortest, "
+                             "longest)")
+        prompt_len = (int(bounds[0]), int(bounds[1]))
         budget = SimConfig().max_num_batched_tokens if budget is None else budget
-        if budget not in MEMORY_BUDGETS:
-            raise ValueError(f"budget must be one of {list(MEMORY_BUDGETS)}; got {budget}")
+        if as_whole(budget) not in MEMORY_BUDGETS:
+            raise ValueError(f"budget must be one of {list(MEMORY_BUDGETS)}; got {budget!r}")
         self.model = W.Dropdown(options=list(MODEL_PRESETS), value=model, description="model")
         self.hardware = W.Dropdown(options=list(HARDWARE_PRESETS), value=hardware,
                                    description="hardware")
@@ -800,6 +883,13 @@ class MemoryExplorer(Explorer):
             except json.JSONDecodeError as err:
                 raise ValueError(f"your model: the text is not valid JSON ({err}); paste a "
                                  "config.json's contents, or give a path") from None
+            try:
+                return self._render_memory(model, task, head)
+            except (ValueError, TypeError) as err:  # the config.json the box names
+                raise ValueError(f"your model: {err}") from err
+        return self._render_memory(model, task, head)
+
+    def _render_memory(self, model: Any, task: str | None, head: str | None) -> View:
         return render_memory(
             model=model, hardware=self.hardware.value, task=task,
             tensor_parallel_size=self.tensor_parallel_size.value,

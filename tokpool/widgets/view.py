@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from .._args import writable_file
+
 #: PNG resolution of every rendered figure (dots per inch): crisp on HiDPI ("retina") screens.
 #: Shown at ``DISPLAY_DPI`` CSS pixels per inch, i.e. at half its pixel width.
 PNG_DPI = 200
@@ -29,7 +31,7 @@ def png_size(png: bytes) -> tuple[int, int]:
         ValueError: ``png`` is not a PNG.
     """
     if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
-        raise ValueError("not PNG data (the first 8 bytes are not the PNG signature)")
+        raise ValueError("png is not PNG data (the first 8 bytes are not the PNG signature)")
     width, height = struct.unpack(">II", png[16:24])
     return int(width), int(height)
 
@@ -73,6 +75,18 @@ class View:
     table: Any = None
     data: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.html, str):
+            raise TypeError(f"View html must be a str (HTML), got {type(self.html).__name__}")
+        if self.png is not None:
+            if not isinstance(self.png, bytes | bytearray):
+                raise TypeError(f"View png must be PNG bytes or None, got "
+                                f"{type(self.png).__name__}")
+            png_size(self.png)  # the PNG signature, else ValueError
+        if self.table is not None and not isinstance(self.table, pd.DataFrame):
+            raise TypeError(f"View table must be a pandas.DataFrame or None, got "
+                            f"{type(self.table).__name__} (build one: pd.DataFrame(...))")
+
     @property
     def display_width(self) -> int | None:
         """CSS pixel width to show ``png`` at (its pixel width scaled to ``DISPLAY_DPI``)."""
@@ -102,7 +116,7 @@ class View:
         Raises:
             ValueError: an unknown suffix, or a part the view does not have.
         """
-        path = Path(path)
+        path = writable_file("path", path)
         suffix = path.suffix.lower()
         if suffix == ".png":
             if self.png is None:

@@ -106,7 +106,7 @@ def check_byte_range(prompt_lens: Sequence[int], config, *, what: str = "this ru
 
 
 def check_work(prompt_lens: Sequence[int], config, *, mode: str, runs: int = 1,
-               per_prompt: bool = False) -> None:
+               per_prompt: bool = False, scheduler: str = "tokpool") -> None:
     """Refuse a run the step engines cannot finish in reasonable time and memory.
 
     Args:
@@ -115,6 +115,9 @@ def check_work(prompt_lens: Sequence[int], config, *, mode: str, runs: int = 1,
         mode: ``"tensor"`` or ``"analytic"`` (``"closed_form"`` takes no steps: no bound).
         runs: simulations per prompt list (a sweep: policies x async settings).
         per_prompt: one simulation per prompt (a sweep).
+        scheduler: ``"vllm"``: vLLM's own scheduler also hashes and allocates every KV block
+            in Python, about as fast as the counting engine runs steps, so its blocks count
+            as records too.
 
     Raises:
         ValueError: the estimated steps and requests, the bound, and the cheaper mode.
@@ -128,9 +131,19 @@ def check_work(prompt_lens: Sequence[int], config, *, mode: str, runs: int = 1,
     else:
         steps = math.ceil(sum(prompt_lens) / budget)
     records = (steps + len(prompt_lens)) * runs
-    if records <= limit:
+    blocks = (sum(-(-int(n) // config.block_size) for n in prompt_lens)
+              if scheduler == "vllm" else 0)
+    if records + blocks <= limit:
         return
     n = len(prompt_lens)
+    if blocks and records <= limit:
+        raise ValueError(
+            f"scheduler='vllm' on {n:,} prompt{'s' if n > 1 else ''} ({sum(prompt_lens):,} "
+            f"tokens) makes {blocks:,} KV blocks of {config.block_size} tokens, each hashed and "
+            f"allocated in Python: {records + blocks:,} records, above the bound {limit:,} "
+            f"({MAX_STEPS_ENV}); use scheduler='tokpool' (the same schedule), or set "
+            f"{MAX_STEPS_ENV} higher (or 'off')"
+        )
     cheaper = ("mode='closed_form' (one request per prompt, no step table: "
                "tp.sweep(..., mode='closed_form'))" if per_prompt or n == 1 else
                "fewer or shorter prompts")

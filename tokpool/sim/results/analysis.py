@@ -12,12 +12,23 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..._args import whole
 from ..._text import format_range
 from ..backends.source import default_source
 from ..vllm_rules.prefix_cache import TOKEN_TASK_SKIP_REASON, reads_prefix_cache
 
 if TYPE_CHECKING:
     from .result import SimResult
+
+
+def _check_result(result: object, what: str) -> None:
+    """``TypeError`` unless ``result`` is a ``SimResult`` (its fields: ``result.py`` imports
+    this module); ``ValueError`` for a closed form."""
+    if not all(hasattr(result, a) for a in ("config", "chunks", "steps", "mode")):
+        raise TypeError(f"{what}: result must be a SimResult (tp.simulate(...)), got "
+                        f"{type(result).__name__}")
+    if result.mode == "closed_form":
+        result._needs_steps(what)
 
 
 def schedule_frame(result: SimResult) -> pd.DataFrame:
@@ -32,6 +43,7 @@ def schedule_frame(result: SimResult) -> pd.DataFrame:
         ``overwritten_step`` (first step that rewrote such a view's rows before that read;
         ``-1`` when none did).
     """
+    _check_result(result, "schedule_frame")
     chunks = result.chunks
     read = chunks["read_at_step"].fillna(-1).astype("int64")
     kept_past_step = (~chunks["owned"]) & (read > chunks["step"])
@@ -168,6 +180,7 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
     """
     import torch  # imported on use: the frames above need no torch
 
+    _check_result(result, "corruption_table")
     cfg = result.config
     if result.outputs is None:
         raise ValueError("corruption_table needs a tensor-mode result (mode='tensor')")
@@ -176,8 +189,10 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
         raise ValueError("corruption_table needs one delivered row per prompt position (ALL "
                          "pooling, or STEP without a selection) and no activation "
                          "(use_activation=False)")
-    if not 0 <= request < len(result.prompt_lens):
-        raise ValueError(f"request {request} is not in 0..{len(result.prompt_lens) - 1}")
+    whole("request", request, minimum=0, maximum=len(result.prompt_lens) - 1,
+          why=f" (the result has {len(result.prompt_lens)} requests)")
+    whole("column", column, minimum=0, maximum=cfg.width - 1,
+          why=f" (the hidden states are {cfg.width} wide)")
     source = default_source(cfg)  # the source simulate used for this config
     source.prepare(result.prompt_lens)
 

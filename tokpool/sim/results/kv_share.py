@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..._args import whole
 from ..backends.closed_form import single_request
 from ..vllm_rules.kv_cache import _pos
 
@@ -47,11 +48,33 @@ def pooling_takes_kv_from(config, *, longest: int | None = None) -> int | None:
 
     Returns:
         The prompt length in tokens, or ``None`` when no prompt up to ``longest`` exceeds it.
+
+    The peak of one request never falls as its prompt grows (each of its terms is a
+    non-negative multiple of T, of the tokens kept before the last chunk, (n - 1)·C, or of the
+    tag rows, floor(T / k): see ``closed_form``), so the shortest prompt over the reserve is
+    found by bisection: about 2·log2(longest) prompts are solved, whatever the context (a
+    config may claim 10^12 positions).
+
+    Raises:
+        ValueError: no ``longest`` and no ``max_model_len``, or a ``longest`` below 1.
     """
-    top = longest or config.max_model_len
+    top = longest if longest is not None else config.max_model_len
     if top is None:
         raise ValueError("give longest= (the config has no max_model_len)")
-    lens = np.arange(1, int(top) + 1, dtype=np.int64)
-    peak = single_request(lens, config)["peak_pooling_bytes"]
-    over = np.flatnonzero(peak > config.estimated_activation_peak_bytes)
-    return int(lens[over[0]]) if over.size else None
+    top = whole("longest", top, minimum=1)
+    reserve = config.estimated_activation_peak_bytes
+
+    def over(n: int) -> bool:
+        return bool(single_request(np.array([n], dtype=np.int64),
+                                   config)["peak_pooling_bytes"][0] > reserve)
+
+    if not over(top):
+        return None
+    low, high = 1, top  # over(high)
+    while low < high:
+        mid = (low + high) // 2
+        if over(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 from torch import Tensor
 
+from ..._args import writable_file
 from ..config import SimConfig
 from ..schedule.scheduler import ScheduledStep
 from .analysis import explain
@@ -135,4 +136,4 @@ class SimResult:
             The path written.
         """
         self._needs_steps("to_chrome_trace()")
-        return write_chrome_trace(self, path)
+        return write_chrome_trace(self, writable_file("path", path))

@@ -58,12 +58,19 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..._args import as_whole, items
+from ...guard import ensure_fits
+
 # Called through the module, never copied: the refusal tests swap the checks there.
 from ..vllm_rules import engine_checks
 from ..vllm_rules.engine import step_order
 from ..vllm_rules.kv_spec import max_in_flight_tokens
 from ..vllm_rules.prefix_cache import reads_prefix_cache
 from .kv_blocks import KVBlocks, block_keys, unlimited_blocks
+
+#: Bytes one KV block costs the block manager at most (its id in a block table, its
+#: reference count, a prefix key): what a run's tables may take, checked before they are made.
+BYTES_PER_BLOCK = 160
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,9 @@ class ScheduledStep:
         return sum((stop * (stop + 1) - start * (start + 1)) // 2 for _, start, stop in self.chunks)
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def validate_prompt_lens(prompt_lens: object) -> list[int]:
     """Validate prompt lengths: a non-empty sequence of positive ints.
 
@@ -111,6 +121,9 @@ def validate_prompt_lens(prompt_lens: object) -> list[int]:
         TypeError: not a sequence of ints.
         ValueError: empty, or a length < 1 (naming the request and value).
     """
+    if isinstance(prompt_lens, set | frozenset | dict):
+        raise TypeError(f"prompt_lens must be an ordered sequence of ints (request i has "
+                        f"prompt_lens[i] tokens), got a {type(prompt_lens).__name__}")
     if isinstance(prompt_lens, (str, bytes)) or not isinstance(prompt_lens, Sequence):
         try:  # numpy arrays, tensors, ranges
             prompt_lens = list(prompt_lens)  # type: ignore[call-overload]
@@ -128,6 +141,9 @@ def validate_prompt_lens(prompt_lens: object) -> list[int]:
             raise ValueError(
                 f"prompt_lens[{i}] = {n}: a prompt has at least one token; drop empty requests"
             )
+        if n > _INT64_MAX:  # every count downstream is int64 (numpy, pandas)
+            raise ValueError(f"prompt_lens[{i}] = {n:.3g} tokens does not fit int64; no engine "
+                             "holds such a prompt")
         lens.append(n)
     if not lens:
         raise ValueError("prompt_lens is empty: give at least one request")
@@ -138,14 +154,16 @@ def check_arrival_steps(arrival_steps: Sequence[int] | None, n: int) -> list[int
     """Validate per-request arrival steps (default: all at step 0)."""
     if arrival_steps is None:
         return [0] * n
-    steps = list(arrival_steps)
-    if len(steps) != n:
-        raise ValueError(f"arrival_steps has {len(steps)} entries for {n} requests")
-    bad = [(i, s) for i, s in enumerate(steps)
-           if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    given = items("arrival_steps", arrival_steps, empty=True,
+                  what="a list of steps, one per request")
+    if len(given) != n:
+        raise ValueError(f"arrival_steps has {len(given)} entries for {n} requests")
+    steps = [as_whole(s) for s in given]  # NumPy and tensor integers too, as prompt_lens
+    bad = [(i, given[i]) for i, s in enumerate(steps) if s is None or s < 0]
     if bad:
-        raise ValueError(f"arrival_steps must be ints >= 0; got (request, value) {bad[:5]}")
-    return steps
+        raise ValueError(f"arrival_steps must be whole numbers >= 0 (the first step each "
+                         f"request may run in); got (request, value) {bad[:5]}")
+    return steps  # type: ignore[return-value]
 
 
 def check_prompt_token_ids(token_ids: object, lens: Sequence[int]) -> list[list[int]] | None:
@@ -242,7 +260,7 @@ def schedule(
     # Blocks nobody reads need no prefix keys: with every request skipping the cache (token
     # tasks) vLLM's cached blocks change which free block is handed out next, never how many
     # are free, so the schedule is the one without caching.
-    kv = _kv_blocks(lens, kv_cache_blocks, block_size, kv_cache_groups, max_model_len,
+    kv = kv_blocks_for(lens, kv_cache_blocks, block_size, kv_cache_groups, max_model_len,
                     max_in_flight_tokens(budget_per_step, async_scheduling=async_scheduling),
                     reads_cache, token_ids)
     pending = collections.deque(sorted(range(len(lens)), key=lambda i: (arrival[i], i)))
@@ -332,9 +350,11 @@ def refuse_what_the_cache_never_admits(
         max_model_len=max_model_len, max_in_flight_tokens=in_flight)
 
 
-def _kv_blocks(lens, blocks, block_size, groups, max_model_len, in_flight, caching,
-               token_ids) -> KVBlocks:
-    """The block manager, after vLLM's refusal of prompts the cache never admits."""
+def kv_blocks_for(lens, blocks, block_size, groups, max_model_len, in_flight, caching,
+                  token_ids) -> KVBlocks:
+    """The block manager, after vLLM's refusal of prompts the cache never admits (``schedule``
+    and the replay of a given schedule, ``given.check_schedule``, both keep their blocks in
+    one)."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
     groups = tuple(groups)
@@ -343,8 +363,14 @@ def _kv_blocks(lens, blocks, block_size, groups, max_model_len, in_flight, cachi
     refuse_what_the_cache_never_admits(
         lens, blocks, block_size=block_size, kv_cache_groups=groups, max_model_len=max_model_len,
         in_flight=in_flight, reads_cache=caching, token_ids=token_ids)
+    held = unlimited_blocks(lens, block_size, len(groups))  # the most blocks the run can hold
+    ensure_fits(held * BYTES_PER_BLOCK,
+                what=f"tokpool's scheduler on {len(lens):,} prompt{'s' if len(lens) > 1 else ''}"
+                     f" ({sum(lens):,} tokens): vLLM's block tables, {held:,} KV blocks of "
+                     f"{block_size} tokens", cheaper="fewer or shorter prompts, or a larger "
+                     "block_size (--block-size)")
     if blocks is None:
-        blocks = unlimited_blocks(lens, block_size, len(groups))
+        blocks = held
     keys = block_keys(lens, block_size, token_ids) if caching else [[] for _ in lens]
     return KVBlocks(blocks, block_size, groups, caching=caching,
                     max_model_len=max_model_len if max_model_len is not None else 1 << 62,
@@ -364,6 +390,29 @@ def _raise_stuck(waiting, lens: list[int], index: int) -> None:
     )
 
 
+def long_prefill_cap(threshold: int | None, eligible: int) -> int:
+    """Most tokens one request may take in a step (0: no cap): vLLM's
+    ``long_prefill_token_threshold``, lifted when at most one request runs or waits
+    (``Scheduler.schedule``: nobody to starve). ``eligible``: requests running or waiting
+    when the step is scheduled."""
+    return (threshold or 0) if eligible > 1 else 0
+
+
+def may_admit(running: int, max_num_seqs: int) -> bool:
+    """Whether a waiting request may join ``running`` running requests (vLLM's
+    ``len(self.running) == max_num_seqs: break``). Under async scheduling a request finished
+    in the step before still counts (``holds_slot``)."""
+    return running < max_num_seqs
+
+
+def holds_slot(finished_step: int, step: int, *, async_scheduling: bool) -> bool:
+    """Whether a request whose last prompt token was computed in ``finished_step`` still
+    holds its KV blocks and its ``max_num_seqs`` slot while ``step`` is scheduled: its output
+    is processed (``update_from_output``) before the next step is scheduled, or, under async
+    scheduling (a batch queue of two), after it."""
+    return step <= finished_step + (1 if async_scheduling else 0)
+
+
 def _schedule_step(
     index: int, lens: list[int], computed: list[int], running: list[int],
     waiting: collections.deque[int], kv: KVBlocks, threshold: int, budget: int,
@@ -371,8 +420,7 @@ def _schedule_step(
 ) -> tuple[ScheduledStep, list[tuple[int, int]]]:
     """One ``Scheduler.schedule()`` call: mutates the queues, ``computed`` and the cache.
     Returns the step and its ``(request, tokens)`` in scheduling order."""
-    # vLLM lifts long_prefill_token_threshold when only one request runs or waits
-    cap = threshold if len(running) + len(waiting) > 1 else 0
+    cap = long_prefill_cap(threshold, len(running) + len(waiting))
     chunks: list[tuple[int, int, int]] = []
     preempted: list[int] = []
     cached: list[tuple[int, int]] = []
@@ -401,7 +449,7 @@ def _schedule_step(
             continue
         break  # this request cannot run: nothing after it does
     # vLLM admits no waiting request in a step that preempted one (``if not preempted_reqs``)
-    while not preempted and waiting and budget > 0 and len(running) < max_num_seqs:
+    while not preempted and waiting and budget > 0 and may_admit(len(running), max_num_seqs):
         r = waiting[0]
         hit, num_hit = kv.cache_hit(r) if reads_cache else (None, 0)
         take = lens[r] - num_hit

@@ -5,7 +5,8 @@ A new vLLM version's rule is an edit here, seen by every backend through the sea
 - ``engine``: capture sizes and graph dispatch, batch defaults by device and usage, chunked
   prefill eligibility, the order of a step's rows, pooling defaults, tasks;
 - ``engine_checks``: every refusal of vLLM's that tokpool models, each once (start-up and
-  per request), and ``as_if``'s way past them;
+  per request), and ``as_if``'s way past them; ``sizes``: the sizes vLLM's int32 tensors can
+  hold (tokpool's refusal, not vLLM's);
 - ``pooling_kind``: ALL / STEP / LAST, decided once (the pooling-kind seam);
 - ``step_memory``: where each step's hidden states live (the step-memory seam);
 - ``resolve``: the one step that fills a ``SimConfig``'s defaults from these rules;

@@ -38,6 +38,7 @@ from .serve_flags import (
     SERVE_OPTIONS,
     VLLM_SERVE_VERSION,
 )
+from .sizes import check_engine_sizes
 
 __all__ = ["SUPPORTED_FLAGS", "UNMODELLED_FLAGS", "human_readable_int", "parse_vllm_args"]
 
@@ -220,11 +221,19 @@ def _ignored(name: str) -> bool:
 
 def _tokens(argv: str | Sequence[str]) -> list[str]:
     if isinstance(argv, str):
-        tokens = shlex.split(argv)
+        try:
+            tokens = shlex.split(argv)
+        except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
+            why = ("a quote (' or \") is opened and never closed" if "quotation" in str(err)
+                   else "it ends with a backslash that escapes nothing")
+            raise ValueError(f"cannot split the vLLM command line {argv[-80:]!r} as a shell "
+                             f"would ({err}: {why}); close the quotation, drop the trailing "
+                             "backslash, or pass the flags as a list of strings") from None
     elif isinstance(argv, Sequence) and all(isinstance(t, str) for t in argv):
         tokens = list(argv)
     else:
-        raise TypeError(f"argv must be a command line string or a list of strings, got {argv!r}")
+        raise TypeError(f"argv (the vLLM line) must be a command line string or a list of "
+                        f"strings, got {argv!r}")
     if tokens[:2] == ["vllm", "serve"]:
         tokens = tokens[2:]
     elif tokens[:1] == ["serve"]:
@@ -423,6 +432,7 @@ def _normalise(out: dict[str, Any]) -> None:
                  "block_size", "max_num_seqs", "max_num_batched_tokens"):
         if name in out and out[name] < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {out[name]}")
+    check_engine_sizes(out, flags=True)
     utilization = out.get("gpu_memory_utilization")
     if utilization is not None and not 0 < utilization <= 1:
         raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {utilization}")

@@ -77,7 +77,6 @@ __all__ = [
 
 _GIB = 1 << 30
 
-
 class EngineRefusal(ValueError):
     """vLLM refuses this configuration or request.
 

@@ -187,29 +187,38 @@ def _tied(cfg: Mapping, family: Family) -> bool:
     return family.tied_default if value is None else bool(value)
 
 
-def _mlp_params(cfg: Mapping, family: Family, layer: int) -> int:
-    """Parameters of one layer's MLP (gated: gate, up, down; experts with their router)."""
+def _mlp_params(cfg: Mapping, family: Family, n_layers: int) -> int:
+    """Parameters of the MLPs of all ``n_layers`` layers (gated: gate, up, down; experts with
+    their router), counted per kind of layer, never layer by layer: a config may claim 2^31
+    layers."""
     h = cfg["hidden_size"]
     inter = cfg.get("intermediate_size") or 4 * h
     if family.moe == "mixtral":
         experts = cfg["num_local_experts"]
-        return experts * 3 * h * inter + h * experts        # experts, router
+        return n_layers * (experts * 3 * h * inter + h * experts)  # experts, router
     if family.moe == "qwen":
-        step = cfg.get("decoder_sparse_step") or 1
-        sparse = (cfg["num_experts"] > 0 and (layer + 1) % step == 0
-                  and layer not in (cfg.get("mlp_only_layers") or []))
-        if not sparse:
-            return 3 * h * inter
+        sparse = _sparse_layers(cfg, n_layers)
         experts = cfg["num_experts"]
-        total = experts * 3 * h * cfg["moe_intermediate_size"] + h * experts  # experts, router
+        moe = experts * 3 * h * cfg["moe_intermediate_size"] + h * experts  # experts, router
         shared = cfg.get("shared_expert_intermediate_size") or 0
         if shared:
-            total += 3 * h * shared + h                      # shared expert, its gate
-        return total
+            moe += 3 * h * shared + h                        # shared expert, its gate
+        return (n_layers - sparse) * 3 * h * inter + sparse * moe
     mlp = 3 * h * inter                                      # every family here is gated
     if cfg.get("mlp_bias"):
         mlp += 2 * inter + h
-    return mlp
+    return n_layers * mlp
+
+
+def _sparse_layers(cfg: Mapping, n_layers: int) -> int:
+    """Qwen-MoE layers with experts: layer i when ``(i + 1) % decoder_sparse_step == 0`` and
+    i is not in ``mlp_only_layers`` (``Qwen2MoeDecoderLayer``), with ``num_experts > 0``."""
+    if cfg["num_experts"] <= 0:
+        return 0
+    step = cfg.get("decoder_sparse_step") or 1
+    dense = {i for i in (cfg.get("mlp_only_layers") or [])
+             if isinstance(i, int) and 0 <= i < n_layers and (i + 1) % step == 0}
+    return n_layers // step - len(dense)
 
 
 def count_parameters(
@@ -266,7 +275,7 @@ def count_parameters(
     elif family.qk_norm == "full":
         attn += q + kvw
     norms = family.norms_per_layer * h
-    total = vocab * h + sum(attn + _mlp_params(cfg, family, i) + norms for i in range(n_layers))
+    total = vocab * h + n_layers * (attn + norms) + _mlp_params(cfg, family, n_layers)
     total += h if family.final_norm else 0
     arch = (cfg.get("architectures") or [""])[0]
     if kind == "prm":                                  # Linear(h, h), ReLU, Linear(h, labels)

@@ -36,13 +36,17 @@ from __future__ import annotations
 import itertools
 import math
 
-from .kv_spec import KVCacheSpec, kv_element_bytes, kv_head_bytes
+from ...guard import ensure_fits
+from .args import KV_CACHE_DTYPES
+from .kv_spec import KVCacheSpec, check_layer_table, kv_element_bytes, kv_head_bytes
 from .models import ModelPreset
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "check_kv_cache_dtype",
     "data_parallel_split",
+    "fullest_stage_layers",
     "kv_bytes_per_token_per_rank",
     "kv_cache_capacity_tokens",
     "kv_cache_dtype_bytes",
@@ -58,6 +62,10 @@ __all__ = [
 DEFAULT_BLOCK_SIZE = 16
 #: vllm/config/cache.py ``CacheConfig.gpu_memory_utilization`` default in 0.33.0.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+#: Bytes ``data_parallel_split`` holds per engine (an empty list and its slot) and per request
+#: (an int and its slot): what its answer costs to build.
+_SPLIT_BYTES_PER_ENGINE, _SPLIT_BYTES_PER_REQUEST = 64, 36
+
 
 def _pos(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -83,6 +91,10 @@ def data_parallel_split(num_requests: int, dp: int = 1) -> list[list[int]]:
     _pos("dp", dp)
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 0:
         raise ValueError(f"num_requests must be an int >= 0, got {num_requests!r}")
+    ensure_fits(dp * _SPLIT_BYTES_PER_ENGINE + num_requests * _SPLIT_BYTES_PER_REQUEST,
+                what=f"data_parallel_split(num_requests={num_requests:,}, dp={dp:,}): a list "
+                     "per engine and an index per request",
+                cheaper="request r goes to engine r % dp (round-robin): no list needed")
     return [list(range(rank, num_requests, dp)) for rank in range(dp)]
 
 
@@ -98,10 +110,26 @@ def pipeline_layers(num_layers: int, pp: int = 1) -> tuple[int, ...]:
     num_layers, pp = _pos("num_layers", num_layers), _pos("pp", pp)
     if pp > num_layers:
         raise ValueError(f"pipeline_parallel_size={pp} exceeds the model's {num_layers} layers")
+    ensure_fits(8 * pp, what=f"pipeline_layers: a tuple of {pp:,} stages",
+                cheaper="fullest_stage_layers(num_layers, pp), the layers of the fullest stage")
     parts = [num_layers // pp] * pp
     for i in range(2, num_layers % pp + 2):
         parts[-i] += 1
     return tuple(parts)
+
+
+def fullest_stage_layers(num_layers: int, pp: int = 1) -> int:
+    """``max(pipeline_layers(num_layers, pp))`` without listing the stages: the even share,
+    plus one when a remainder is handed out (``get_pp_indices``).
+
+    Example:
+        >>> fullest_stage_layers(30, 4)
+        8
+    """
+    num_layers, pp = _pos("num_layers", num_layers), _pos("pp", pp)
+    if pp > num_layers:
+        raise ValueError(f"pipeline_parallel_size={pp} exceeds the model's {num_layers} layers")
+    return num_layers // pp + (1 if num_layers % pp else 0)
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp: int = 1) -> int:
@@ -114,9 +142,27 @@ def kv_cache_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
     the per-token-head dtypes' scales come on top: ``kv_spec.kv_head_bytes``).
 
     Raises:
-        ValueError: a packed/quantised format tokpool does not size (nvfp4, turboquant, ...).
+        TypeError: not a string.
+        ValueError: a value vLLM 0.33.0 does not take (``float32``: vLLM has no float32 KV
+            cache), or a packed/quantised format tokpool does not size (nvfp4, turboquant, ...).
     """
+    check_kv_cache_dtype(kv_cache_dtype)
     return kv_element_bytes(kv_cache_dtype, model_dtype_bytes)
+
+
+def check_kv_cache_dtype(kv_cache_dtype: object) -> str:
+    """One of vLLM 0.33.0's ``--kv-cache-dtype`` values (``CacheDType``, vllm/config/cache.py),
+    else ``TypeError``/``ValueError`` listing them."""
+    if not isinstance(kv_cache_dtype, str):
+        raise TypeError(f"kv_cache_dtype must be a string, one of vLLM's --kv-cache-dtype "
+                        f"values {list(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        hint = (" (vLLM has no float32 KV cache: 'auto' keeps the model's dtype)"
+                if kv_cache_dtype in ("float32", "float", "fp32") else "")
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not one of vLLM 0.33.0's "
+                         f"--kv-cache-dtype values{hint}: {list(KV_CACHE_DTYPES)} "
+                         "(CacheDType, vllm/config/cache.py)")
+    return kv_cache_dtype
 
 
 def _model_bytes(preset: ModelPreset, dtype_bytes: int | None) -> int:
@@ -151,6 +197,7 @@ def kv_cache_spec(
     if preset.attn_type == "encoder_only":
         return None
     kv_heads = preset.num_key_value_heads or preset.num_attention_heads
+    check_layer_table(preset.num_layers)  # the spec is built layer by layer
     windows = preset.sliding_windows or (None,) * preset.num_layers
     if len(windows) != preset.num_layers:
         raise ValueError(f"{preset.name}: sliding_windows lists {len(windows)} layers, the "

@@ -54,6 +54,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ...guard import ensure_fits
+
 __all__ = [
     "KVCacheSpec",
     "KVGroup",
@@ -148,6 +150,19 @@ def check_kv_layout(cfg: Mapping) -> None:
             )
 
 
+#: Bytes the per-layer KV tables take per layer, at most (a window and a layer kind in the
+#: config's lists, a ``LayerKV`` and its place in a group and a pipeline stage).
+PER_LAYER_BYTES = 256
+
+
+def check_layer_table(num_layers: int) -> None:
+    """Refuse, before building them, per-layer KV tables that cannot fit in memory (a config
+    with billions of layers): ``MemoryLimitError`` with the size they would need."""
+    ensure_fits(num_layers * PER_LAYER_BYTES,
+                what=f"the per-layer KV-cache spec of a {num_layers:,}-layer model",
+                cheaper="a real layer count (num_hidden_layers in config.json)")
+
+
 def _default_layer_types(model_type: str, cfg: Mapping, n: int,
                          window: int | None) -> list[str] | None:
     """transformers' ``layer_types`` when config.json has none (None: the class has none)."""
@@ -193,6 +208,7 @@ def layer_sliding_windows(cfg: Mapping) -> tuple[int | None, ...]:
     check_kv_layout(cfg)
     model_type = str(cfg.get("model_type", ""))
     n = _whole("num_hidden_layers", cfg.get("num_hidden_layers"), minimum=1)
+    check_layer_table(n)
     window = cfg.get("sliding_window", _DEFAULT_WINDOW.get(model_type))
     if window is not None:
         window = _whole("sliding_window", window, minimum=0)

@@ -246,6 +246,10 @@ class StepKind(AllKind):
     def _check_selection(self, config) -> None:
         if config.num_returned_columns is not None and config.returned_token_ids is not None:
             raise ValueError("give num_returned_columns or returned_token_ids, not both")
+        if config.num_returned_columns is not None and config.num_returned_columns > config.width:
+            # before the columns are listed: 10**9 of them would not fit in memory
+            raise ValueError(f"num_returned_columns={config.num_returned_columns:,} is more than "
+                             f"the pooled width {config.width:,}; keep at most {config.width:,}")
         columns = self.columns(config)
         if columns is not None:
             bad = [c for c in columns if not 0 <= c < config.width]

@@ -27,6 +27,9 @@ __all__ = ["config_from_vllm_args", "declared_tasks"]  # declared_tasks: hf_conf
 
 def env_prefix(argv) -> list[str]:
     """``VAR=value`` words before ``vllm serve`` (the line's environment)."""
+    if not isinstance(argv, str | list | tuple):
+        raise TypeError(f"argv (the vLLM line) must be a command line string or a list of "
+                        f"strings, got {argv!r}")
     words = argv.split() if isinstance(argv, str) else list(argv)
     prefix = []
     for word in words:
