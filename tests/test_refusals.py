@@ -63,6 +63,8 @@ def _config_paths():
 # Each start-up refusal, with the fields that make its path reach it.
 STARTUP = {
     "check_tensor_parallel": {"tensor_parallel_size": 3},
+    "check_pipeline_parallel": {"pipeline_parallel_size": 2},
+    "check_model_dtype": {"dtype": "float16"},
     "check_user_max_model_len": {"max_model_len": 4096},
     "check_scheduler_limits": {},
     "check_kv_cache_holds_one_sequence": {"kv_cache_blocks": 1024},
@@ -82,10 +84,45 @@ def test_the_cli_applies_each_startup_refusal(swap, capsys, check):
     swap(check)
     line = "vllm serve SmolLM2-135M --max-num-batched-tokens 64" + {
         "check_tensor_parallel": " -tp 3", "check_user_max_model_len": " --max-model-len 4096",
+        "check_pipeline_parallel": " -pp 2", "check_model_dtype": " --dtype float16",
     }.get(check, "")
     code = cli_main(["simulate", "--prompt-lens", "100", "--mode", "analytic",
                      "--vllm-args", line])
     assert code == 2 and MARK in capsys.readouterr().err
+
+
+#: The refusals that need a config.json (the architecture, the tasks it declares), with what
+#: reaches them: every way in that reads one applies them.
+FROM_CONFIG_JSON = {
+    "check_pooling_runner": ("auto", None),               # a bare LlamaForCausalLM
+    "check_configured_task": ("pooling", "token_classify"),  # it declares embedding tasks
+}
+
+
+def _config_json_path(path, tmp_path, runner, task):
+    (tmp_path / "config.json").write_text(__import__("json").dumps(SMOL_HF))
+    line = (f"vllm serve {tmp_path} --max-num-batched-tokens 64 --max-num-seqs 4 "
+            f"--runner {runner}" + (f" --pooler-config.task {task}" if task else ""))
+    if path == "from_hf_config":
+        return lambda: tp.SimConfig.from_hf_config(SMOL_HF, **SMOL, runner=runner,
+                                                   **({"task": task} if task else {}))
+    if path == "from_vllm_args":
+        return lambda: tp.SimConfig.from_vllm_args(line)
+    return lambda: cli_main(["simulate", "--prompt-lens", "100", "--mode", "analytic",
+                             "--vllm-args", line])
+
+
+@pytest.mark.parametrize("check", list(FROM_CONFIG_JSON))
+@pytest.mark.parametrize("path", ["from_hf_config", "from_vllm_args", "cli"])
+def test_every_config_json_path_applies_the_runner_and_task_refusals(swap, capsys, tmp_path,
+                                                                     check, path):
+    swap(check)
+    call = _config_json_path(path, tmp_path, *FROM_CONFIG_JSON[check])
+    if path == "cli":
+        assert call() == 2 and MARK in capsys.readouterr().err
+        return
+    with pytest.raises(_Asked, match=check):
+        call()
 
 
 def _prompt_paths():
@@ -153,6 +190,10 @@ def test_a_cache_too_small_for_a_prompt_is_refused_by_one_function(swap):
 #: A phrase of each refusal's message that nothing but its definition may write.
 MESSAGES = {
     "check_tensor_parallel": "must be divisible by tensor parallel size",
+    "check_pipeline_parallel": "Supported models implement the `SupportsPP` interface",
+    "check_model_dtype": "does not support float16. Reason:",
+    "check_pooling_runner": "Try passing `--runner pooling` to use the model",
+    "check_configured_task": "(ModelConfig.get_pooling_task). Serve one of",
     "check_user_max_model_len": "is greater than the derived",
     "check_scheduler_limits": "must be greater than or equal to max_num_seqs",
     "check_kv_cache_holds_one_sequence": "To serve at least one request",
@@ -187,6 +228,15 @@ def test_each_refusal_is_written_once():
 def test_each_refusal_says_which_vllm_function_it_follows():
     cases = {
         "check_tensor_parallel": lambda: checks.check_tensor_parallel("m", 9, 3, 2),
+        "check_pipeline_parallel": lambda: checks.check_pipeline_parallel(
+            "m", 2, supported=False),
+        "check_model_dtype": lambda: checks.check_model_dtype(
+            "gemma3", "float16", reason="Numerical instability."),
+        "check_pooling_runner": lambda: checks.check_pooling_runner(
+            "m", "Qwen3ForCausalLM", runner="auto", runner_type="generate", convert_type="none",
+            pooling_class=False, generative_class=True),
+        "check_configured_task": lambda: checks.check_configured_task(
+            "token_embed", ("token_classify",), name="m"),
         "check_user_max_model_len": lambda: checks.check_user_max_model_len(
             9000, 8192, allow_long=False),
         "check_scheduler_limits": lambda: checks.check_scheduler_limits(

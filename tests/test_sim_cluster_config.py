@@ -18,9 +18,11 @@ QWEN3_8B = {  # Qwen3-Embedding-8B's config.json (the keys tokpool reads)
     "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151665,
     "max_position_embeddings": 32768, "torch_dtype": "bfloat16",
 }
-# the engine serves token_embed only when --pooler-config selects it (else it selects embed)
-LINE = ("vllm serve ./Qwen3-Embedding-8B --max-num-batched-tokens 8192 --tensor-parallel-size 4 "
-        "--pooler-config.task token_embed")
+# the engine serves token_embed only when --pooler-config selects it (else it selects embed);
+# a bare *ForCausalLM config.json needs --runner pooling (without the sentence-transformers
+# files of the real folder, vLLM's --runner auto would serve it as a generative model)
+LINE = ("vllm serve ./Qwen3-Embedding-8B --runner pooling --max-num-batched-tokens 8192 "
+        "--tensor-parallel-size 4 --pooler-config.task token_embed")
 GiB = 1 << 30
 
 

@@ -14,8 +14,10 @@ from test_kv_spec import E5_MISTRAL, GEMMA2_9B, GEMMA3_27B
 import tokpool as tp
 
 #: e5-mistral-7b-instruct on an L4 with 72 % of its memory: full attention could not hold one
-#: 16,384-token request; the 4,096-token window can.
-L4_LINE = ("vllm serve ./e5-mistral-7b-instruct --max-model-len 16384 "
+#: 16,384-token request; the 4,096-token window can. Its config.json alone (a MistralModel, which
+#: vLLM's registry maps to MistralForCausalLM) is a generative model under --runner auto; the
+#: real folder's sentence-transformers files make it a pooling one: here --runner pooling.
+L4_LINE = ("vllm serve ./e5-mistral-7b-instruct --runner pooling --max-model-len 16384 "
            "--gpu-memory-utilization 0.72")
 
 

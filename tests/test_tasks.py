@@ -111,8 +111,13 @@ def test_an_engine_serves_only_its_selected_task():
         tp.tasks.check_request_task("token_embed", served, selected="embed")
     with pytest.raises(tp.UnsupportedTaskError, match=r"--pooler-config\.task token_embed"):
         tp.tasks.check_request_task("token_embed", served, selected="embed", entrypoint="server")
-    with pytest.raises(tp.UnsupportedTaskError, match="Unsupported task: 'classify'"):
+    # vllm/entrypoints/pooling/offline.py, PoolingOfflineMixin._verify_pooling_task: the LLM
+    # class names the API and the --convert that would add it; the server the task
+    with pytest.raises(tp.UnsupportedTaskError, match=r"Classification API is not supported by "
+                       r"this model\. Try converting the model using `--convert classify`\."):
         tp.tasks.check_request_task("classify", served, selected="embed")
+    with pytest.raises(tp.UnsupportedTaskError, match="Unsupported task: 'classify'"):
+        tp.tasks.check_request_task("classify", served, selected="embed", entrypoint="server")
 
 
 def test_the_gate_policy_old_name_warns_and_still_works():

@@ -69,10 +69,12 @@ def test_unknown_flags_are_reported_never_dropped():
 def test_unmodelled_flags_raise_or_come_back():
     with pytest.raises(ValueError, match=r"\['--kv-cache-memory-bytes'\] are not modelled"):
         parse_vllm_args("m --kv-cache-memory-bytes 8G")
-    out = parse_vllm_args("m --kv-cache-memory-bytes 8G --seed 3 --no-enable-expert-parallel",
-                          unmodelled="return")
-    assert out == {"model": "m", "unmodelled": {"--kv-cache-memory-bytes": "8G", "--seed": "3",
-                                                "--no-enable-expert-parallel": True}}
+    out = parse_vllm_args("m --kv-cache-memory-bytes 8G --quantization fp8 "
+                          "--no-enable-expert-parallel --seed 3", unmodelled="return")
+    assert out == {"model": "m", "unmodelled": {"--kv-cache-memory-bytes": "8G",
+                                                "--quantization": "fp8",
+                                                "--no-enable-expert-parallel": True},
+                   "ignored": ("--seed 3",)}
 
 
 @pytest.mark.parametrize("line, match", [
@@ -85,7 +87,7 @@ def test_unmodelled_flags_raise_or_come_back():
     ("m --gpu-memory-utilization 1.5", r"\(0, 1\]"),
     ("m --kv-cache-dtype fp7", "not one of"),
     ("m --max-num-seqs.x 3", "dotted flags are supported for --pooler-config only"),
-    ("m --runner generate", "not one of"),
+    ("m --runner encode", "not one of"),
     ("m --convert reward", "not one of"),
 ])
 def test_bad_values_name_the_flag(line, match):

@@ -215,5 +215,9 @@ def test_selected_task_rule_and_step_pool_tasks():
             "token_classify", selected_task="token_embed", supported_tasks=supported,
             entrypoint="server",
         )
-    with pytest.raises(ValueError, match="Unsupported task: 'embed'"):
+    with pytest.raises(ValueError, match=r"Embedding API is not supported by this model\. Try "
+                       r"converting the model using `--convert embed`\."):
         R.check_selected_task("embed", selected_task="token_embed", supported_tasks=supported)
+    with pytest.raises(ValueError, match="Unsupported task: 'embed'"):
+        R.check_selected_task("embed", selected_task="token_embed", supported_tasks=supported,
+                              entrypoint="server")

@@ -323,6 +323,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         path = result.to_chrome_trace(args.trace)
         print(f"trace written to {path} (open in https://ui.perfetto.dev or chrome://tracing)")
     _print_looked_past(result.looked_past)
+    _print_ignored(config)
     return 0
 
 
@@ -330,6 +331,13 @@ def _print_looked_past(looked_past) -> None:
     """``--as-if``: what vLLM would have refused, so a number is never read as vLLM's."""
     for message in looked_past:
         print(f"AS IF (--as-if): vLLM would refuse this run: {message}")
+
+
+def _print_ignored(config) -> None:
+    """The ``--vllm-args`` flags that change nothing simulated, said rather than dropped."""
+    if config.ignored_flags:
+        print("ignored (they change nothing tokpool simulates): "
+              + " ".join(config.ignored_flags))
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -369,6 +377,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         ax.figure.savefig(args.plot, dpi=120)
         print(f"plot written to {args.plot}")
     _print_looked_past(df.attrs.get("looked_past", ()))
+    _print_ignored(config)
     return 0
 
 
@@ -504,8 +513,9 @@ def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "anal
                    help="no CUDA graphs: every step writes a fresh output tensor")
     p.add_argument("--vllm-args", default=None,
                    help='a "vllm serve MODEL ..." line or its flags, e.g. "--max-num-batched-'
-                        'tokens 8192 -tp 4 --async-scheduling" (vLLM 0.33.0 names; an unknown '
-                        "or unmodelled flag is an error); the engine options above are ignored")
+                        'tokens 8192 -tp 4 --async-scheduling" (vLLM 0.33.0 names; the server\'s '
+                        "own flags are listed as ignored, an unknown or unmodelled flag is an "
+                        "error); the engine options above are ignored")
     p.add_argument("--output-memory", choices=("vllm", "one_buffer"), default="vllm",
                    help="where step outputs live: vLLM's graph/eager rule (default) or the "
                         "teaching model's one buffer rewritten by every step")

@@ -194,19 +194,22 @@ def check_request_task(
         entrypoint: ``"llm"`` (the ``LLM`` class) or ``"server"``: the hint's wording.
 
     Raises:
-        UnsupportedTaskError: ``Unsupported task: 'X'. Supported tasks: [...]``, or vLLM's
-            "Try switching the model's pooling_task ..." for a served but unselected task.
+        UnsupportedTaskError: ``Unsupported task: 'X'. Supported tasks: [...]``, or, with
+            ``selected``, the entry point's own message first (vLLM checks there before a
+            request reaches the runner): the ``LLM`` class's "Embedding API is not supported
+            by this model. Try converting the model using `--convert embed`." (and its
+            classification twin) for a task the model lacks, "Try switching the model's
+            pooling_task ..." for a served but unselected task.
     """
     served = sorted(served)
-    if task not in served:
-        raise UnsupportedTaskError(f"Unsupported task: {task!r}. Supported tasks: {served}")
     if selected is not None:
-
         try:
             check_selected_task(task, selected_task=selected, supported_tasks=served,
-                           entrypoint=entrypoint)
+                                entrypoint=entrypoint)
         except ValueError as err:
             raise UnsupportedTaskError(str(err)) from None
+    if task not in served:
+        raise UnsupportedTaskError(f"Unsupported task: {task!r}. Supported tasks: {served}")
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,14 @@ class SimConfig:
             ``max_model_len`` above the model's context is accepted (``True``) or refused as
             vLLM refuses it (``False``, the default; ``from_vllm_args`` reads it from the
             line's environment).
+        optimization_level: vLLM's ``-O`` (``--optimization-level``, default 2): ``0`` compiles
+            nothing and captures no CUDA graphs, so every step runs eagerly (as with
+            ``enforce_eager``); ``1``-``3`` capture piecewise graphs for a pooling model (O2/O3
+            ask for full graphs too, which pooling models do not support:
+            ``vllm_rules.engine.pooling_cudagraph_mode``).
+        ignored_flags: the flags of a ``vllm serve`` line that change nothing tokpool simulates
+            (the API server's own, ``--served-model-name``, logging, ...), as given; set by
+            ``from_vllm_args`` so that what was ignored is said, never dropped silently.
         as_if: look past vLLM's refusals on purpose (an "as if" curve: a million-token prompt
             on a model whose context or KV cache is smaller). ``False`` (default): a
             configuration or prompt vLLM refuses raises ``EngineRefusal`` with vLLM's words
@@ -223,6 +231,8 @@ class SimConfig:
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
     as_if: bool = False
+    optimization_level: int = 2
+    ignored_flags: tuple[str, ...] = ()
     # Fields left None and filled from defaults: ``replace`` resolves them again.
     _defaulted: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # What the resolution step derived (``vllm_rules.resolve.resolve_engine``).
@@ -291,6 +301,14 @@ class SimConfig:
         _check_bool("enforce_eager", self.enforce_eager)
         _check_bool("as_if", self.as_if)
         _check_bool("allow_long_max_model_len", self.allow_long_max_model_len)
+        if self.optimization_level not in (0, 1, 2, 3) or isinstance(self.optimization_level,
+                                                                     bool):
+            raise ValueError(f"optimization_level must be vLLM's 0, 1, 2 or 3 (-O0 .. -O3), "
+                             f"got {self.optimization_level!r}")
+        ignored = self.ignored_flags
+        if isinstance(ignored, str) or not all(isinstance(f, str) for f in ignored):
+            raise TypeError(f"ignored_flags must be a tuple of strings, got {ignored!r}")
+        set_(self, "ignored_flags", tuple(ignored))
         check_kv_cache_dtype(self.kv_cache_dtype)
         if self.dtype is None:
             raise TypeError("dtype must be the hidden states' dtype ('bfloat16', "
@@ -516,8 +534,11 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
     def from_hf_config(cls, source, **overrides) -> SimConfig:
         """A config from a Hugging Face config — a model directory, a ``config.json`` path, a
         dict or a ``transformers.PretrainedConfig`` — offline: width, labels, context, dtype,
-        layers and heads (KV bytes, FLOPs), architecture → pooling, tasks and chunking
-        (``vllm_rules.hf_config.simconfig_fields_from_hf``).
+        layers and heads (KV bytes, FLOPs), architecture → pooling, tasks and chunking, as
+        vLLM derives them (``vllm_rules.hf_config.simconfig_fields_from_hf``). A pooling
+        runner, as ``LLM(model, runner="pooling")``: pass ``runner="auto"`` for vLLM's own
+        choice (a bare ``*ForCausalLM`` is then a generative model, refused) and
+        ``convert="embed"``/``"classify"`` for vLLM's ``--convert``.
 
         Example:
             >>> from tokpool.models.registry import builtin_files
@@ -531,7 +552,11 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
     @classmethod
     def from_vllm_args(cls, argv, *, model=None, **overrides) -> SimConfig:
         """A config from a ``vllm serve`` line or its flags (vLLM 0.33.0's names and meanings,
-        ``vllm_rules.args.parse_vllm_args``); an unknown or unmodelled flag raises.
+        ``vllm_rules.args.parse_vllm_args``), as people copy it: the API server's own flags
+        (``--host``, ``--port``, ...) and flags without effect on the simulation are listed in
+        ``ignored_flags``; an unknown or unmodelled flag raises; ``--runner`` (default
+        ``auto``) resolves as vLLM's does, so a bare ``*ForCausalLM`` folder needs
+        ``--runner pooling``.
 
         Args:
             argv: e.g. ``"vllm serve Qwen/Qwen3-Embedding-8B --max-num-batched-tokens 8192

@@ -11,11 +11,14 @@ A new vLLM version's rule is an edit here, seen by every backend through the sea
 - ``step_memory``: where each step's hidden states live (the step-memory seam);
 - ``resolve``: the one step that fills a ``SimConfig``'s defaults from these rules;
 - ``devices``: the one device table; ``models``: model presets;
-- ``args``: ``vllm serve`` flags; ``serve_line``: a whole ``vllm serve`` line as a config;
-  ``hf_config`` (and ``hf_families``): ``config.json`` reading; ``kv_cache``: KV-cache sizing
-  and parallel layouts; ``kv_spec``: each layer's KV-cache spec (sliding windows,
-  per-token-head scales), vLLM's groups and blocks; ``prefix_cache``: prefix caching on or off,
-  and which tasks read it; ``profile``: what vLLM's profiling run reserves (ESTIMATES).
+- ``args``: ``vllm serve`` flags (``serve_flags``: every option of vLLM's own serve parser,
+  generated); ``serve_line``: a whole ``vllm serve`` line as a config; ``hf_config`` (and
+  ``hf_families``): ``config.json`` reading; ``architectures``: what vLLM's registry says of
+  an architecture (runner, conversion, pipeline support, refused dtypes); ``kv_cache``:
+  KV-cache sizing and parallel layouts; ``kv_spec``: each layer's KV-cache spec (sliding
+  windows, per-token-head scales), vLLM's groups and blocks; ``prefix_cache``: prefix caching
+  on or off, and which tasks read it; ``profile``: what vLLM's profiling run reserves
+  (ESTIMATES).
 
 ``tokpool.sim.vllm_run`` holds the other half: vLLM's own code, run, as the oracle.
 """

@@ -9,10 +9,15 @@ under their own names (``tensor_parallel_size``, ``gpu_memory_utilization``, ``b
 read as ``-``; ``human_readable_int``: ``32k`` = 32,000, ``32K`` = 32,768; decimals only with
 ``k/m/g/t``).
 
-Nothing is dropped: a flag vLLM does not have raises ``ValueError`` listing it and the supported
-flags; a flag vLLM has but tokpool does not model (``--kv-cache-memory-bytes``, ...) raises
-``ValueError`` saying so, or with ``unmodelled="return"`` is returned under ``"unmodelled"``
-(flag -> raw value) for the caller to report.
+Every option of vLLM 0.33.0's ``vllm serve`` is known (``serve_flags``: read from vLLM's own
+parser, ``make_arg_parser``), so a line copied from a deployment loads and nothing is dropped
+silently: the API server's own options (``--host``, ``--port``, ``--api-key``, ...) and engine
+flags that change nothing tokpool simulates (``--served-model-name``, ``--seed``, logging, ...)
+come back under ``"ignored"`` (``SimConfig.ignored_flags``); a flag vLLM has but tokpool does
+not model (``--kv-cache-memory-bytes``, ``--quantization``, ...) raises ``ValueError`` saying
+so, or with ``unmodelled="return"`` is returned under ``"unmodelled"`` (flag -> raw value); a
+flag vLLM does not have raises as vLLM's parser does (the removed ``--task``: vLLM's hint to
+``--runner pooling`` / ``--convert``). ``-O0`` .. ``-O3`` are vLLM's optimization level.
 """
 
 from __future__ import annotations
@@ -21,10 +26,18 @@ import difflib
 import json
 import re
 import shlex
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from .pooling_kind import POOLING_KINDS
+from .serve_flags import (
+    CANONICAL,
+    FRONTEND_OPTIONS,
+    NEGATIVE_OPTIONS,
+    SERVE_OPTIONS,
+    VLLM_SERVE_VERSION,
+)
 from .sizes import check_engine_sizes
 
 __all__ = ["SUPPORTED_FLAGS", "UNMODELLED_FLAGS", "human_readable_int", "parse_vllm_args"]
@@ -94,7 +107,17 @@ def _choice(options) -> Callable[[str], str]:
     return parse
 
 
-# flag -> (dest, parser or "bool" (BooleanOptionalAction) or "list")
+def _optimization_level(value: str) -> int:
+    """vLLM's ``-O``/``--optimization-level`` (vllm/config/vllm.py, ``OptimizationLevel``)."""
+    if value not in ("0", "1", "2", "3"):
+        raise ValueError(f"{value!r} is not one of vLLM's optimization levels 0, 1, 2, 3 "
+                         "(OptimizationLevel)")
+    return int(value)
+
+
+# flag -> (dest, parser or "bool" (vLLM's EnableDisableAction) or "list"). Aliases and the
+# negative forms (-tp, --disable-chunked-prefill, --no-enforce-eager, ...) come from vLLM's
+# parser (serve_flags.CANONICAL, NEGATIVE_OPTIONS).
 _FLAGS: dict[str, tuple[str, Any]] = {
     "--model": ("model", str),
     "--max-num-batched-tokens": ("max_num_batched_tokens", human_readable_int),
@@ -115,28 +138,85 @@ _FLAGS: dict[str, tuple[str, Any]] = {
     "--max-cudagraph-capture-size": ("max_cudagraph_capture_size", _int),
     "--cudagraph-capture-sizes": ("cudagraph_capture_sizes", "list"),
     "--long-prefill-token-threshold": ("long_prefill_token_threshold", _int),
+    "--optimization-level": ("optimization_level", _optimization_level),
     "--pooler-config": ("pooler_config", json.loads),
-    "--runner": ("runner", _choice({"auto": None, "pooling": None})),
+    # vllm/config/model.py RunnerOption / ConvertOption; the runner is resolved (and a
+    # generative one refused) by serve_line, with vLLM's rule (registry.resolve_runner)
+    "--runner": ("runner", _choice({"auto": None, "pooling": None, "generate": None,
+                                    "draft": None})),
     "--convert": ("convert", _choice({"auto": None, "embed": None, "classify": None,
                                       "none": None})),
 }
-_ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
-            "-dp": "--data-parallel-size",
-            "--device-memory-utilization": "--gpu-memory-utilization"}
-#: Flags tokpool parses and models.
-SUPPORTED_FLAGS: tuple[str, ...] = tuple(_FLAGS) + tuple(_ALIASES)
-#: vLLM 0.33.0 flags that tokpool knows but does not model (refused, or returned).
-UNMODELLED_FLAGS: frozenset[str] = frozenset({
-    "--prefix-caching-hash-algo", "--kv-cache-memory-bytes",
-    "--num-gpu-blocks-override", "--max-num-scheduled-tokens", "--max-num-partial-prefills",
-    "--max-long-partial-prefills", "--scheduling-policy", "--quantization", "-q",
-    "--trust-remote-code", "--tokenizer", "--revision", "--seed",
-    "--hf-overrides", "--served-model-name", "--host", "--port", "--api-key",
-    "--distributed-executor-backend", "--optimization-level", "-O", "--compilation-config",
-    "--speculative-config", "--enable-lora", "--disable-log-stats", "--max-num-active-seqs",
-    "--long-prefill-token-threshold-adaptive", "--disable-hybrid-kv-cache-manager",
-    "--enable-expert-parallel", "--decode-context-parallel-size",
+#: Flags tokpool parses and models, with vLLM's aliases for them.
+SUPPORTED_FLAGS: tuple[str, ...] = tuple(_FLAGS) + tuple(sorted(
+    alias for alias, name in CANONICAL.items() if name in _FLAGS and alias not in
+    NEGATIVE_OPTIONS))
+
+#: Engine flags that change nothing tokpool simulates (identity, loading, tokenizing, logging,
+#: metrics, tracing, process addresses): accepted and listed as ignored, like the API server's
+#: own flags (serve_flags.FRONTEND_OPTIONS). Read in vLLM 0.33.0's EngineArgs.add_cli_args.
+_NO_EFFECT_FLAGS = frozenset({
+    # who the model is and where its files come from (the config is read from model=)
+    "--served-model-name", "--tokenizer", "--tokenizer-mode", "--tokenizer-revision",
+    "--revision", "--code-revision", "--trust-remote-code", "--hf-token", "--download-dir",
+    "--config-format", "--load-format", "--safetensors-load-strategy",
+    "--safetensors-prefetch-num-threads", "--safetensors-prefetch-block-size",
+    "--model-loader-extra-config", "--ignore-patterns", "--use-tqdm-on-load",
+    "--pt-load-map-location", "--max-parallel-loading-workers", "--skip-tokenizer-init",
+    "--allowed-local-media-path", "--allowed-media-domains", "--seed",
+    # generation-only settings (a pooling request samples nothing)
+    "--generation-config", "--override-generation-config", "--max-logprobs", "--logprobs-mode",
+    "--reasoning-parser", "--reasoning-parser-plugin",
+    # logs, metrics, traces, profiling
+    "--logging-config", "--log-level", "--log-config-file", "--disable-log-stats",
+    "--aggregate-engine-logging", "--enable-log-requests", "--show-hidden-metrics-for-version",
+    "--otlp-traces-endpoint", "--collect-detailed-traces", "--kv-cache-metrics",
+    "--kv-cache-metrics-sample", "--cudagraph-metrics", "--enable-mfu-metrics",
+    "--enable-logging-iteration-details", "--enable-layerwise-nvtx-tracing",
+    "--per-request-spec-decode-metrics", "--custom-histogram-buckets", "--jit-monitor-mode",
+    "--jit-monitor-verbose", "--profiler-config", "--watchdog-config", "--ray-workers-use-nsight",
+    # process addresses and timeouts
+    "--master-addr", "--master-port", "--distributed-timeout-seconds",
+    "--cpu-distributed-timeout-seconds", "--data-parallel-address", "--data-parallel-rpc-port",
+    "--shutdown-timeout", "--fail-on-environ-validation",
+    # deprecated in 0.33.0 and without effect (vLLM warns: _DEPRECATED)
+    "--disable-cascade-attn", "--mamba-cache-mode", "--ir-op-priority",
 })
+#: vLLM 0.33.0's deprecation warnings (vllm/engine/arg_utils.py, ``*_DEPRECATION_MESSAGE``).
+_DEPRECATED = {
+    "--log-config-file": "--log-config-file is deprecated and will be removed in v0.33.0. Use "
+                         "--logging-config.pylogging_config_file instead.",
+    "--mamba-cache-mode": "--mamba-cache-mode is deprecated and will be removed in v0.33.0. It "
+                          "has no effect: Mamba prefix caching follows --enable-prefix-caching.",
+    "--ir-op-priority": "ir_op_priority (--ir-op-priority) is deprecated because vLLM IR is "
+                        "being removed. It will be removed in v0.34.0.",
+    "--disable-cascade-attn": "--disable-cascade-attn is deprecated and has no effect since "
+                              "cascade attention has been removed. It will be removed in "
+                              "v0.33.0.",
+}
+#: Flags vLLM no longer has, answered as vLLM answers them
+#: (vllm/utils/argparse_utils.py, ``FlexibleArgumentParser.error``).
+_REMOVED = {
+    "--task": "unrecognized arguments: --task\n\nHint: --task is not a vllm serve option. For "
+              "embedding, reranking, or reward models, use --runner pooling. To adapt a "
+              "generative model for pooling, also use --convert embed, --convert classify, or "
+              "--convert reward.",
+}
+#: Flags vLLM serves but whose values change what tokpool simulates in ways it does not model
+#: (a KV-cache size in bytes, quantization, LoRA, speculative decoding, ...): refused, never
+#: dropped.
+UNMODELLED_FLAGS: frozenset[str] = frozenset(
+    name for name in set(SERVE_OPTIONS) | set(CANONICAL.values())
+    if CANONICAL.get(name, name) not in _FLAGS
+    and CANONICAL.get(name, name) not in _NO_EFFECT_FLAGS
+    and name not in FRONTEND_OPTIONS
+) | {"--config"}
+
+
+def _ignored(name: str) -> bool:
+    """An option of ``vllm serve`` that changes nothing tokpool simulates: the API server's
+    own (``--config`` excepted: it reads more options from a file) or ``_NO_EFFECT_FLAGS``."""
+    return (name in FRONTEND_OPTIONS and name != "--config") or name in _NO_EFFECT_FLAGS
 
 
 def _tokens(argv: str | Sequence[str]) -> list[str]:
@@ -158,7 +238,21 @@ def _tokens(argv: str | Sequence[str]) -> list[str]:
         tokens = tokens[2:]
     elif tokens[:1] == ["serve"]:
         tokens = tokens[1:]
-    return tokens
+    return _optimization_flags(tokens)
+
+
+def _optimization_flags(tokens: list[str]) -> list[str]:
+    """``-O3``, ``-O=3`` and ``-O 3`` as ``--optimization-level 3``, as vLLM's
+    ``FlexibleArgumentParser.parse_args`` rewrites them."""
+    out: list[str] = []
+    for i, token in enumerate(tokens):
+        if token.startswith("-O") and token != "-O":
+            out += ["--optimization-level", token[3:] if token[2] == "=" else token[2:]]
+        elif token == "-O" and i + 1 < len(tokens) and tokens[i + 1] in ("0", "1", "2", "3"):
+            out.append("--optimization-level")
+        else:
+            out.append(token)
+    return out
 
 
 def _name(token: str) -> str:
@@ -168,12 +262,24 @@ def _name(token: str) -> str:
     return token
 
 
+def _is_value(token: str) -> bool:
+    """A token argparse takes as a value rather than an option (negative numbers too)."""
+    return not token.startswith("-") or re.fullmatch(r"-\d*\.?\d+", token) is not None
+
+
 def parse_vllm_args(
     argv: str | Sequence[str],
     *,
     unmodelled: Literal["error", "return"] = "error",
 ) -> dict[str, Any]:
     """vLLM flags as ``SimConfig`` fields and parallel/cache settings.
+
+    Every option of vLLM 0.33.0's ``vllm serve`` is known (``serve_flags``, read from vLLM's
+    own parser): the API server's own (``--host``, ``--port``, ``--api-key``, ...) and engine
+    flags that change nothing tokpool simulates (``--served-model-name``, ``--seed``, logging,
+    ...) are accepted and returned under ``"ignored"``; a flag vLLM has but tokpool does not
+    model is refused (or returned, ``unmodelled="return"``); a flag vLLM does not have is
+    refused as vLLM refuses it (``--task``: vLLM's hint).
 
     Args:
         argv: a command line (``"vllm serve MODEL --max-model-len 32k -tp 4"``, the
@@ -187,19 +293,24 @@ def parse_vllm_args(
         ``enable_chunked_prefill``, ``enable_prefix_caching``, ``max_cudagraph_capture_size``,
         ``cudagraph_capture_sizes`` (tuple), ``long_prefill_token_threshold`` (``None`` for 0,
         vLLM's "no limit"),
-        ``dtype`` (omitted for ``auto``: the model's dtype), ``use_activation``/``task``/
-        ``pooling``/``step_tag_id``/``returned_token_ids`` from ``--pooler-config``;
-        ``tensor_parallel_size``, ``pipeline_parallel_size``, ``data_parallel_size``,
-        ``gpu_memory_utilization``, ``block_size``, ``kv_cache_dtype``.
+        ``optimization_level`` (``-O``), ``dtype`` (omitted for ``auto``: the model's dtype),
+        ``use_activation``/``task``/``pooling``/``step_tag_id``/``returned_token_ids`` from
+        ``--pooler-config``; ``runner``, ``convert``; ``tensor_parallel_size``,
+        ``pipeline_parallel_size``, ``data_parallel_size``, ``gpu_memory_utilization``,
+        ``block_size``, ``kv_cache_dtype``; ``ignored``: the ignored flags as given (a tuple
+        of ``"--port 8000"``-like strings).
 
     Raises:
-        ValueError: an unknown flag (listed with the supported ones), an unmodelled flag, a
-            flag without its value, a bad value (flag and value named), a stray positional.
+        ValueError: an unknown flag (with vLLM's own hint where it has one, else the closest
+            vLLM flag), an unmodelled flag, a flag without its value, a bad value (flag and
+            value named), a stray positional.
         TypeError: ``argv`` of another type.
 
     Example:
         >>> parse_vllm_args("vllm serve Qwen/Qwen3-Embedding-8B --max-model-len 32K -tp 4")
         {'model': 'Qwen/Qwen3-Embedding-8B', 'max_model_len': 32768, 'tensor_parallel_size': 4}
+        >>> parse_vllm_args("vllm serve m --host 0.0.0.0 --port 8000 -O0")["ignored"]
+        ('--host 0.0.0.0', '--port 8000')
     """
     if unmodelled not in ("error", "return"):
         raise ValueError(f"unmodelled must be 'error' or 'return', got {unmodelled!r}")
@@ -207,6 +318,7 @@ def parse_vllm_args(
     out: dict[str, Any] = {}
     unknown: list[str] = []
     skipped: dict[str, Any] = {}
+    ignored: list[str] = []
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -218,8 +330,12 @@ def parse_vllm_args(
             out["model"] = token
             continue
         key, eq, inline = token.partition("=")
-        key = _ALIASES.get(_name(key), _name(key))
-        if key.startswith("--pooler-config."):  # vLLM's dotted form: --pooler-config.task X
+        key = _name(key)
+        if key in _REMOVED:
+            raise ValueError(f"vLLM refuses this line: {_REMOVED[key]}")
+        dotted = key.split(".", 1)[0] if "." in key else None
+        name = CANONICAL.get(dotted or key, dotted or key)
+        if name == "--pooler-config" and dotted:  # vLLM's dotted form: --pooler-config.task X
             field = key.split(".", 1)[1].replace("-", "_")
             if not eq and (i >= len(tokens) or tokens[i].startswith("--")):
                 raise ValueError(f"{key} needs a value")
@@ -234,63 +350,73 @@ def parse_vllm_args(
                 raise ValueError("give --pooler-config as JSON or dotted keys, not both")
             pooler[field] = value
             continue
-        if "." in key:
+        if dotted and name in _FLAGS:
             raise ValueError(f"{token!r}: dotted flags are supported for --pooler-config only; "
                              "pass the whole JSON for the others")
-        negated = key.startswith("--no-") and _FLAGS.get("--" + key[5:], ("", None))[1] == "bool"
-        base = "--" + key[5:] if negated else key
-        if base not in _FLAGS:
-            if base in UNMODELLED_FLAGS or (key.startswith("--no-") and
-                                           "--" + key[5:] in UNMODELLED_FLAGS):
-                value: Any = inline if eq else True
-                if not eq and i < len(tokens) and not tokens[i].startswith("-"):
-                    value = tokens[i]
-                    i += 1
-                skipped[key] = value
-            else:
+        if name not in _FLAGS or dotted:
+            known = (dotted or key) in SERVE_OPTIONS
+            arity = "1" if dotted else SERVE_OPTIONS.get(key, "0")
+            values = [inline] if eq else []
+            while not eq and i < len(tokens) and _is_value(tokens[i]) and (
+                    arity == "+" or (arity in ("1", "?") and not values)):
+                values.append(tokens[i])
+                i += 1
+            if not known:
                 unknown.append(token)
                 while i < len(tokens) and not tokens[i].startswith("-"):
                     i += 1  # its values: reported with the flag, not as positionals
+            elif _ignored(name):
+                ignored.append(" ".join([key, *values]))
+                if name in _DEPRECATED:
+                    warnings.warn(f"vLLM 0.33.0 warns: {_DEPRECATED[name]}", UserWarning,
+                                  stacklevel=2)
+            else:
+                skipped[key] = values[0] if len(values) == 1 else (tuple(values) or True)
             continue
-        dest, parse = _FLAGS[base]
+        dest, parse = _FLAGS[name]
         if parse == "bool":
             if eq:
-                raise ValueError(f"{token!r}: {base} takes no value; use {base} or "
-                                 f"--no-{base[2:]}")
-            out[dest] = not negated
+                raise ValueError(f"{token!r}: {name} takes no value; use {name} or "
+                                 f"--no-{name[2:]}")
+            out[dest] = key not in NEGATIVE_OPTIONS
             continue
         if eq:
             values = [inline]
         else:
             values = []
-            while i < len(tokens) and not (tokens[i].startswith("-") and
-                                           not re.fullmatch(r"-\d*\.?\d+", tokens[i])):
+            while i < len(tokens) and _is_value(tokens[i]):
                 values.append(tokens[i])
                 i += 1
                 if parse != "list":
                     break
         if not values:
-            raise ValueError(f"{base} needs a value")
+            raise ValueError(f"{name} needs a value")
         try:
             if parse == "list":
                 out[dest] = tuple(_int(v) for v in values)
             else:
                 out[dest] = parse(values[0])
         except (ValueError, json.JSONDecodeError) as err:
-            raise ValueError(f"{base} {' '.join(values)}: {err}") from None
+            raise ValueError(f"{name} {' '.join(values)}: {err}") from None
     if unknown:
         hints = [f"{u} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(
-            _name(u.split("=")[0]), SUPPORTED_FLAGS, n=1)) else u for u in unknown]
-        raise ValueError(f"unknown vLLM flag(s) {hints}; tokpool supports {list(SUPPORTED_FLAGS)} "
-                         f"and knows but does not model {sorted(UNMODELLED_FLAGS)}")
+            _name(u.split("=")[0]), SERVE_OPTIONS, n=1, cutoff=0.7)) else u for u in unknown]
+        raise ValueError(f"unknown vLLM flag(s) {hints}: vLLM {VLLM_SERVE_VERSION}'s `vllm "
+                         f"serve` has no such option; tokpool models {list(_FLAGS)} (and "
+                         "accepts the server's own options, listing them as ignored)")
     _normalise(out)
     if skipped:
         if unmodelled == "error":
+            config = (" (--config reads more options from a YAML file, which tokpool does not "
+                      "read: put them on the line)" if "--config" in skipped else "")
             raise ValueError(
-                f"vLLM flag(s) {sorted(skipped)} are not modelled by tokpool's simulator; remove "
-                "them, or pass unmodelled='return' to get them back under 'unmodelled'"
+                f"vLLM flag(s) {sorted(skipped)} are not modelled by tokpool's simulator: they "
+                f"change what the engine does{config}; remove them, or pass "
+                "unmodelled='return' to get them back under 'unmodelled'"
             )
         out["unmodelled"] = skipped
+    if ignored:
+        out["ignored"] = tuple(ignored)
     return out
 
 

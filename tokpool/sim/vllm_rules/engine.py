@@ -239,6 +239,12 @@ def padded_step_sizes(num_tokens, ascending_sizes: Sequence[int]):
     return table[np.searchsorted(table[:-1], np.asarray(num_tokens, dtype=np.int64), "left")]
 
 
+#: The CUDA-graph mode each optimization level asks for (vllm/config/vllm.py,
+#: ``OPTIMIZATION_LEVEL_00`` .. ``OPTIMIZATION_LEVEL_03``; ``-O2`` is the default).
+OPTIMIZATION_LEVEL_CUDAGRAPH_MODE: dict[int, str] = {
+    0: "NONE", 1: "PIECEWISE", 2: "FULL_AND_PIECEWISE", 3: "FULL_AND_PIECEWISE"}
+
+
 def pooling_cudagraph_mode(
     requested: CudaGraphMode = "FULL_AND_PIECEWISE", *, enforce_eager: bool = False
 ) -> CudaGraphMode:
@@ -247,10 +253,12 @@ def pooling_cudagraph_mode(
     vllm/config/vllm.py, ``VllmConfig.__post_init__``: pooling models do not support full
     graphs, so any mode with FULL graphs becomes ``PIECEWISE``; ``enforce_eager`` gives
     ``NONE``. The default requested mode (optimisation levels O2/O3) is
-    ``FULL_AND_PIECEWISE``. So a pooling step's output is never MRV2's persistent FULL-graph
-    ``hidden_states`` buffer (``ModelCudaGraphManager.store_capture_output``): it is the last
-    piecewise graph's output in the graph pool (``CUDAGraphWrapper``, vllm/compilation/
-    cuda_graph.py, weak-referenced and rewritten by the next replay).
+    ``FULL_AND_PIECEWISE``; ``-O0`` asks for ``NONE`` (``OPTIMIZATION_LEVEL_CUDAGRAPH_MODE``:
+    nothing is captured, every step is eager). So a pooling step's output is never MRV2's
+    persistent FULL-graph ``hidden_states`` buffer (``ModelCudaGraphManager.
+    store_capture_output``): it is the last piecewise graph's output in the graph pool
+    (``CUDAGraphWrapper``, vllm/compilation/cuda_graph.py, weak-referenced and rewritten by
+    the next replay).
     """
     modes = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
     if requested not in modes:
@@ -573,19 +581,36 @@ def check_selected_task(
 
     An engine serves the one task ``ModelConfig.get_pooling_task`` selects (``PoolerConfig(
     task=...)`` or the priority order; ``tp.select_task``). vllm/entrypoints/pooling/offline.py,
-    ``PoolingOfflineMixin._verify_pooling_task`` (``LLM``) and
+    ``PoolingOfflineMixin._verify_pooling_task`` (``LLM``): an embedding task the model does
+    not support → "Embedding API is not supported by this model. Try converting the model
+    using `--convert embed`.", a classification task → its ``--convert classify`` twin;
     vllm/entrypoints/pooling/pooling/serving.py, ``ServingPooling._verify_pooling_task``
-    (server): a task the model does not support → "Unsupported task: ..."; a supported task
-    that is not the selected one → "Try switching the model's pooling_task ...". ``plugin``
-    is checked elsewhere and passes here. (The worker's own check,
-    ``PoolingRunner.add_request``, only refuses tasks outside model ∩ runner tasks.)
+    (server) and the ``LLM`` class for other tasks: a task the model does not support →
+    "Unsupported task: ..."; a supported task that is not the selected one → "Try switching
+    the model's pooling_task ...". ``plugin`` is checked elsewhere and passes here. (The
+    worker's own check, ``PoolingRunner.add_request``, only refuses tasks outside model ∩
+    runner tasks.)
 
     Raises:
         ValueError: the request's task is not served.
+
+    Example:
+        >>> check_selected_task("token_embed", selected_task="token_classify",
+        ...                     supported_tasks=("token_classify",))
+        Traceback (most recent call last):
+        ValueError: Embedding API is not supported by this model. Try converting the model \
+using `--convert embed`.
     """
     if task == "plugin" or task == selected_task:
         return
     supported = tuple(supported_tasks)
+    if entrypoint == "llm" and task not in supported:
+        if task in ("embed", "token_embed"):
+            raise ValueError("Embedding API is not supported by this model. Try converting the "
+                             "model using `--convert embed`.")
+        if task in ("classify", "token_classify"):
+            raise ValueError("Classification API is not supported by this model. Try "
+                             "converting the model using `--convert classify`.")
     if task not in supported:
         raise ValueError(f"Unsupported task: {task!r} Supported tasks: {supported}")
     switch = (

@@ -15,6 +15,16 @@ Start-up refusals (the engine never starts):
 - ``check_scheduler_limits``: ``SchedulerConfig.verify_max_model_len``
   (vllm/config/scheduler.py): the budget below ``max_model_len`` without chunked prefill, below
   ``max_num_seqs``, and ``long_prefill_token_threshold`` above ``max_model_len``;
+- ``check_pooling_runner``: ``ModelConfig.__post_init__`` after ``_get_runner_type``
+  (vllm/config/model.py): a model vLLM serves as a generative one (a bare ``*ForCausalLM``
+  under ``--runner auto``), whose pooling entry points then refuse it
+  (``PoolingOfflineMixin._verify_pooling_task``), or a runner the model does not support;
+- ``check_configured_task``: ``ModelConfig.get_pooling_task``: ``--pooler-config.task`` must
+  be one the model declares;
+- ``check_pipeline_parallel``: ``ModelConfig.verify_with_parallel_config``: ``-pp`` on a model
+  class without ``SupportsPP``;
+- ``check_model_dtype``: ``_check_valid_dtype`` (vllm/config/model.py): float16 for a model
+  type vLLM refuses it for (Gemma-2/3, GLM-4);
 - ``check_kv_cache_holds_one_sequence``: ``get_kv_cache_configs`` /
   ``_check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_planning.py): the cache, less the
   null block the ``BlockPool`` keeps, must hold one ``max_model_len`` request in every KV-cache
@@ -51,7 +61,11 @@ from .kv_spec import KVCacheSpec, admission_blocks
 __all__ = [
     "EngineRefusal",
     "Refusals",
+    "check_configured_task",
     "check_kv_cache_holds_one_sequence",
+    "check_model_dtype",
+    "check_pipeline_parallel",
+    "check_pooling_runner",
     "check_prompts_fit",
     "check_prompts_fit_kv_cache",
     "check_scheduler_limits",
@@ -138,6 +152,113 @@ def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int
             f"\"{heads} is not divisible by {over}\"). Use a -tp that divides "
             f"{num_kv_heads} or is a multiple of it",
             follows="QKVParallelLinear", can_look_past=False)
+
+
+def check_pooling_runner(
+    name: str, architecture: str, *, runner: str, runner_type: str, convert_type: str,
+    pooling_class: bool, generative_class: bool,
+) -> None:
+    """Refuse a model vLLM would not run as a pooling model (tokpool simulates pooling
+    runners), with vLLM's words (vllm/config/model.py, ``ModelConfig.__post_init__`` after
+    ``_get_runner_type`` / ``_get_convert_type``).
+
+    Args:
+        name: the model, for the message.
+        architecture: ``architectures[0]``.
+        runner: ``--runner`` as given (``"auto"``, ``"pooling"``, ...).
+        runner_type, convert_type: what vLLM resolved (``architectures.resolve_runner``).
+        pooling_class, generative_class: the registry's model class is a pooling /
+            text-generation model.
+
+    Raises:
+        EngineRefusal: a generative runner (``--runner auto`` on a bare ``*ForCausalLM``:
+            vLLM's pointer "Try passing `--runner pooling` ..." from
+            ``PoolingOfflineMixin._verify_pooling_task``), an embedding model asked for
+            ``--runner generate``, or ``--runner pooling --convert none`` on a model that
+            needs an adapter.
+    """
+    follows = "ModelConfig._get_runner_type"
+    if runner_type == "pooling":
+        if not pooling_class and convert_type not in ("embed", "classify"):
+            raise EngineRefusal(
+                f"vLLM refuses to start {name} ({architecture}): \"This model does not "
+                "support `--runner pooling`. You can pass `--convert <embed|classify> to adapt "
+                "it into a pooling model.\" (ModelConfig.__post_init__)",
+                follows="ModelConfig.__post_init__", can_look_past=False)
+        return
+    if pooling_class and not generative_class:
+        quoted = (f"Embedding models do not support `--runner {runner_type}`. Use `--runner "
+                  "pooling` or `--runner auto` for embedding models.")
+        raise EngineRefusal(f"vLLM refuses to start {name} ({architecture}): \"{quoted}\" "
+                            "(ModelConfig.__post_init__)",
+                            follows="ModelConfig.__post_init__", can_look_past=False)
+    why = (f"`--runner auto` resolves {architecture} to `--runner {runner_type}` ({follows}: "
+           "a *ForCausalLM architecture, and no sentence-transformers pooling config "
+           "(modules.json) in the model's folder)" if runner == "auto"
+           else f"the line asks for `--runner {runner}`")
+    raise EngineRefusal(
+        f"vLLM serves {name} as a generative model, not a pooling one: {why}. Its pooling "
+        "entry points then refuse every request: \"LLM.encode() is only supported for "
+        "pooling models. Try passing `--runner pooling` to use the model as a pooling "
+        "model.\" (PoolingOfflineMixin._verify_pooling_task). tokpool simulates pooling "
+        "runners: add --runner pooling (vLLM then adapts it with --convert embed), or "
+        "--convert embed / --convert classify (from_hf_config: runner='pooling' or "
+        "convert=...)", follows=follows, can_look_past=False)
+
+
+def check_configured_task(task: str, declared: Sequence[str], *, name: str) -> None:
+    """Refuse a configured task (``--pooler-config.task``, ``task=``) the model does not
+    declare, as vLLM's engine does at start-up (vllm/config/model.py,
+    ``ModelConfig.get_pooling_task``, a ``RuntimeError``).
+
+    Raises:
+        EngineRefusal: naming the task, the model's tasks and the ``--convert`` that
+            declares it.
+    """
+    if task in declared:
+        return
+    convert = "embed" if task in ("embed", "token_embed") else "classify"
+    raise EngineRefusal(
+        f"vLLM refuses to start {name} with the pooling task {task!r}: \"Unsupported task: "
+        f"{task!r} Supported tasks: {tuple(declared)}\" (ModelConfig.get_pooling_task). "
+        f"Serve one of the model's own tasks, or adapt it with --convert {convert} "
+        "(convert=)", follows="ModelConfig.get_pooling_task", can_look_past=False)
+
+
+def check_pipeline_parallel(name: str, pp: int, *, supported: bool) -> None:
+    """Refuse ``-pp`` > 1 on a model whose vLLM class lacks ``SupportsPP`` (vllm/config/model.py,
+    ``ModelConfig.verify_with_parallel_config``; ``architectures.supports_pipeline_parallel``).
+
+    Raises:
+        EngineRefusal: vLLM's ``NotImplementedError`` message.
+    """
+    if pp > 1 and not supported:
+        raise EngineRefusal(
+            f"vLLM refuses to start {name} with --pipeline-parallel-size {pp}: \"Pipeline "
+            "parallelism is not supported for this model. Supported models implement the "
+            "`SupportsPP` interface.\" (ModelConfig.verify_with_parallel_config). Use -pp 1 "
+            "(tensor parallelism, -tp, splits it instead)",
+            follows="ModelConfig.verify_with_parallel_config", can_look_past=False)
+
+
+def check_model_dtype(model_type: str, dtype: str, *, reason: str | None) -> None:
+    """Refuse float16 for a model type vLLM refuses it for (vllm/config/model.py,
+    ``_check_valid_dtype``; ``architectures.FLOAT16_UNSUPPORTED`` gives the reason).
+
+    Args:
+        model_type: the config's ``model_type``.
+        dtype: the dtype served (``"float16"``, ...).
+        reason: vLLM's reason for the model type (``None``: float16 is fine).
+
+    Raises:
+        EngineRefusal: vLLM's message; as_if may look past it (the bytes are bfloat16's).
+    """
+    if dtype == "float16" and reason is not None:
+        raise EngineRefusal(
+            f"vLLM refuses --dtype float16 here: \"The model type {model_type!r} does not "
+            f"support float16. Reason: {reason}\" (_check_valid_dtype). Use --dtype bfloat16 "
+            "(vLLM's choice under --dtype auto for a float32 checkpoint) or float32",
+            follows="_check_valid_dtype")
 
 
 def check_user_max_model_len(max_model_len: int, derived: int | None, *,

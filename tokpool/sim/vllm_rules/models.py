@@ -31,6 +31,10 @@ class ModelPreset:
         returned_token_ids: STEP pooling's columns (Math-Shepherd's token pair), or ``None``.
         max_model_len: the model's context (``max_position_embeddings``): vLLM's default
             ``max_model_len``, above which prompts are rejected.
+        derived_max_model_len: the longest ``--max-model-len`` vLLM accepts without
+            ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` when that is not ``max_model_len`` (LongRoPE
+            models default to ``original_max_position_embeddings`` but accept their whole
+            context); ``None``: ``max_model_len``.
         attn_type: vLLM's attention type for the pooling model (``"decoder"`` or
             ``"encoder_only"``); with the pooling types it decides chunked prefill.
         seq_pooling_type: the pooler's sequence pooling (``"LAST"``, ``"MEAN"``, ``"CLS"``).
@@ -54,6 +58,7 @@ class ModelPreset:
     step_tag_id: int | None = None
     returned_token_ids: tuple[int, ...] | None = None
     max_model_len: int | None = None
+    derived_max_model_len: int | None = None
     attn_type: str = "decoder"
     seq_pooling_type: str = "LAST"
     tok_pooling_type: str = "ALL"
@@ -90,6 +95,12 @@ class ModelPreset:
                     f"layers a window (an int >= 1) or None (full attention), got {windows!r:.80}"
                 )
             object.__setattr__(self, "sliding_windows", windows)
+
+    @property
+    def max_model_len_limit(self) -> int | None:
+        """The longest ``max_model_len`` vLLM accepts without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``
+        (``derived_max_model_len``, else ``max_model_len``; ``None``: no limit)."""
+        return self.derived_max_model_len or self.max_model_len
 
     @property
     def matmul_parameters(self) -> int:

@@ -8,11 +8,12 @@ same functions the parity tests check against vLLM's own code — once, in this 
    off for pooling models);
 1. ``max_model_len``: the model's context (``models.ModelPreset.max_model_len``);
 2. chunked prefill: ``engine.chunked_prefill_supported`` (encoders, CLS/MEAN decoders and STEP
-   PRMs never chunk);
+   PRMs never chunk, whatever task they serve: the model's token pooling decides);
 3. token budget and ``max_num_seqs``: ``engine.engine_batch_limits`` / ``engine.batch_defaults``
-   by device and usage context (raised to ``max_model_len`` when prompts are not chunked);
+   by device, usage context and (on vLLM's CPU platform) world size ``tp x pp`` (raised to
+   ``max_model_len`` when prompts are not chunked);
 4. CUDA-graph mode and capture sizes: ``engine.pooling_cudagraph_mode`` (PIECEWISE, or NONE
-   when eager: no capture sizes) and ``engine.resolve_cudagraph_sizes``;
+   when eager or at ``-O0``: no capture sizes) and ``engine.resolve_cudagraph_sizes``;
 5. KV cache: the model's KV-cache spec per rank (``kv_cache.kv_cache_spec``: each layer's
    window and bytes, vLLM's groups, the pool block; none for an encoder-only model) and, with
    ``gpu_memory_utilization``, the blocks vLLM would allocate from the DRIVER-reported memory;
@@ -22,7 +23,8 @@ same functions the parity tests check against vLLM's own code — once, in this 
 7. prefix caching: ``prefix_cache.default_prefix_caching`` (on where the model supports it).
 
 Along the way it applies every start-up refusal of ``engine_checks`` (a ``-tp`` that does not
-split the heads, a ``--max-model-len`` above the model's context, the scheduler's limits, a KV
+split the heads, a ``-pp`` on a model without pipeline support, float16 for a model type vLLM
+refuses it for, a ``--max-model-len`` above the model's context, the scheduler's limits, a KV
 cache smaller than one ``max_model_len`` request), called through that module so each has one
 definition; with ``as_if=True`` the ones that can be looked past are recorded in
 ``ResolvedEngine.looked_past`` instead.
@@ -37,7 +39,9 @@ import torch
 
 # Refusals are called through the module, never copied: the refusal tests swap them there.
 from . import engine_checks
+from .architectures import FLOAT16_UNSUPPORTED, supports_pipeline_parallel
 from .engine import (
+    OPTIMIZATION_LEVEL_CUDAGRAPH_MODE,
     chunked_prefill_supported,
     default_async_scheduling,
     default_head_dtype,
@@ -112,10 +116,15 @@ def resolve_engine(config) -> ResolvedEngine:
     """
     model, device = config.model, config.hardware
     refuse = engine_checks.Refusals(as_if=config.as_if)
-    if model is not None:  # vLLM's start-up refusal, before anything is derived
-        refuse(engine_checks.check_tensor_parallel, model.name, model.num_attention_heads,
-               model.num_key_value_heads or model.num_attention_heads,
-               config.tensor_parallel_size)
+    # the start-up refusals run in vLLM's order: ModelConfig (dtype, max_model_len), then
+    # SchedulerConfig, then VllmConfig (the parallel layout), then the engine's start (the
+    # pooling task, then the KV cache)
+    architecture = getattr(model, "architecture", "")  # config.json's (HFModelPreset);
+    model_type = getattr(model, "model_type", "")  # presets are decoders with PP support
+    if model is not None:
+        refuse(engine_checks.check_model_dtype, model_type,
+               str(config.dtype).removeprefix("torch."),
+               reason=FLOAT16_UNSUPPORTED.get(model_type))
     head_dtype = config.head_dtype
     if isinstance(head_dtype, str) and head_dtype == "auto":
         dtype_name = str(config.dtype).removeprefix("torch.")
@@ -126,24 +135,46 @@ def resolve_engine(config) -> ResolvedEngine:
     if max_model_len is None and model is not None:
         max_model_len = model.max_model_len
     elif max_model_len is not None and model is not None:
-        refuse(engine_checks.check_user_max_model_len, max_model_len, model.max_model_len,
-               allow_long=config.allow_long_max_model_len)
+        refuse(engine_checks.check_user_max_model_len, max_model_len,
+               model.max_model_len_limit, allow_long=config.allow_long_max_model_len)
+    # vLLM's PoolerConfig carries the model's token pooling whatever task is served: a token
+    # kind set for this run, else the model's own (a STEP PRM neither chunks nor caches
+    # prefixes, even asked for an embedding: is_chunked_prefill_supported and
+    # is_prefix_caching_supported read it)
+    kind = config.pooling_kind
+    tok_pooling = (kind.tok_pooling_type if model is None or (
+        kind.token_level and config.pooling is not None) else model.tok_pooling_type)
     chunked = config.enable_chunked_prefill
     if chunked is None:
         chunked = chunked_prefill_supported(
             model.attn_type if model else "decoder",
             seq_pooling_type=model.seq_pooling_type if model else "LAST",
-            tok_pooling_type=config.pooling_kind.tok_pooling_type,
+            tok_pooling_type=tok_pooling,
         )
     if not isinstance(chunked, bool):
         raise TypeError(f"enable_chunked_prefill must be True or False, got {chunked!r}")
     tokens, seqs = derive_batch_limits(
         device, config.usage, max_model_len=max_model_len, enable_chunked_prefill=chunked,
-        max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs)
+        max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+        # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args: tp x pp (CPU scales)
+        world_size=config.tensor_parallel_size * config.pipeline_parallel_size)
     refuse(engine_checks.check_scheduler_limits, max_num_batched_tokens=tokens,
            max_num_seqs=seqs, max_model_len=max_model_len, enable_chunked_prefill=chunked,
            long_prefill_token_threshold=config.long_prefill_token_threshold)
-    graph_mode = pooling_cudagraph_mode(enforce_eager=config.enforce_eager)
+    if model is not None:
+        refuse(engine_checks.check_tensor_parallel, model.name, model.num_attention_heads,
+               model.num_key_value_heads or model.num_attention_heads,
+               config.tensor_parallel_size)
+        refuse(engine_checks.check_pipeline_parallel, model.name,
+               config.pipeline_parallel_size,
+               supported=supports_pipeline_parallel(architecture, model_type))
+        declared = getattr(model, "declared_tasks", ())  # a config.json's, once resolved
+        if declared:
+            refuse(engine_checks.check_configured_task, config.task, declared,
+                   name=model.name)
+    graph_mode = pooling_cudagraph_mode(
+        OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[config.optimization_level],
+        enforce_eager=config.enforce_eager)
     if config.output_memory != "vllm" or graph_mode == "NONE":
         sizes: tuple[int, ...] = ()
     else:
@@ -192,7 +223,7 @@ def resolve_engine(config) -> ResolvedEngine:
     prefix_caching = default_prefix_caching(
         config.enable_prefix_caching, model.attn_type if model else "decoder",
         seq_pooling_type=model.seq_pooling_type if model else "LAST",
-        tok_pooling_type=config.pooling_kind.tok_pooling_type)
+        tok_pooling_type=tok_pooling)
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
                           blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
                           head_dtype, use_activation, async_scheduling,

@@ -2,8 +2,11 @@
 
 The flags are parsed by ``args.parse_vllm_args``; this module adds what the line means beyond
 its flags: the environment words before ``vllm serve`` (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``),
-the API server's usage context and KV-cache sizing, and the task the engine SELECTS
-(``engine.select_pooling_task`` over the tasks the model declares, ``declared_tasks``).
+the API server's usage context and KV-cache sizing, the runner (``--runner``/``--convert``,
+``auto`` by default, resolved as vLLM resolves them: ``hf_config.as_served``; a bare
+``*ForCausalLM`` is a generative model there, refused), the flags it ignores
+(``SimConfig.ignored_flags``), and the task the engine SELECTS (``engine.select_pooling_task``
+over the tasks the model declares, ``hf_config.declared_tasks``).
 """
 
 from __future__ import annotations
@@ -12,25 +15,14 @@ import dataclasses
 import functools
 from typing import Any
 
+# Refusals are called through the module, never copied: the refusal tests swap them there.
+from . import engine_checks
 from .args import parse_vllm_args
 from .engine import select_pooling_task
+from .hf_config import declared_tasks
 from .models import MODEL_PRESETS, ModelPreset
 
-__all__ = ["config_from_vllm_args", "declared_tasks"]
-
-
-def declared_tasks(kind_task: str, convert: str | None) -> tuple[str, ...]:
-    """The tasks vLLM's pooling model declares, from the task tokpool reads off the model's
-    kind (``hf_config``) or ``--convert``: embedding adapters declare ``embed`` and
-    ``token_embed``, classification adapters ``classify`` and ``token_classify``, PRMs and
-    ``*ForTokenClassification`` models ``token_classify`` alone
-    (vllm/model_executor/models/adapters.py; ``Qwen2ForProcessRewardModel``)."""
-    if convert == "embed" or (convert in (None, "auto", "none")
-                              and kind_task in ("embed", "token_embed")):
-        return ("embed", "token_embed")
-    if convert == "classify" or kind_task == "classify":
-        return ("classify", "token_classify")
-    return ("token_classify",)
+__all__ = ["config_from_vllm_args", "declared_tasks"]  # declared_tasks: hf_config's
 
 
 def env_prefix(argv) -> list[str]:
@@ -61,9 +53,11 @@ def config_from_vllm_args(cls, argv, *, model=None, **overrides) -> Any:
     ``SimConfig.from_vllm_args`` for the arguments and what is derived."""
     allow_long = "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in env_prefix(argv)
     fields = parse_vllm_args(_without_env(argv))
+    if "ignored" in fields:  # said in the result (SimConfig.ignored_flags), never dropped
+        fields["ignored_flags"] = fields.pop("ignored")
     fields.setdefault("allow_long_max_model_len", allow_long)
-    fields.pop("runner", None)  # "auto" or "pooling": the simulator is a pooling runner
-    convert = fields.pop("convert", None)
+    runner = fields.pop("runner", "auto")  # vLLM's default: auto, resolved per architecture
+    convert = fields.pop("convert", "auto")
     named = fields.pop("model", None)
     source = model if model is not None else named
     extra = sorted(set(fields) - {f.name for f in dataclasses.fields(cls) if f.init})
@@ -80,13 +74,22 @@ def config_from_vllm_args(cls, argv, *, model=None, **overrides) -> Any:
                          "as model=... (a preset name, hub id, directory or config dict)")
     names = {k.lower() for k in MODEL_PRESETS} | {
         m.hf_id.lower() for m in MODEL_PRESETS.values()}
-    if isinstance(source, ModelPreset) or (isinstance(source, str)
-                                           and source.lower() in names):
+    preset = isinstance(source, ModelPreset) or (isinstance(source, str)
+                                                 and source.lower() in names)
+    if preset:  # tokpool's presets are pooling models: any runner but a generative one
+        if runner in ("generate", "draft"):
+            engine_checks.check_pooling_runner(
+                str(getattr(source, "name", source)), "", runner=runner, runner_type=runner,
+                convert_type="none", pooling_class=False, generative_class=True)
         build = functools.partial(cls.for_model, source)
     else:
-        build = functools.partial(cls.from_hf_config, source)
+        build = functools.partial(cls.from_hf_config, source, runner=runner, convert=convert)
     if "task" in fields:
         return build(**fields)
     natural = build(**fields)  # the model's own kind decides which tasks it declares
-    selected = select_pooling_task(declared_tasks(natural.task, convert))
+    if preset:
+        declared, archs = declared_tasks(natural.task, convert), ()
+    else:  # the tasks vLLM's resolved model declares (hf_config.as_served)
+        declared, archs = natural.model.declared_tasks, (natural.model.architecture,)
+    selected = select_pooling_task(declared, architectures=archs)
     return natural if selected == natural.task else build(**fields, task=selected)

@@ -18,6 +18,13 @@ step (``tokpool.sim.vllm_rules.resolve``) also derives, so the two can be compar
 Not compared here: CUDA-graph capture sizes (vLLM's CPU platform captures none; checked with a
 patched platform in ``tests/test_parity_vllm.py``), async scheduling (the CPU platform forces it
 off), device memory.
+
+``vllm_serve_facts(line, folder, ...)`` runs a whole ``vllm serve`` line the way ``vllm serve``
+does: vLLM's own serve parser (``make_arg_parser``, ``validate_parsed_serve_args``), the model
+tag as the model (``vllm/entrypoints/cli/serve.py``), ``AsyncEngineArgs.from_cli_args`` and
+``create_engine_config`` under the API server's usage context; it adds the runner vLLM
+resolved (``runner_type``, ``convert_type``), the model dtype, the attention type and the
+optimization level.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import contextlib
 import io
 import logging
 import os
+import warnings
 from typing import Any
 
 from ...vllm_bridge import VllmUnavailableError
@@ -84,4 +92,109 @@ def vllm_engine_facts(folder: str | os.PathLike, *, usage: str = "llm",
     }
 
 
-__all__ = ["VllmUnavailableError", "vllm_engine_facts"]
+def _serve_parser():
+    """vLLM's ``vllm serve`` parser, as its CLI builds it (a ``serve`` subcommand of ``vllm``)."""
+    m = _vllm()
+    if "serve_parser" not in m:
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        top = FlexibleArgumentParser(prog="vllm")
+        sub = top.add_subparsers(dest="subparser")
+        make_arg_parser(sub.add_parser("serve", prog="vllm serve"))
+        m["serve_parser"] = top
+    return m["serve_parser"]
+
+
+def vllm_parse_serve_line(tokens: list[str]):
+    """vLLM's namespace for ``vllm serve`` + ``tokens`` (its parser and
+    ``validate_parsed_serve_args``).
+
+    Raises:
+        ValueError: vLLM's parser refuses the line (its message, e.g. the ``--task`` hint).
+    """
+    from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
+
+    parser = _serve_parser()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            namespace = parser.parse_args(["serve", *tokens])
+    except SystemExit:
+        raise ValueError(err.getvalue().strip().splitlines()[-1] if err.getvalue() else
+                         "vLLM's parser refused the line") from None
+    try:
+        validate_parsed_serve_args(namespace)
+    except Exception as error:  # TypeError, ValueError, vLLM's VLLMValidationError
+        raise ValueError(str(error)) from None
+    return namespace
+
+
+def vllm_serve_facts(tokens: list[str], *, declared_tasks=None) -> dict[str, Any]:
+    """What vLLM 0.33.0 resolves for ``vllm serve`` + ``tokens`` (the model tag first: a
+    folder with a ``config.json``; no weights or tokenizer are loaded).
+
+    Args:
+        tokens: the line after ``vllm serve``.
+        declared_tasks: ``convert_type -> tasks`` the model declares (loading the model class
+            would need weights), for ``selected_task``.
+
+    Returns:
+        ``runner_type``, ``convert_type``, ``dtype``, ``max_model_len``,
+        ``max_num_batched_tokens``, ``max_num_seqs``, ``enable_chunked_prefill``,
+        ``head_dtype``, ``attn_type`` (pooling runners), ``tok_pooling_type``,
+        ``optimization_level``, ``enable_prefix_caching``, ``selected_task``.
+
+    Raises:
+        ValueError: vLLM refuses the line or the configuration (its message).
+    """
+    m = _vllm()
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    namespace = vllm_parse_serve_line(tokens)
+    if getattr(namespace, "model_tag", None) is not None:  # vllm/entrypoints/cli/serve.py
+        namespace.model = namespace.model_tag
+    args = AsyncEngineArgs.from_cli_args(namespace)
+    args.tokenizer = args.model
+    args.skip_tokenizer_init = True
+    quiet = logging.getLogger("vllm")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = args.create_engine_config(
+                usage_context=UsageContext.OPENAI_API_SERVER)
+    except (ValueError, TypeError, NotImplementedError, RuntimeError) as err:
+        raise ValueError(f"{type(err).__name__}: {err}") from err
+    finally:
+        quiet.setLevel(level)
+    _ = m  # vLLM is importable (VllmUnavailableError otherwise), its CPU platform set
+    model, scheduler = config.model_config, config.scheduler_config
+    pooling = model.runner_type == "pooling"
+    selected = None
+    if pooling and declared_tasks is not None:
+        try:
+            selected = model.get_pooling_task(tuple(declared_tasks(model.convert_type)))
+        except RuntimeError as err:  # an undeclared --pooler-config.task: the engine's refusal
+            raise ValueError(f"RuntimeError: {err}") from err
+    return {
+        "runner_type": model.runner_type,
+        "convert_type": model.convert_type,
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "max_model_len": int(model.max_model_len),
+        "max_num_batched_tokens": int(scheduler.max_num_batched_tokens),
+        "max_num_seqs": int(scheduler.max_num_seqs),
+        "enable_chunked_prefill": bool(scheduler.enable_chunked_prefill),
+        "head_dtype": str(model.head_dtype).removeprefix("torch.") if pooling else None,
+        "attn_type": model.attn_type if pooling else None,
+        "tok_pooling_type": model.pooler_config.tok_pooling_type if pooling else None,
+        "optimization_level": int(config.optimization_level),
+        "enable_prefix_caching": bool(config.cache_config.enable_prefix_caching),
+        "selected_task": selected,
+    }
+
+
+__all__ = ["VllmUnavailableError", "vllm_engine_facts", "vllm_parse_serve_line",
+           "vllm_serve_facts"]
