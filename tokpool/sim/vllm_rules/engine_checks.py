@@ -94,7 +94,8 @@ class EngineRefusal(ValueError):
 
 class Refusals:
     """Runs refusal checks: raises, or with ``as_if`` records the refusals that can be looked
-    past (``EngineRefusal.can_look_past``) in ``looked_past`` and goes on.
+    past (``EngineRefusal.can_look_past``) in ``looked_past`` (their messages) and ``refusals``
+    (the ``EngineRefusal``s, with the vLLM function each follows) and goes on.
 
     Example:
         >>> refusals = Refusals(as_if=True)
@@ -106,6 +107,7 @@ class Refusals:
     def __init__(self, *, as_if: bool) -> None:
         self.as_if = as_if
         self.looked_past: list[str] = []
+        self.refusals: list[EngineRefusal] = []
 
     def __call__(self, check, *args, **kwargs) -> None:
         try:
@@ -114,6 +116,7 @@ class Refusals:
             if not (self.as_if and err.can_look_past):
                 raise
             self.looked_past.append(str(err))
+            self.refusals.append(err)
 
 
 # --- start-up ---------------------------------------------------------------------------------
