@@ -3,14 +3,10 @@ other path runs (``tokpool.sim.startup``; ``vllm_rules.engine_checks``)."""
 
 from __future__ import annotations
 
-import matplotlib
+import pytest
 
-matplotlib.use("Agg")
-
-import pytest  # noqa: E402
-
-import tokpool as tp  # noqa: E402
-from tokpool.sim.startup import CONTEXT_CHECK  # noqa: E402
+import tokpool as tp
+from tokpool.sim.startup import CONTEXT_CHECK
 
 KV_CHECK = "kv_cache_planning._check_enough_kv_cache_memory"
 
@@ -105,7 +101,7 @@ def test_the_memory_explorer_marks_its_curve():
 
 
 def test_bad_input_says_what_to_pass():
-    with pytest.raises(TypeError, match="tp.SimConfig"):
+    with pytest.raises(TypeError, match=r"tp\.SimConfig"):
         tp.sim.startup_refusal({"hidden_size": 8}, 100)
     with pytest.raises(ValueError, match="whole number >= 1"):
         tp.sim.startup_refusal(tp.SimConfig(hidden_size=8), 0)
