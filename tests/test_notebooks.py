@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_numbers import run_notebook
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 EXPECTED = (
@@ -101,20 +102,9 @@ def test_starts_with_a_title(path: Path) -> None:
 
 
 def _run(path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
-    """Execute ``path`` as ``jupyter nbconvert --to html --execute`` does (its defaults)."""
-    from nbconvert.preprocessors import ExecutePreprocessor
-
-    monkeypatch.setenv("TOKPOOL_QUICK", "1")
-    # Let the kernel pick its inline backend: a test-wide MPLBACKEND=Agg would hide the figures.
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    nb = nbformat.read(path, as_version=4)
-    ExecutePreprocessor(timeout=CELL_TIMEOUT, kernel_name="python3").preprocess(
-        nb, {"metadata": {"path": str(NOTEBOOK_DIR)}})
-    keep = os.environ.get("TOKPOOL_NOTEBOOK_OUT")  # keep executed copies to look at
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, Path(keep) / path.name)
-    return nb
+    """Execute ``path`` as ``jupyter nbconvert --to html --execute`` does (its defaults), once
+    per session: ``test_notebook_numbers.py`` checks the same run's stated numbers."""
+    return run_notebook(path)[0]
 
 
 def _output_types(nb: nbformat.NotebookNode) -> set[str]:

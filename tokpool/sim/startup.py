@@ -28,12 +28,14 @@ __all__ = ["CONTEXT_CHECK", "REFUSAL_COLUMNS", "REFUSAL_REASONS", "mark_startup_
 
 #: The refusal ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` lifts: a context past the model's own.
 CONTEXT_CHECK = "_get_and_verify_max_len"
+#: vLLM's refusal of a KV cache that cannot hold one ``max_model_len`` request (or none at all).
+KV_CHECK = "kv_cache_planning._check_enough_kv_cache_memory"
 #: vLLM's default ``--gpu-memory-utilization`` (``CacheConfig.gpu_memory_utilization``).
 VLLM_GPU_MEMORY_UTILIZATION = 0.92
 #: Why vLLM refuses, in a figure legend's words, by the vLLM function that refuses.
 REFUSAL_REASONS: dict[str, str] = {
     CONTEXT_CHECK: "past the model's context",
-    "kv_cache_planning._check_enough_kv_cache_memory": "its KV cache cannot hold the prompt",
+    KV_CHECK: "its KV cache cannot hold the prompt",
 }
 #: Columns ``startup_refusals`` returns and ``mark_startup_refusals`` adds.
 REFUSAL_COLUMNS = ("vllm_starts", "refused_by", "refusal", "past_context")
@@ -84,6 +86,10 @@ def startup_refusal(config: SimConfig, prompt_len: int) -> tuple[EngineRefusal, 
         serving = _serving_config(config, int(prompt_len))
     except EngineRefusal as err:  # one as_if cannot look past
         return (err,)
+    except ValueError as err:  # the weights and the profiled activations leave no KV memory
+        return (EngineRefusal(
+            f"vLLM refuses to start: \"No available memory for the cache blocks\" "
+            f"({KV_CHECK}): {err}", follows=KV_CHECK),)
     return tuple(serving._resolved.refusals)
 
 
