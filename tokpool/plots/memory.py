@@ -287,7 +287,7 @@ def _refusal_legend(df: pd.DataFrame) -> list[Any]:
                                     "VLLM_ALLOW_LONG_\nMAX_MODEL_LEN=1 (_get_and_verify_\n"
                                     "max_len); drawn as if"))
     if hard.any():
-        from ..sim.startup import REFUSAL_REASONS
+        from ..sim.startup import REFUSAL_REASONS  # the simulator's words, one place
 
         checks = sorted(set(df.loc[hard, "refused_by"]))
         reasons = "; ".join(REFUSAL_REASONS.get(c, c) for c in checks)

@@ -47,7 +47,9 @@ Request refusals:
 
 Each raises ``EngineRefusal`` (a ``ValueError``). ``SimConfig(as_if=True)`` looks past the ones
 that leave a simulation meaning something (``EngineRefusal.can_look_past``): the run goes on and
-``SimConfig.looked_past`` / ``SimResult.looked_past`` list what vLLM would have refused.
+``SimConfig.looked_past`` / ``SimResult.looked_past`` list what vLLM would have refused;
+``tokpool.sim.startup`` asks the same checks per plotted point (``startup_refusals``), so an "as
+if" curve marks each point vLLM would refuse to start for.
 """
 
 from __future__ import annotations
