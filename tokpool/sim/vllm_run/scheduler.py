@@ -276,10 +276,12 @@ def vllm_schedule(
                          for g, window in enumerate(groups)],
     )
     cls = m["AsyncScheduler"] if async_scheduling else m["Scheduler"]
-    scheduler = cls(
-        vllm_config=config, kv_cache_config=kv_config,
-        structured_output_manager=m["StructuredOutputManager"](config), block_size=block_size,
-    )
+    with quiet_vllm_import():  # its first build imports more of vLLM (and logs it)
+        scheduler = cls(
+            vllm_config=config, kv_cache_config=kv_config,
+            structured_output_manager=m["StructuredOutputManager"](config),
+            block_size=block_size,
+        )
     return _run(scheduler, m, lens, arrival, task, block_size, num_blocks,
                 queue_size=config.max_concurrent_batches, token_ids=token_ids,
                 model_config=config.model_config)
