@@ -84,8 +84,9 @@ def _lens() -> np.ndarray:
 def memory_vs_prompt_length():
     """Qwen3-Embedding-8B token_embed, every policy, H100 line (notebook 05)."""
     config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM", **LIFTED)
+    swept = tp.sim.mark_startup_refusals(tp.sweep(_lens(), config), config)  # refusals marked
     return _fig(tp.plot_memory_vs_prompt_length(
-        tp.sweep(_lens(), config), hardware="H100 SXM",
+        swept, hardware="H100 SXM",
         title="Qwen3-Embedding-8B token_embed, vLLM defaults (float32 head, 16K-token chunks); "
               "past its 40,960-token context as if --max-model-len 1M"))
 
@@ -94,12 +95,13 @@ def memory_per_model():
     """clone, async, every model preset with its task (notebook 05)."""
     import pandas as pd
 
-    frames = [
-        tp.sweep(_lens(), tp.SimConfig.for_model(name, **LIFTED), policies=["clone"],
-                 async_scheduling=[True]).assign(
-            model=f"{name} · {tp.SimConfig.for_model(name).task}")
-        for name in tp.MODEL_PRESETS
-    ]
+    def marked(name: str):  # each preset's points vLLM would refuse to start for, marked
+        config = tp.SimConfig.for_model(name, hardware="H100 SXM", **LIFTED)
+        swept = tp.sweep(_lens(), config, policies=["clone"], async_scheduling=[True])
+        return tp.sim.mark_startup_refusals(swept, config).assign(
+            model=f"{name} · {config.task}")
+
+    frames = [marked(name) for name in tp.MODEL_PRESETS]
     return _fig(tp.plot_memory_vs_prompt_length(
         pd.concat(frames), hue="model", hardware="H100 SXM",
         title="clone policy, async, per model preset and task (contexts lifted to 1M)"))
@@ -114,8 +116,8 @@ def memory_timeline():
 def time_estimates():
     """Pooling-copy time ESTIMATE vs prompt length, beside the forward pass (notebook 05)."""
     config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM", **LIFTED)
-    return _fig(tp.viz.plot_time_vs_prompt_length(tp.sweep(_lens(), config), y="est_pool_s",
-                                                  forward=True))
+    swept = tp.sim.mark_startup_refusals(tp.sweep(_lens(), config), config)
+    return _fig(tp.viz.plot_time_vs_prompt_length(swept, y="est_pool_s", forward=True))
 
 
 def _smollm():

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_numbers import run_notebook
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 EXPECTED = (
@@ -31,13 +32,36 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9]*.ipynb"))
 EXPLORER_CALL = re.compile(r"tp\.\w+_explorer\(")
 PLOT_CALL = re.compile(r"tp\.(viz\.)?plot_")
 #: Warning text in an output: a warning class name (``DeprecationWarning``, ``UserWarning``,
-#: nbformat's ``MissingIDFieldWarning``...), Python's ``warnings`` line format, or a logging
-#: library's WARNING level (vLLM's log lines).
-WARNING_TEXT = re.compile(r"\b[A-Z]\w*Warning\b|warnings\.warn|^\S+:\d+: |\bWARNING\b",
-                          re.MULTILINE)
+#: nbformat's ``MissingIDFieldWarning``...), Python's ``warnings`` line format, a logging
+#: library's WARNING level (vLLM's log lines, ``WARNING:name:msg``), or a glog-style line as
+#: torch 2.14 logs them (``W1201 18:44:46.838 12345 file.py:6] message``; I/W/E/F levels).
+WARNING_TEXT = re.compile(
+    r"\b[A-Z]\w*Warning\b|warnings\.warn|^\S+:\d+: |\bWARNING\b|\bWARN\b"
+    r"|^[IWEF]\d{4} \d{2}:\d{2}:\d{2}(\.\d+)? +(\d+ +)?\S+:\d+\] ",
+    re.MULTILINE)
+#: Log lines recorded from the ``scheduler="vllm"`` cell of notebook 02 under torch 2.14.1 (the
+#: torch ``make lab`` installs by default), and logging's formats: each must be caught.
+RECORDED_LOG_LINES = (
+    "W1201 18:44:46.838000 12345 torch/_opaque_base.py:6] torch._opaque_base is deprecated",
+    "W1201 18:44:46.838 12345 file.py:6] message",
+    "W1201 18:44:47.102000 12345 torch/utils/cpp_extension.py:178] No CUDA runtime is found, "
+    "using CUDA_HOME='/usr/local/cuda'",
+    "I1201 18:44:46.838 12345 vllm/platforms/__init__.py:230] Automatically detected platform",
+    "WARNING:torch.utils.cpp_extension:No CUDA runtime is found",
+    "WARNING 12-01 18:44:46 [__init__.py:12] vLLM's own format",
+    "/x/vllm/foo.py:12: FutureWarning: deprecated",
+)
 SCRIPT = re.compile(r"<script\b.*?</script>", re.DOTALL | re.IGNORECASE)
 #: Per-notebook execution limit (seconds); quick mode stays far below it.
 CELL_TIMEOUT = int(os.environ.get("TOKPOOL_NOTEBOOK_TIMEOUT", "600"))
+
+
+def test_the_warning_check_recognises_log_formats() -> None:
+    for line in RECORDED_LOG_LINES:
+        assert WARNING_TEXT.search("some output\n" + line + "\nmore"), line
+    for clean in ("2 of 20 positions wrong", "peak 1.25 GiB at 32,768 tokens",
+                  "W1201 is not a log line", "steps (request: tokens): [{0: 5}]"):
+        assert WARNING_TEXT.search(clean) is None, clean
 
 
 def _ids(paths: list[Path]) -> list[str]:
@@ -78,20 +102,9 @@ def test_starts_with_a_title(path: Path) -> None:
 
 
 def _run(path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
-    """Execute ``path`` as ``jupyter nbconvert --to html --execute`` does (its defaults)."""
-    from nbconvert.preprocessors import ExecutePreprocessor
-
-    monkeypatch.setenv("TOKPOOL_QUICK", "1")
-    # Let the kernel pick its inline backend: a test-wide MPLBACKEND=Agg would hide the figures.
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    nb = nbformat.read(path, as_version=4)
-    ExecutePreprocessor(timeout=CELL_TIMEOUT, kernel_name="python3").preprocess(
-        nb, {"metadata": {"path": str(NOTEBOOK_DIR)}})
-    keep = os.environ.get("TOKPOOL_NOTEBOOK_OUT")  # keep executed copies to look at
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, Path(keep) / path.name)
-    return nb
+    """Execute ``path`` as ``jupyter nbconvert --to html --execute`` does (its defaults), once
+    per session: ``test_notebook_numbers.py`` checks the same run's stated numbers."""
+    return run_notebook(path)[0]
 
 
 def _output_types(nb: nbformat.NotebookNode) -> set[str]:

@@ -23,8 +23,11 @@ vLLM 0.33.0 with ``--no-deps`` plus the pinned pure-Python set in
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
@@ -61,6 +64,51 @@ def prepare_vllm_environment() -> None:
         os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     check_target_device(os.environ.get("VLLM_TARGET_DEVICE"))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+#: The libraries whose import-time log lines and warnings ``quiet_vllm_import`` keeps out of a
+#: cell: vLLM's own, and torch's that importing vLLM triggers (torch 2.14.1 logs, in its glog
+#: format, "W1201 18:44:46.838 ... torch._opaque_base is deprecated" and "No CUDA runtime is
+#: found" from ``torch.utils.cpp_extension``).
+QUIET_AT_IMPORT = ("vllm", "torch")
+
+
+@contextlib.contextmanager
+def quiet_vllm_import() -> Iterator[None]:
+    """Import vLLM without its or torch's import-time WARNING/INFO log lines and warnings in the
+    output (a notebook cell, the exported HTML). Only the loggers and modules named in
+    ``QUIET_AT_IMPORT`` are quieted, only while the block runs, and their errors still show;
+    tokpool's own warnings and every other library's are untouched.
+
+    Example:
+        >>> import logging
+        >>> with quiet_vllm_import():
+        ...     logging.getLogger("torch.utils.cpp_extension").warning("No CUDA runtime is found")
+        >>> logging.getLogger("torch").level == logging.ERROR
+        False
+    """
+    loggers = [logging.getLogger(name) for name in QUIET_AT_IMPORT]
+    levels = [logger.level for logger in loggers]
+    # children created during the import inherit ERROR; existing ones with their own level
+    # below it are raised too, and every level is put back afterwards
+    children = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+                if name.split(".", 1)[0] in QUIET_AT_IMPORT and "." in name]
+    child_levels = [child.level for child in children]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        for child in children:
+            if logging.NOTSET < child.level < logging.ERROR:
+                child.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            for name in QUIET_AT_IMPORT:  # warnings raised from their modules only
+                warnings.filterwarnings("ignore", module=rf"{name}(\.|$)")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+        for child, level in zip(children, child_levels, strict=True):
+            child.setLevel(level)
 
 
 #: vLLM 0.33.0's built-in platforms (vllm/platforms/__init__.py, ``builtin_platform_plugins``).
@@ -104,11 +152,12 @@ def _import_vllm() -> dict[str, Any]:
         return _IMPORT
     prepare_vllm_environment()
     try:
-        import vllm
-        from vllm.config import VllmConfig, set_current_vllm_config
-        from vllm.model_executor.layers.pooler.tokwise import methods
-        from vllm.pooling_params import PoolingParams
-        from vllm.v1.pool import metadata as vmeta
+        with quiet_vllm_import():
+            import vllm
+            from vllm.config import VllmConfig, set_current_vllm_config
+            from vllm.model_executor.layers.pooler.tokwise import methods
+            from vllm.pooling_params import PoolingParams
+            from vllm.v1.pool import metadata as vmeta
     except Exception as err:  # ImportError, or vLLM's own RuntimeError on an unknown device
         _IMPORT["error"] = (
             f"vLLM cannot be imported here ({type(err).__name__}: {err}). Install vLLM "

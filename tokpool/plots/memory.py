@@ -246,11 +246,56 @@ def _plot_lines(df: pd.DataFrame, y: str, ax: Axes, *, hue: str, floor_zero: boo
             continue
         shown = np.where(values > 0, values, np.nan) if floor_zero else values
         ax.plot(g["prompt_len"], shown, color=colour, label=str(name), **style)
+        _mark_refused(ax, g, shown, colour)
         if "corrupted" in g.columns and g["corrupted"].any():
             bad = g[g["corrupted"]]
             ax.scatter(bad["prompt_len"], np.where(bad[y] > 0, bad[y], np.nan), marker="x",
                        s=36, color="black", zorder=5, lw=1.2)
     return extra
+
+
+def _refused(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the rows vLLM refuses to start for: past the context only, any other check
+    (the columns ``tokpool.sim.startup.mark_startup_refusals`` adds)."""
+    if "vllm_starts" not in g.columns:  # not marked: nothing to draw
+        none = np.zeros(len(g), dtype=bool)
+        return none, none
+    from ..sim.startup import CONTEXT_CHECK  # the verdict is the simulator's: one place
+
+    refused = ~g["vllm_starts"].to_numpy(dtype=bool)
+    context = refused & (g["refused_by"].to_numpy(dtype=object) == CONTEXT_CHECK)
+    return context, refused & ~context
+
+
+def _mark_refused(ax: Axes, g: pd.DataFrame, y: np.ndarray, colour: Any) -> None:
+    """Open markers on the points vLLM would refuse to start for (drawn as if it started)."""
+    context, hard = _refused(g)
+    x = g["prompt_len"].to_numpy()
+    for mask, marker in ((context, "o"), (hard, "s")):
+        if mask.any():
+            ax.scatter(x[mask], y[mask], marker=marker, s=22, facecolors="white",
+                       edgecolors=colour, linewidths=1.1, zorder=4)
+
+
+def _refusal_legend(df: pd.DataFrame) -> list[Any]:
+    """Legend entries for the refused points' markers, naming vLLM's check."""
+    context, hard = _refused(df)
+    entries = []
+    if context.any():
+        entries.append(Line2D([], [], ls="", marker="o", mfc="white", mec="black",
+                              label="past the model's context: vLLM\nrefuses it unless "
+                                    "VLLM_ALLOW_LONG_\nMAX_MODEL_LEN=1 (_get_and_verify_\n"
+                                    "max_len); drawn as if"))
+    if hard.any():
+        from ..sim.startup import REFUSAL_REASONS  # the simulator's words, one place
+
+        checks = sorted(set(df.loc[hard, "refused_by"]))
+        reasons = "; ".join(REFUSAL_REASONS.get(c, c) for c in checks)
+        where = ", ".join(c.rsplit(".", 1)[-1] for c in checks)
+        entries.append(Line2D([], [], ls="", marker="s", mfc="white", mec="black",
+                              label=f"vLLM refuses to start:\n{reasons}\n({where});\n"
+                                    "drawn as if"))
+    return entries
 
 
 @styled
@@ -269,7 +314,11 @@ def plot_memory_vs_prompt_length(
 
     Args:
         df: a ``tp.sweep(...)`` DataFrame (``prompt_len``, ``policy``, ``async_scheduling``,
-            the ``y`` column, optionally ``corrupted``).
+            the ``y`` column, optionally ``corrupted``). Marked with vLLM's start-up verdict
+            (``tp.sim.mark_startup_refusals``), the points vLLM would refuse to start for get
+            open markers and a legend entry naming the check: ○ past the model's context
+            (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` lifts it), □ any other (its KV cache), each
+            drawn as if vLLM started.
         y: a bytes column: ``peak_pooling_bytes`` (default), ``peak_device_bytes``,
             ``copy_bytes``, ``host_bytes``, ...
         hardware: a hardware preset name (``tp.HARDWARE_PRESETS``), a ``Hardware`` or a byte
@@ -308,6 +357,7 @@ def plot_memory_vs_prompt_length(
     if "corrupted" in df.columns and df["corrupted"].any():
         extra.append(Line2D([], [], ls="", marker="x", color="black",
                             label="output corrupted (legacy)"))
+    extra += _refusal_legend(df)
     if loglog:
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -370,6 +420,7 @@ def plot_time_vs_prompt_length(
     if "corrupted" in df.columns and df["corrupted"].any():
         extra.append(Line2D([], [], ls="", marker="x", color="black",
                             label="output corrupted (legacy)"))
+    extra += _refusal_legend(df)
     ax.set_xscale("log")
     ax.set_yscale("log")
     _tokens_axis(ax.xaxis)
@@ -448,10 +499,12 @@ def plot_pooling_share_of_kv(
             continue
         same = [name for name, seen in drawn if np.array_equal(seen, share)]
         # an identical curve is drawn dashed and thinner on top, so both stay visible
-        ax.plot(g["prompt_len"], np.where(share > 0, share, np.nan),
+        shown = np.where(share > 0, share, np.nan)
+        ax.plot(g["prompt_len"], shown,
                 label=str(policy) + (f" (= {', '.join(same)})" if same else ""),
                 color=colour, lw=2 if not same else 1.6, ls="--" if same else "-",
                 zorder=2 + len(drawn))
+        _mark_refused(ax, g, shown, colour)
         drawn.append((str(policy), share))
     ax.axhline(100, color="0.2", lw=1.2, ls="--", label="the whole KV cache of a rank")
     ax.set_xscale("log")
@@ -461,7 +514,7 @@ def plot_pooling_share_of_kv(
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("pooling peak / KV-cache memory")
     handles, _ = ax.get_legend_handles_labels()
-    _outside_legend(ax, handles)
+    _outside_legend(ax, handles + _refusal_legend(df))
     ax.set_title(title if title is not None else
                  f"Pooling's share of the memory left for the KV cache ({mode})",
                  loc="left", fontsize=10)

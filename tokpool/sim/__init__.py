@@ -24,7 +24,10 @@ Rooms, bottom to top (a module imports only from its own room or below):
 - ``backends/``: the one step loop (``backends.loop``) on tensors (``backends.tensor``) or
   integers (``backends.counting``), the closed forms, hidden-state sources, time ESTIMATES;
 - ``results/``: ``SimResult``, analysis, the Chrome trace, pooling's share of the KV cache;
-- ``simulation`` (``simulate``) and ``sweeps`` (``sweep``).
+- ``simulation`` (``simulate``) and ``sweeps`` (``sweep``);
+- ``startup``: per prompt length of a sweep, whether vLLM would start to serve it
+  (``startup_refusals``, ``mark_startup_refusals``: the same start-up checks), so plots mark
+  the points vLLM refuses.
 """
 
 from ..keep_rule import KeepRule, keep_rule, ownership_table
@@ -45,6 +48,7 @@ from .results.kv_share import pooling_share_of_kv, pooling_takes_kv_from
 from .results.result import SimResult
 from .schedule.scheduler import ScheduledStep, schedule
 from .simulation import simulate
+from .startup import mark_startup_refusals, refusal_summary, startup_refusal, startup_refusals
 from .sweeps import SWEEP_COLUMNS, sweep
 from .vllm_rules.devices import DEVICES, HARDWARE_PRESETS, Hardware
 from .vllm_rules.engine_checks import EngineRefusal
@@ -75,13 +79,17 @@ __all__ = [
     "estimate_step_times",
     "explain",
     "keep_rule",
+    "mark_startup_refusals",
     "overwritten_requests",
     "ownership_table",
     "pooling_share_of_kv",
     "pooling_takes_kv_from",
     "prompt_grid",
+    "refusal_summary",
     "schedule",
     "schedule_frame",
     "simulate",
+    "startup_refusal",
+    "startup_refusals",
     "sweep",
 ]

@@ -12,6 +12,7 @@ from ..plots import figure_png, format_bytes, format_tokens
 from ..plots.memory import plot_memory_vs_prompt_length
 from ..sim import MODEL_PRESETS, SimConfig, sweep
 from ..sim.results.analysis import prompt_grid
+from ..sim.startup import mark_startup_refusals, refusal_summary
 from ..sim.vllm_rules.devices import resolve_hardware
 from ..sim.vllm_rules.kv_cache import kv_cache_memory_bytes
 from .view import View
@@ -56,8 +57,11 @@ def render_memory(
             gives the share of one GPU's KV-cache memory (vLLM's sizing, utilization 0.92).
 
     Returns:
-        ``View``: ``png`` = the curves; ``html`` = a table of peaks at a few lengths (and the
-        share of device memory); ``table`` = the full sweep DataFrame.
+        ``View``: ``png`` = the curves, the points vLLM would refuse to start for marked
+        (``tp.sim.mark_startup_refusals``: ○ past the context, □ its KV cache); ``html`` = a
+        table of peaks at a few lengths (and the share of device memory), its caption saying
+        where vLLM stops starting; ``table`` = the full sweep DataFrame with vLLM's verdict
+        per point (``vllm_starts``, ``refused_by``, ``refusal``, ``past_context``).
 
     Raises:
         ValueError: an unknown preset, task or dtype, or an empty policy list.
@@ -89,6 +93,8 @@ def render_memory(
     lens = prompt_grid(*prompt_len, points_per_doubling=points_per_doubling)
     df = sweep(lens, config, policies=list(policies), async_scheduling=(async_scheduling,),
                progress=False)
+    # every point vLLM would refuse to start for is marked, by the same start-up checks
+    df = mark_startup_refusals(df, config)
     ax = plot_memory_vs_prompt_length(
         df, hardware=hardware,
         title=f"{model} · {config.task} · {dtype} (head: {head}) · "
@@ -117,6 +123,8 @@ def render_memory(
         caption += (f" Prompts past {model}'s {context:,}-token context: simulated as if "
                     f"served with --max-model-len {prompt_len[1]:,}, which the model may not "
                     "support.")
+    if not df["vllm_starts"].all():  # the marked points, in words (the message shortened)
+        caption += " " + " ".join(refusal_summary(df, messages=False))
     table_html = _table_html(cells, caption)
     return View(html=table_html, png=png, table=df,
                 data={"config": config, "peaks": table, "kv_cache_bytes": kv})

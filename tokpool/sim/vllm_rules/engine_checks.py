@@ -47,7 +47,9 @@ Request refusals:
 
 Each raises ``EngineRefusal`` (a ``ValueError``). ``SimConfig(as_if=True)`` looks past the ones
 that leave a simulation meaning something (``EngineRefusal.can_look_past``): the run goes on and
-``SimConfig.looked_past`` / ``SimResult.looked_past`` list what vLLM would have refused.
+``SimConfig.looked_past`` / ``SimResult.looked_past`` list what vLLM would have refused;
+``tokpool.sim.startup`` asks the same checks per plotted point (``startup_refusals``), so an "as
+if" curve marks each point vLLM would refuse to start for.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class EngineRefusal(ValueError):
 
 class Refusals:
     """Runs refusal checks: raises, or with ``as_if`` records the refusals that can be looked
-    past (``EngineRefusal.can_look_past``) in ``looked_past`` and goes on.
+    past (``EngineRefusal.can_look_past``) in ``looked_past`` (their messages) and ``refusals``
+    (the ``EngineRefusal``s, with the vLLM function each follows) and goes on.
 
     Example:
         >>> refusals = Refusals(as_if=True)
@@ -106,6 +109,7 @@ class Refusals:
     def __init__(self, *, as_if: bool) -> None:
         self.as_if = as_if
         self.looked_past: list[str] = []
+        self.refusals: list[EngineRefusal] = []
 
     def __call__(self, check, *args, **kwargs) -> None:
         try:
@@ -114,6 +118,7 @@ class Refusals:
             if not (self.as_if and err.can_look_past):
                 raise
             self.looked_past.append(str(err))
+            self.refusals.append(err)
 
 
 # --- start-up ---------------------------------------------------------------------------------

@@ -84,6 +84,8 @@ class ResolvedEngine:
     kv_spec: Any = None  # kv_spec.KVCacheSpec on the most loaded rank, None without KV cache
     enable_prefix_caching: bool = False
     max_in_flight_tokens: int = 0
+    #: the same refusals as ``EngineRefusal``s (``.follows``: the vLLM function), vLLM's order.
+    refusals: tuple = ()
 
 
 def activation_peak_estimate(config, max_num_batched_tokens: int, head_dtype) -> int:
@@ -227,4 +229,5 @@ def resolve_engine(config) -> ResolvedEngine:
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
                           blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
                           head_dtype, use_activation, async_scheduling,
-                          tuple(refuse.looked_past), spec, prefix_caching, in_flight)
+                          tuple(refuse.looked_past), spec, prefix_caching, in_flight,
+                          tuple(refuse.refusals))

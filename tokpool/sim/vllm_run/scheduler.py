@@ -42,7 +42,6 @@ from __future__ import annotations
 import collections
 import functools
 import json
-import logging
 import os
 import tempfile
 from collections.abc import Sequence
@@ -55,6 +54,7 @@ from ...vllm_bridge import (
     VLLM_REFERENCE_VERSION,
     VllmUnavailableError,
     prepare_vllm_environment,
+    quiet_vllm_import,
 )
 from ..schedule.kv_blocks import unlimited_blocks
 from ..schedule.scheduler import (
@@ -101,22 +101,23 @@ def _vllm() -> dict[str, Any]:
         return _MODULES
     prepare_vllm_environment()
     try:
-        import vllm
-        from vllm.engine.arg_utils import EngineArgs
-        from vllm.pooling_params import PoolingParams
-        from vllm.utils.hashing import sha256
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-        from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.kv_cache_interface import (
-            FullAttentionSpec,
-            KVCacheConfig,
-            KVCacheGroupSpec,
-            SlidingWindowSpec,
-        )
-        from vllm.v1.outputs import ModelRunnerOutput
-        from vllm.v1.request import Request
-        from vllm.v1.structured_output import StructuredOutputManager
+        with quiet_vllm_import():  # no vLLM/torch import-time log lines in a cell
+            import vllm
+            from vllm.engine.arg_utils import EngineArgs
+            from vllm.pooling_params import PoolingParams
+            from vllm.utils.hashing import sha256
+            from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+            from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+            from vllm.v1.core.sched.scheduler import Scheduler
+            from vllm.v1.kv_cache_interface import (
+                FullAttentionSpec,
+                KVCacheConfig,
+                KVCacheGroupSpec,
+                SlidingWindowSpec,
+            )
+            from vllm.v1.outputs import ModelRunnerOutput
+            from vllm.v1.request import Request
+            from vllm.v1.structured_output import StructuredOutputManager
     except Exception as err:  # ImportError, or vLLM's RuntimeError on an unknown device
         _MODULES["error"] = (
             f"scheduler='vllm' needs vLLM, which cannot be imported here "
@@ -181,13 +182,8 @@ def _engine_config(
         block_size=block_size,
         async_scheduling=async_scheduling,
     )
-    vllm_logger = logging.getLogger("vllm")
-    level = vllm_logger.level
-    vllm_logger.setLevel(logging.ERROR)  # vLLM logs its resolution at INFO/WARNING
-    try:
+    with quiet_vllm_import():  # vLLM logs its resolution at INFO/WARNING (torch too, 2.14)
         config = args.create_engine_config()
-    finally:
-        vllm_logger.setLevel(level)
     sched = config.scheduler_config
     if bool(sched.enable_chunked_prefill) != enable_chunked_prefill:
         raise ValueError(  # a tokpool bug guard: the stand-in model must keep the flag
@@ -280,10 +276,12 @@ def vllm_schedule(
                          for g, window in enumerate(groups)],
     )
     cls = m["AsyncScheduler"] if async_scheduling else m["Scheduler"]
-    scheduler = cls(
-        vllm_config=config, kv_cache_config=kv_config,
-        structured_output_manager=m["StructuredOutputManager"](config), block_size=block_size,
-    )
+    with quiet_vllm_import():  # its first build imports more of vLLM (and logs it)
+        scheduler = cls(
+            vllm_config=config, kv_cache_config=kv_config,
+            structured_output_manager=m["StructuredOutputManager"](config),
+            block_size=block_size,
+        )
     return _run(scheduler, m, lens, arrival, task, block_size, num_blocks,
                 queue_size=config.max_concurrent_batches, token_ids=token_ids,
                 model_config=config.model_config)
