@@ -292,7 +292,9 @@ def token_html(
             f"{html.escape(title)}</div>"
         )
     parts.append(
-        '<div style="font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;'
+        '<div style="font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,\'DejaVu Sans '
+        'Mono\',\'Noto Sans CJK SC\',\'Noto Sans Mono CJK SC\',\'Noto Color Emoji\','
+        'monospace;'
         'font-size:13px;line-height:2.0;">'
     )
     chips = []

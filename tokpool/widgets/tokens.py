@@ -109,8 +109,9 @@ def render_token_heatmap(tokens: Sequence[str], hidden: Any, *, layer_label: str
     Returns:
         PNG bytes at ``PNG_DPI``.
     """
+    # fixed margins: no tight bounding box, which would draw the figure twice
     return figure_png(_heatmap_figure(tokens, hidden, layer_label=layer_label,
-                                      max_heatmap_tokens=max_heatmap_tokens))
+                                      max_heatmap_tokens=max_heatmap_tokens), tight=False)
 
 
 def render_tokens(
