@@ -434,7 +434,7 @@ def test_memory_explorer_model_takes_what_the_box_takes(tmp_path) -> None:
         tp.memory_explorer(model="no-such-model")
     with pytest.raises(ValueError, match="model: "):
         tp.memory_explorer(model={"model_type": "qwen3"})
-    with pytest.raises(TypeError, match="preset name, a config.json path"):
+    with pytest.raises(TypeError, match=r"preset name, a config\.json path"):
         tp.memory_explorer(model=42)
 
 

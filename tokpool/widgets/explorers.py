@@ -638,8 +638,8 @@ class StepRewardExplorer(Explorer):
         truth, labels, note = carry_labels(self._original[1], steps,
                                            true_first_error=self._truth[0],
                                            step_labels=self._truth[1])
-        if self._truth != (None, None) and not self.problem.value.split() == \
-                self._original[0].split():
+        edited_problem = self.problem.value.split() != self._original[0].split()
+        if self._truth != (None, None) and edited_problem:
             note = "; ".join(filter(None, ["the labels are those of the original problem",
                                            note]))
         return render_step_rewards(list(steps), self.scores.rewards,
