@@ -223,7 +223,7 @@ MAX_WORD_TOKENS = 12
 
 def word_spans(tokens: Sequence[str], *, max_tokens: int = MAX_WORD_TOKENS
                ) -> list[tuple[int, int]]:
-    """``(start, stop)`` token ranges of the words of a tokenized text, where a line may break.
+    r"""``(start, stop)`` token ranges of the words of a tokenized text, where a line may break.
 
     A word starts at a token that begins with whitespace or follows one that ends with it (BPE
     tokens carry their leading space: ``["Hello", ",", " wor", "ld"]`` is two words); runs

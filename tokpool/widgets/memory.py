@@ -141,6 +141,7 @@ def render_memory(
         caption += (f" Prompts past {model}'s {context:,}-token context: simulated as if "
                     f"served with --max-model-len {prompt_len[1]:,}, which the model may not "
                     "support.")
+    cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
     table_html = _table_html(cells, caption)
     settings = {"model": model, "hardware": device.name, "task": config.task, "dtype": dtype,
                 "head_dtype": head, "policies": list(policies),

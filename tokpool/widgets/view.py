@@ -122,7 +122,7 @@ class View:
         PosixPath('memory.csv')
         >>> import json, pathlib
         >>> sorted(json.loads(pathlib.Path("memory.settings.json").read_text()))
-        ['saved', 'settings', 'versions']
+        ['saved', 'settings', 'table', 'versions']
         >>> ex.view.save("memory.html")         # text, figure and table in one file
         PosixPath('memory.html')
     """
