@@ -183,7 +183,8 @@ class Driver:
               let tip = e.getAttribute('title'), up = e;
               for (let i = 0; !tip && up && i < 3; i++) {
                 up = up.parentElement;
-                const label = up && up.querySelector(':scope > label[title]');
+                const label = up && (up.querySelector(':scope > label[title]')
+                                     || up.querySelector('span[title]'));
                 tip = label ? label.title : (up && up.getAttribute('title'));
               }
               return [e.textContent.trim() || e.value || e.tagName, tip || null];

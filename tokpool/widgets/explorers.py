@@ -45,7 +45,7 @@ from ..plots import format_tokens, token_strings
 from ..pooling import RETENTION_POLICIES
 from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig
 from ..sim.vllm_rules.serve_line import declared_tasks
-from .guards import guard_controls
+from .guards import guard_controls, label_of, show_tooltip
 from .memory import memory_share_applies, render_memory
 from .ownership import check_workload, parse_prompt_lens, render_ownership
 from .rewards import carry_labels, render_step_rewards
@@ -141,7 +141,7 @@ def _settings(widgets: Sequence[W.Widget]) -> list[tuple[str, str]]:
         if isinstance(w, MultiToggle):
             out.append((w.description or "options", ", ".join(w.value) or "none"))
         elif hasattr(w, "value"):
-            label = getattr(w, "description", "") or type(w).__name__
+            label = label_of(w) or type(w).__name__
             value = w.value
             if hasattr(w, "label") and isinstance(getattr(w, "label", None), str):
                 value = w.label  # Dropdown / SelectionSlider: what the user sees
@@ -201,7 +201,7 @@ class Explorer(W.VBox):
         for control in controls:
             if isinstance(control, W.IntSlider | W.FloatSlider):
                 box = self._typed_box(control)
-                self.typed[control.description or type(control).__name__] = box
+                self.typed[label_of(control) or type(control).__name__] = box
                 row.append(W.HBox([control, box], layout=W.Layout(align_items="center")))
             elif isinstance(control, W.SelectionSlider | W.SelectionRangeSlider):
                 row.append(W.HBox([control, self._shown_label(control)],
@@ -222,6 +222,9 @@ class Explorer(W.VBox):
             **kwargs,
         )
         guard_controls(controls, self.fail)  # a value set from code that a control cannot take
+        for control in controls:  # described text boxes, menus, checkboxes: seen on hover
+            if isinstance(control, W.Text | W.Textarea | W.Dropdown | W.Checkbox):
+                show_tooltip(control)
 
     # --- typed values ---------------------------------------------------------------------
 
@@ -253,7 +256,7 @@ class Explorer(W.VBox):
             label = slider.label
             return " – ".join(label) if isinstance(label, tuple) else str(label)
 
-        shown = W.Label(text(), tooltip=f"{slider.description}: the chosen value (drag the "
+        shown = W.Label(text(), tooltip=f"{label_of(slider)}: the chosen value (drag the "
                                         "slider, or focus it and use the arrow keys)")
         shown.add_class("tokpool-readout")
         slider.observe(lambda _: setattr(shown, "value", text()), names="value")
@@ -266,7 +269,7 @@ class Explorer(W.VBox):
     def _on_typed(self, slider: W.IntSlider | W.FloatSlider, box: W.Text, text: str) -> None:
         if self._syncing:
             return
-        label = slider.description or "value"
+        label = label_of(slider) or "value"
         integer = isinstance(slider, W.IntSlider)
         kind = "a whole number" if integer else "a number"
         allowed = (f"{slider.min} to {slider.max}" if integer
@@ -293,7 +296,7 @@ class Explorer(W.VBox):
         try:
             for control in self._controls:
                 if isinstance(control, W.IntSlider | W.FloatSlider):
-                    box = self.typed[control.description or type(control).__name__]
+                    box = self.typed[label_of(control) or type(control).__name__]
                     box.value = self._format(control, control.value)
         finally:
             self._syncing = False
