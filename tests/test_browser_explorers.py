@@ -58,9 +58,9 @@ EXPLORERS = {
                     "['3 * 4 = 12.', '2 + 12 = 15.', 'The answer is 15.'], "
                     "true_first_error=1, step_labels=[True, False, False])\nex"),
     # memory_explorer(model=...) given a folder, as the "your model" box takes it
-    "memory_model": ("import json, tempfile, pathlib\nimport tokpool as tp\n"
+    "memory_model": ("import tempfile, pathlib\nimport tokpool as tp\n"
                      "folder = pathlib.Path(tempfile.mkdtemp())\n"
-                     "(folder / 'config.json').write_text(json.dumps({YOUR_MODEL}))\n"
+                     "(folder / 'config.json').write_text({YOUR_MODEL})\n"
                      "ex = tp.memory_explorer(model=folder)\nex"),
 }
 
@@ -128,15 +128,23 @@ class Driver:
             f".widget-slider:has(label:text-is('{label}'))")).last
         return row.locator("input.widget-input, .tokpool-typed input").last
 
+    def _described(self, kind: str, label: str):
+        """The ``kind`` widget whose description reads ``label`` exactly (a plain label, or
+        the titled span that carries its tooltip)."""
+        return self.root.locator(kind).filter(
+            has=self.page.locator("label").get_by_text(label, exact=True))
+
     def text(self, label: str):
-        return self.root.locator(f".widget-text:has(label:text-is('{label}')) input").first
+        return self._described(".widget-text", label).locator("input").first
 
     def area(self, label: str):
-        return self.root.locator(f".widget-textarea:has(label:text-is('{label}')) textarea"
-                                 ).first
+        return self._described(".widget-textarea", label).locator("textarea").first
+
+    def menu(self, label: str):
+        return self._described(".widget-dropdown", label).locator("select").first
 
     def select(self, label: str, value: str) -> float:
-        menu = self.root.locator(f".widget-dropdown:has(label:text-is('{label}')) select").first
+        menu = self.menu(label)
         return self._commit(lambda: menu.select_option(label=value))
 
     def click(self, text: str) -> float:
@@ -170,8 +178,8 @@ class Driver:
         assert self.root.locator("img").filter(visible=True).count() >= 1
 
     def options(self, label: str) -> list[str]:
-        menu = self.root.locator(f".widget-dropdown:has(label:text-is('{label}')) select").first
-        return menu.evaluate("el => [...el.options].map(o => o.textContent)")
+        return self.menu(label).evaluate(
+            "el => [...el.options].map(o => o.textContent.replace(/\\u00a0/g, ' '))")
 
     def tooltips(self) -> list[tuple[str, str | None]]:
         """Every control (button, input, menu) with the tooltip the browser shows for it: its
