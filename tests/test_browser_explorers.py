@@ -362,7 +362,10 @@ def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> Non
         "policies": [d.click("offload") for _ in range(REPEATS - 1)],
         "tensor-parallel GPUs": _alternate(
             lambda v: d.type_into(d.box("tensor-parallel GPUs"), v), ("2", "1")),
-        "task": _alternate(lambda v: d.select("task", v), ("embed", "token_embed")),
+        # the PRM declares token_classify alone: back to the embedding model (untimed) for
+        # tasks to choose from
+        "task": [d.select("model", "Qwen3-Embedding-8B")] and _alternate(
+            lambda v: d.select("task", v), ("embed", "token_embed")),
         "head dtype": _alternate(lambda v: d.select("head dtype", v),
                                  ("same as dtype (no cast)", "float32")),
         # after the head dtype: with float32 hidden states "no cast" equals a float32 head
