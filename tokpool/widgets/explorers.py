@@ -785,11 +785,11 @@ class OwnershipExplorer(Explorer):
             long = [(i, n) for i, n in enumerate(lens) if n > budget]
             i, n = long[0]
             where = "request 0 tokens" if i == 0 else f"other requests (request {i})"
-            more = (f", nor can {len(long) - 1} more request{'s' if len(long) > 2 else ''}"
+            more = (f", nor {len(long) - 1} more request{'s' if len(long) > 2 else ''}"
                     if len(long) > 1 else "")
             raise ValueError(
                 f"{where}: {n} tokens, but tokens per step is {budget} and chunked prefill is "
-                f"off, so it can never be scheduled{more} (vLLM refuses to start, "
+                f"off, so no step can hold it{more} (vLLM refuses to start, "
                 f"{err.follows}). Tick chunked prefill, raise tokens per step to at least "
                 f"{max(n for _, n in long)}, or shorten {'those requests' if more else 'it'}"
             ) from None
