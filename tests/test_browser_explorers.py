@@ -9,6 +9,14 @@ fixture of ``test_browser.py``: Debian's chromium, JupyterLab on a loopback port
 problem appears and no figure is left standing. Then it changes each control a few times and
 records the median time from the change to the kernel's finished redraw, written to
 ``benchmarks/results/explorer_response_times.json`` (the README's table comes from there).
+
+Each trap a reader fell into (issue 30) is played too and must be gone: a CPU in the memory
+explorer's device menu, tasks the model does not declare, a hidden policy that looks selected, a
+tooltip reading "null", refusals naming engine flags instead of the panel's controls, "1e12 is
+not a whole number", a long schedule shrunk to 5-px text, a cut heatmap without a caption, CJK
+and emoji labels drawn as boxes, token chips broken inside a word, a 40-step reward chart as a
+strip, the labelled error's outline lost on an edit. Screenshots of the changed explorers go to
+``docs/explorer_*.png``.
 """
 
 from __future__ import annotations
@@ -47,7 +55,13 @@ EXPLORERS = {
               f"ex = tp.token_explorer(model, {NOTEBOOK_03_TEXT!r}, layer=15)\nex"),
     "step_reward": ("import tokpool as tp\nprm = tp.load_prm()\n"
                     "ex = tp.step_reward_explorer(prm, 'What is 2 + 3 * 4?', "
-                    "['3 * 4 = 12.', '2 + 12 = 15.', 'The answer is 15.'])\nex"),
+                    "['3 * 4 = 12.', '2 + 12 = 15.', 'The answer is 15.'], "
+                    "true_first_error=1, step_labels=[True, False, False])\nex"),
+    # memory_explorer(model=...) given a folder, as the "your model" box takes it
+    "memory_model": ("import tempfile, pathlib\nimport tokpool as tp\n"
+                     "folder = pathlib.Path(tempfile.mkdtemp())\n"
+                     "(folder / 'config.json').write_text({YOUR_MODEL})\n"
+                     "ex = tp.memory_explorer(model=folder)\nex"),
 }
 
 #: A config.json pasted into the memory explorer's "your model" box (a Qwen3-8B-like decoder).
@@ -56,6 +70,8 @@ YOUR_MODEL = json.dumps({
     "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
     "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151665,
     "max_position_embeddings": 32768, "torch_dtype": "bfloat16"})
+EXPLORERS["memory_model"] = EXPLORERS["memory_model"].replace("{YOUR_MODEL}", repr(YOUR_MODEL))
+DOCS = ROOT / "docs"
 
 #: What the kernel redraws: the figure and the text below the controls (children 2 and 3: the
 #: message line and the output), not the controls, whose readouts the browser updates itself.
@@ -112,15 +128,23 @@ class Driver:
             f".widget-slider:has(label:text-is('{label}'))")).last
         return row.locator("input.widget-input, .tokpool-typed input").last
 
+    def _described(self, kind: str, label: str):
+        """The ``kind`` widget whose description reads ``label`` exactly (a plain label, or
+        the titled span that carries its tooltip)."""
+        return self.root.locator(kind).filter(
+            has=self.page.locator("label").get_by_text(label, exact=True))
+
     def text(self, label: str):
-        return self.root.locator(f".widget-text:has(label:text-is('{label}')) input").first
+        return self._described(".widget-text", label).locator("input").first
 
     def area(self, label: str):
-        return self.root.locator(f".widget-textarea:has(label:text-is('{label}')) textarea"
-                                 ).first
+        return self._described(".widget-textarea", label).locator("textarea").first
+
+    def menu(self, label: str):
+        return self._described(".widget-dropdown", label).locator("select").first
 
     def select(self, label: str, value: str) -> float:
-        menu = self.root.locator(f".widget-dropdown:has(label:text-is('{label}')) select").first
+        menu = self.menu(label)
         return self._commit(lambda: menu.select_option(label=value))
 
     def click(self, text: str) -> float:
@@ -152,6 +176,35 @@ class Driver:
     def shows_figure(self) -> None:
         assert self.root.locator(".tokpool-error").count() == 0
         assert self.root.locator("img").filter(visible=True).count() >= 1
+
+    def options(self, label: str) -> list[str]:
+        return self.menu(label).evaluate(
+            "el => [...el.options].map(o => o.textContent.replace(/\\u00a0/g, ' '))")
+
+    def tooltips(self) -> list[tuple[str, str | None]]:
+        """Every control (button, input, menu) with the tooltip the browser shows for it: its
+        own title, or that of the widget around it."""
+        return self.root.evaluate("""root => [...root.querySelectorAll(
+            'button, input, select, textarea')].filter(e => e.offsetParent !== null).map(e => {
+              // a button carries its own title; a described text box, menu or checkbox,
+              // the label of its widget (ipywidgets' DescriptionView), a parent or two up
+              let tip = e.getAttribute('title'), up = e;
+              for (let i = 0; !tip && up && i < 3; i++) {
+                up = up.parentElement;
+                const label = up && (up.querySelector(':scope > label[title]')
+                                     || up.querySelector('span[title]'));
+                tip = label ? label.title : (up && up.getAttribute('title'));
+              }
+              return [e.textContent.trim() || e.value || e.tagName, tip || null];
+            })""")
+
+    def figure_scale(self) -> float:
+        """Shown CSS width of the figure over the width it was drawn for (1.0: not shrunk)."""
+        img = self.root.locator("img").filter(visible=True).first
+        return img.evaluate("i => i.getBoundingClientRect().width / (i.naturalWidth / 2)")
+
+    def screenshot(self, name: str) -> None:
+        self.root.screenshot(path=str(DOCS / f"explorer_{name}.png"))
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +275,30 @@ def test_ownership_explorer_refuses_hostile_values_and_answers(browser_page) -> 
     d.refused(lambda: d.type_into(d.box("tokens per step"), "lots"), "not a whole number")
     d.type_into(d.box("tokens per step"), "16")
     d.shows_figure()
+    # every control has a tooltip in words (the async button's read "null")
+    for control, tip in d.tooltips():
+        assert tip and tip != "null" and len(tip.split()) >= 3, (control, tip)
+    # with chunking off the message names this panel's controls, not engine flags
+    d.refused(lambda: d.check("chunked prefill"), "tokens per step is 16",
+              "Tick chunked prefill")
+    assert "max_num_batched_tokens" not in d.root.locator(".tokpool-error").inner_text()
+    d.check("chunked prefill")
+    d.shows_figure()
+    d.refused(lambda: d.type_into(d.box("request 0 tokens"), "1e12"), "from 1 to 96",
+              "is out of range")
+    assert "not a whole number" not in d.root.inner_text()
+    d.type_into(d.box("request 0 tokens"), "20")
+    # a long run keeps its text size (a capped width that scrolls, and a caption)
+    d.type_into(d.box("tokens per step"), "2")
+    d.type_into(d.text("other requests"), "96, 96")
+    d.shows_figure()
+    assert "steps are labelled every" in d.root.inner_text()
+    assert d.figure_scale() > 0.98
+    d.screenshot("ownership_long_run")
+    d.type_into(d.text("other requests"), "6, 9")
+    d.type_into(d.box("tokens per step"), "16")
+    d.shows_figure()
+    d.screenshot("ownership")
     times = {
         "request 0 tokens": _alternate(lambda v: d.type_into(d.box("request 0 tokens"), v),
                                        ("24", "20")),
@@ -248,6 +325,31 @@ def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> Non
     d.refused(lambda: d.type_into(d.text("your model"), "/no/such/model"), "no config.json")
     d.type_into(d.text("your model"), "")
     d.shows_figure()
+    # no device whose memory a share makes no sense of; only the tasks the model declares
+    assert "CPU" not in d.options("hardware") and "H100 SXM" in d.options("hardware")
+    assert d.options("task") == ["default (token_embed)", "embed", "token_embed"]
+    for control, tip in d.tooltips():
+        assert tip and tip != "null" and len(tip.split()) >= 3, (control, tip)
+    # a hidden policy looks hidden: plain, no tick, unlike the shown ones
+    d.click("offload")
+    look = d.root.evaluate("""root => [...root.querySelectorAll('.tokpool-option')].map(b =>
+        [b.textContent.trim(), b.classList.contains('mod-info'),
+         getComputedStyle(b).backgroundColor, b.querySelector('i.fa-check') !== null])""")
+    shown = {name: (info, colour, tick) for name, info, colour, tick in look}
+    assert shown["offload"][0] is False and shown["offload"][2] is False
+    assert all(shown[p][0] and shown[p][2] for p in ("legacy", "clone", "prealloc"))
+    assert shown["offload"][1] != shown["clone"][1]
+    d.click("offload")
+    # a narrow range still has three ticks a side (the figure; the ticks are unit-tested)
+    for _ in range(4):
+        d.key("prompt length", "ArrowLeft", handle=".noUi-handle-upper")
+    assert "1K – 2K" in d.root.inner_text()
+    d.shows_figure()
+    d.screenshot("memory_narrow_range")
+    for _ in range(4):
+        d.key("prompt length", "ArrowRight", handle=".noUi-handle-upper")
+    d.shows_figure()
+    d.screenshot("memory")
     times = {
         # first, while the model chunks: the model control ends on the PRM, which vLLM never
         # chunks whatever the task (STEP pooling), so its chunk budget changes nothing
@@ -260,7 +362,10 @@ def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> Non
         "policies": [d.click("offload") for _ in range(REPEATS - 1)],
         "tensor-parallel GPUs": _alternate(
             lambda v: d.type_into(d.box("tensor-parallel GPUs"), v), ("2", "1")),
-        "task": _alternate(lambda v: d.select("task", v), ("embed", "token_embed")),
+        # the PRM declares token_classify alone: back to the embedding model (untimed) for
+        # tasks to choose from
+        "task": [d.select("model", "Qwen3-Embedding-8B")] and _alternate(
+            lambda v: d.select("task", v), ("embed", "token_embed")),
         "head dtype": _alternate(lambda v: d.select("head dtype", v),
                                  ("same as dtype (no cast)", "float32")),
         # after the head dtype: with float32 hidden states "no cast" equals a float32 head
@@ -284,7 +389,23 @@ def test_token_explorer_refuses_hostile_values_and_answers(browser_page) -> None
     d.shows_figure()
     shown = d.root.inner_text()
     assert "東" in shown and "Ü" in shown and "\ufffd" not in shown
+    # Chinese and emoji labels: drawn with Noto's glyphs, so no "drawn as boxes" note
+    d.type_into(d.area("text"), "北京欢迎你 🎉 and 東京 😀 say hello.", blur=True)
+    d.shows_figure()
+    assert "drawn as boxes" not in d.root.inner_text()
+    d.screenshot("token_cjk_emoji")
+    # a cut heatmap says so
+    d.type_into(d.area("text"), f"{NOTEBOOK_03_TEXT} {NOTEBOOK_03_TEXT}", blur=True)
+    d.shows_figure()
+    assert "The heatmap shows the first 96 of" in d.root.inner_text()
     d.type_into(d.area("text"), NOTEBOOK_03_TEXT, blur=True)
+    assert "The heatmap shows the first" not in d.root.inner_text()
+    # the chips wrap between words: every word's chips on one line, and the text wraps
+    lines = d.root.evaluate("""root => [...root.querySelectorAll('.tokpool-word')].map(w =>
+        [...w.children].map(c => Math.round(c.getBoundingClientRect().top)))""")
+    assert all(len(set(tops)) == 1 for tops in lines), lines
+    assert len({tops[0] for tops in lines}) >= 2  # it does wrap, between words
+    d.screenshot("token")
     times = {
         "layer (new)": [d.type_into(d.box("layer"), v) for v in ("3", "9", "21")],
         "layer (seen)": [d.type_into(d.box("layer"), v) for v in ("3", "9", "21")],
@@ -308,6 +429,22 @@ def test_step_reward_explorer_refuses_hostile_values_and_answers(browser_page) -
     d.type_into(d.area("steps"), "3 * 4 = 12.\n2 + 12 = 15.\nThe answer is 15.", blur=True)
     d.shows_figure()
     assert "step 0 · " in d.root.inner_text()
+    assert "labelled first error: step 1" in d.root.inner_text()
+    # an edit after the labelled error keeps its outline (and says what lost its label)
+    d.type_into(d.area("steps"), "3 * 4 = 12.\n2 + 12 = 15.\nSo the answer is 15.", blur=True)
+    assert "labelled first error: step 1" in d.root.inner_text()
+    assert "step 2 was edited" in d.root.inner_text()
+    d.screenshot("step_reward")
+    # 40 steps: a chart, not a strip
+    forty = "\n".join(f"Step {i}: add {i} to the total." for i in range(40))
+    d.type_into(d.area("steps"), forty, blur=True)
+    d.shows_figure()
+    img = d.root.locator("img").filter(visible=True).first
+    width, height = img.evaluate("i => [i.getBoundingClientRect().width, "
+                                 "i.getBoundingClientRect().height]")
+    assert height / width >= 0.3 and d.figure_scale() > 0.98, (width, height)
+    d.screenshot("step_reward_40_steps")
+    d.type_into(d.area("steps"), "3 * 4 = 12.\n2 + 12 = 15.\nThe answer is 15.", blur=True)
     times = {
         "threshold": _alternate(lambda v: d.type_into(d.box("threshold"), v), ("0.3", "0.5")),
         "steps (new)": [d.type_into(d.area("steps"), f"3 * 4 = 12.\n2 + 12 = {14 + i}.",
@@ -317,3 +454,14 @@ def test_step_reward_explorer_refuses_hostile_values_and_answers(browser_page) -
     }
     d.shows_figure()
     _record("step_reward", times)
+
+
+def test_memory_explorer_takes_a_model_folder(browser_page) -> None:
+    d = browser_page("memory_model")
+    d.shows_figure()
+    box = d.text("your model")
+    assert box.input_value().startswith("/")  # the folder, shown in the box it fills
+    assert d.options("task") == ["default (token_embed)", "embed", "token_embed"]
+    assert "CPU" not in d.options("hardware")
+    d.select("task", "embed")
+    d.shows_figure()

@@ -102,7 +102,8 @@ def test_step_reward_explorer_threshold_and_edits() -> None:
     ex.threshold.value = 0.5
     ex.steps.value = "ok\nok\nwrong"  # edited steps are re-scored; labels no longer apply
     assert ex.view.data["predicted_first_error"] == 2 and prm.calls == 2
-    assert "labelled" not in ex.html.value
+    assert "labelled first error: step" not in ex.html.value
+    assert "the labelled first error (step 1) no longer applies" in ex.html.value
     ex.steps.value = "   "
     assert "at least one step" in ex._errors.value
 
@@ -274,8 +275,8 @@ def test_view_save_writes_png_csv_and_html(tmp_path) -> None:
     assert csv.read_text().splitlines()[0].startswith("request,")
     page = view.save(tmp_path / "a.html").read_text()
     assert page.startswith("<!doctype html>") and "data:image/png;base64," in page
-    with pytest.raises(ValueError, match=r"\.png, \.csv or \.html"):
-        view.save(tmp_path / "a.pdf")
+    with pytest.raises(ValueError, match=r"\.png, \.svg, \.pdf, \.csv or \.html"):
+        view.save(tmp_path / "a.jpg")
     with pytest.raises(ValueError, match="no table"):
         widgets.View(html="x").save(tmp_path / "b.csv")
 
@@ -363,3 +364,263 @@ def test_memory_explorer_takes_your_model_and_tensor_parallel_size() -> None:
     assert "of KV" in ex.view.html and "tensor-parallel size 4" in ex.view.html
     ex.your_model.value = "/nonexistent/config.json"
     assert ex.view is None and "no config.json" in ex.error
+
+
+# --- issue 30: no traps, readable figures, exports ----------------------------------------------
+
+OWN_MODEL = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+             "intermediate_size": 3072, "num_hidden_layers": 4, "num_attention_heads": 8,
+             "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000,
+             "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+
+
+def test_memory_explorer_offers_no_cpu_and_a_cpu_render_gives_no_share() -> None:
+    from tokpool.widgets.explorers import MEMORY_HARDWARE
+
+    ex = tp.memory_explorer(prompt_len=(1024, 4096))
+    assert "CPU" in tp.HARDWARE_PRESETS and "CPU" not in ex.hardware.options
+    assert list(ex.hardware.options) == list(MEMORY_HARDWARE) and len(MEMORY_HARDWARE) >= 8
+    ex.hardware.value = "CPU"  # refused in the panel, naming the choices
+    assert "hardware: 'CPU' is not one of its choices" in ex.error
+    with pytest.raises(ValueError, match="CPU's RAM"):
+        tp.memory_explorer(hardware="CPU")
+    view = widgets.render_memory(hardware="CPU", prompt_len=(1024, 4096))
+    assert "%" not in view.html and "host memory" in view.html
+    assert "1 B" not in view.html and view.data["share"] is False
+    gpu = widgets.render_memory(hardware="H100 SXM", prompt_len=(1024, 4096))
+    assert "%" in gpu.html and gpu.data["share"] is True
+
+
+def test_memory_task_menu_offers_only_declared_tasks() -> None:
+    from tokpool.sim.vllm_rules.serve_line import declared_tasks
+
+    ex = tp.memory_explorer(prompt_len=(1024, 4096))
+    for name, preset in tp.MODEL_PRESETS.items():
+        ex.model.value = name
+        offered = [v for _, v in ex.task.options if v != "default"]
+        declared = declared_tasks(preset.default_task, "auto")
+        assert offered == [t for t in declared if t in ("token_embed", "token_classify",
+                                                        "embed")], name
+        assert ex.task.options[0][0] == f"default ({preset.default_task})"
+    ex.model.value = "Qwen2.5-Math-PRM-7B"
+    assert [v for _, v in ex.task.options] == ["default", "token_classify"]
+    ex.task.value = "token_embed"  # not declared: refused with the reason
+    assert "declares ['token_classify']" in ex.error and "vLLM refuses" in ex.error
+    ex.task.value = "token_classify"
+    assert ex.error is None
+    ex.model.value = "Qwen3-Embedding-8B"  # the chosen task is not declared there: default
+    assert ex.task.value == "default" and ex.error is None
+    assert "not one the model declares" in ex.view.html
+
+
+def test_memory_explorer_model_takes_what_the_box_takes(tmp_path) -> None:
+    import json
+
+    import transformers
+
+    (tmp_path / "config.json").write_text(json.dumps(OWN_MODEL))
+    given = {"path": tmp_path / "config.json", "folder": tmp_path, "text path":
+             str(tmp_path / "config.json"), "dict": OWN_MODEL,
+             "config": transformers.Qwen3Config(**{k: v for k, v in OWN_MODEL.items()
+                                                   if k not in ("model_type",)})}
+    for kind, model in given.items():
+        ex = tp.memory_explorer(model=model)
+        assert ex.error is None, (kind, ex.error)
+        assert ex.your_model.value, kind
+        assert ex.view.data["config"].hidden_size == 1024, kind
+        assert ex.prompt_len.value == (1024, 8192), kind  # the model's own context
+        assert ex.declared_tasks() == ("embed", "token_embed"), kind
+    with pytest.raises(ValueError, match="neither a preset"):
+        tp.memory_explorer(model="no-such-model")
+    with pytest.raises(ValueError, match="model: "):
+        tp.memory_explorer(model={"model_type": "qwen3"})
+    with pytest.raises(TypeError, match=r"preset name, a config\.json path"):
+        tp.memory_explorer(model=42)
+
+
+def test_toggle_states_are_unmistakable() -> None:
+    ex = tp.memory_explorer(prompt_len=(1024, 4096), policies=("clone",))
+    on, off = ex.policies.buttons["clone"], ex.policies.buttons["offload"]
+    assert (on.button_style, on.icon) == ("info", "check") and "shown" in on.tooltip
+    assert (off.button_style, off.icon) == ("", "") and "hidden" in off.tooltip
+    on.value = False
+    assert (on.button_style, on.icon) == ("", "") and "hidden" in on.tooltip
+    own = tp.ownership_explorer([5], budget=8, hidden_size=8)
+    assert own.async_scheduling.button_style == "" and "off" in own.async_scheduling.tooltip
+    own.async_scheduling.value = True
+    assert own.async_scheduling.button_style == "info" and "is on" in own.async_scheduling.tooltip
+
+
+def _controls_with_tips(ex) -> list:
+    controls = []
+    for control in ex._controls:
+        controls += list(getattr(control, "buttons", {}).values()) or [control]
+    return controls + list(ex.typed.values())
+
+
+def test_every_control_has_a_tooltip_in_words(tiny_decoder) -> None:
+    explorers = [tp.ownership_explorer([5], budget=8, hidden_size=8),
+                 tp.memory_explorer(prompt_len=(1024, 4096)),
+                 tp.token_explorer(tiny_decoder, "hello world"),
+                 tp.step_reward_explorer(_StubPRM(), "Q?", ["ok"])]
+    for ex in explorers:
+        for control in _controls_with_tips(ex):
+            tip = getattr(control, "tooltip", None)
+            name = f"{type(ex).__name__}.{getattr(control, 'description', control)}"
+            assert isinstance(tip, str) and len(tip.split()) >= 3, (name, tip)
+            described = getattr(control, "description", "")
+            if described and isinstance(control, widgets.explorers.W.Text
+                                        | widgets.explorers.W.Textarea
+                                        | widgets.explorers.W.Dropdown
+                                        | widgets.explorers.W.Checkbox):
+                # ipywidgets 8 shows a described control's tooltip nowhere: on its label
+                assert described.startswith('<span title="') and control.description_allow_html
+                assert "<" not in widgets.guards.label_of(control)
+        tips = getattr(ex, "policy", None)
+        if isinstance(tips, widgets.explorers.W.ToggleButtons):
+            assert all(len(t.split()) >= 3 for t in tips.tooltips)
+
+
+def test_ownership_messages_name_the_panels_controls() -> None:
+    ex = tp.ownership_explorer([20, 6, 9], budget=16)
+    ex.chunked.value = False
+    assert "tokens per step is 16" in ex.error and "Tick chunked prefill" in ex.error
+    assert "request 0 tokens: 20 tokens" in ex.error
+    for flag in ("max_num_batched_tokens", "--enable", "enable_chunked_prefill"):
+        assert flag not in ex.error
+    ex.chunked.value = True
+    assert ex.error is None
+    ex.prompt_len.value = 10
+    ex.more_requests.value = "6, 30"
+    ex.chunked.value = False
+    assert "other requests (request 2): 30 tokens" in ex.error
+    assert "raise tokens per step to at least 30, or shorten it" in ex.error
+
+
+def test_typed_numbers_get_a_range_message() -> None:
+    ex = tp.ownership_explorer([20], budget=16)
+    box = ex.typed["request 0 tokens"]
+    box.value = "1e12"
+    assert "must be from 1 to 96; 1e12 (1,000,000,000,000) is out of range" in ex.error
+    assert "not a whole number" not in ex.error
+    box.value = "2.5"
+    assert "'2.5' is not a whole number" in ex.error
+    box.value = "inf"
+    assert "is not a whole number" in ex.error
+    box.value = "24.0"
+    assert ex.error is None and ex.prompt_len.value == 24
+
+
+def test_ownership_figure_keeps_its_size_and_says_what_it_cut() -> None:
+    ex = tp.ownership_explorer([20, 6, 9], budget=16)
+    assert ex.image.layout.min_width == ex.image.layout.width  # never shrunk to fit
+    assert ex.image.layout.max_width == "none"
+    assert "tokpool-caption" not in ex.view.html
+    ex.budget.value = 2
+    ex.more_requests.value = "96, 96"
+    assert ex.error is None and len(ex.view.data["result"].steps) > 100
+    assert "steps are labelled every 5th" in ex.view.html
+    assert "too narrow for their token ranges" in ex.view.html
+    assert ex.image.layout.min_width == f"{ex.view.display_width}px"
+
+
+def test_heatmap_caption_when_the_view_is_cut() -> None:
+    tokens = [f" t{i}" for i in range(150)]
+    view = widgets.render_tokens(tokens, torch.randn(150, 8))
+    assert "first 96 of 150 tokens" in view.html
+    short = widgets.render_tokens(tokens[:20], torch.randn(20, 8))
+    assert "first 96" not in short.html and "tokpool-caption" not in short.html
+
+
+def test_cjk_and_emoji_labels_have_glyphs(caplog) -> None:
+    import logging
+
+    from tokpool.plots import _fonts
+
+    assert _fonts.missing_glyphs(["東京", "北京欢迎你", "🎉", "😀"]) == []
+    family = _fonts.font_family(["東京"])
+    assert isinstance(family, list) and "Noto Sans CJK SC" in family
+    assert _fonts.font_family(["plain ascii ·↵"]) == "monospace"  # the fast path
+    assert "\ue000" in _fonts.box_note(["\ue000"]) and "boxes" in _fonts.box_note(["\ue000"])
+    with caplog.at_level(logging.WARNING, logger="matplotlib.font_manager"):
+        view = widgets.render_tokens(["東", "京", " 🎉", " ok"], torch.randn(4, 8))
+    assert not [r for r in caplog.records if "findfont" in r.getMessage()]
+    assert view.png.startswith(PNG_MAGIC)
+
+
+def test_token_chips_wrap_between_words() -> None:
+    from tokpool.plots import word_spans
+
+    tokens = ["Token", "-level", " pool", "ing", " keeps", " one", "\n", "vector"]
+    assert word_spans(tokens) == [(0, 2), (2, 4), (4, 5), (5, 6), (6, 7), (7, 8)]
+    assert word_spans(["a"] * 30, max_tokens=12) == [(0, 12), (12, 24), (24, 30)]
+    html = tp.viz.token_html(tokens, np.arange(len(tokens), dtype=float))
+    words = html.split('<span class="tokpool-word" style="white-space:nowrap">')[1:]
+    assert len(words) == 6 and "Token" in words[0] and "-level" in words[0]
+    assert "overflow-wrap:anywhere" not in html  # no break inside a word
+
+
+def test_reward_chart_stays_readable_at_40_steps() -> None:
+    from tokpool.plots.rewards import MAX_WIDTH_IN
+
+    r = np.linspace(0.95, 0.05, 40)
+    ax = tp.plot_step_rewards(r, true_first_error=20, step_labels=[i < 20 for i in range(40)])
+    width, height = ax.figure.get_size_inches()
+    assert width <= MAX_WIDTH_IN and height / width >= 0.3  # a chart, not a strip
+    labels = [t for t in ax.get_xticklabels() if t.get_text()]
+    assert 15 <= len(labels) <= 25 and all(t.get_fontsize() >= 7 for t in labels)
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)
+
+
+def test_true_error_outline_survives_an_edit_after_it() -> None:
+    prm = _StubPRM()
+    steps = ["ok", "wrong", "ok", "ok"]
+    ex = tp.step_reward_explorer(prm, "Q?", steps, true_first_error=1,
+                                 step_labels=[True, False, False, False])
+    assert "labelled first error: step 1" in ex.html.value
+    ex.steps.value = "ok\nwrong\nok, edited\nok"  # an edit after the labelled error
+    assert "labelled first error: step 1" in ex.html.value and "✓ match" in ex.html.value
+    assert "step 2 was edited: it has no label" in ex.html.value
+    ex.problem.value = "Q, reworded?"  # the labels stay, said to be the original problem's
+    assert "labelled first error: step 1" in ex.html.value
+    assert "the labels are those of the original problem" in ex.html.value
+    ex.steps.value = "ok\nright now\nok"  # the labelled step itself edited: dropped, said why
+    assert "labelled first error: step" not in ex.html.value
+    assert "no longer applies" in ex.html.value
+
+
+def test_view_saves_svg_pdf_and_every_table_carries_its_settings(tmp_path, tiny_decoder
+                                                                  ) -> None:
+    import json
+
+    import pandas as pd
+
+    views = {"ownership": tp.ownership_explorer([5, 12], budget=8, hidden_size=8).view,
+             "memory": tp.memory_explorer(prompt_len=(1024, 4096)).view,
+             "token": tp.token_explorer(tiny_decoder, "hello world").view,
+             "rewards": tp.step_reward_explorer(_StubPRM(), "Q?", ["ok", "wrong"]).view}
+    for name, view in views.items():
+        assert view.settings, name
+        svg = view.save(tmp_path / f"{name}.svg").read_text()
+        assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "tokpool" in svg, name
+        assert view.save(tmp_path / f"{name}.pdf").read_bytes().startswith(b"%PDF"), name
+        if view.table is None:
+            continue
+        csv = view.save(tmp_path / f"{name}.csv")
+        assert pd.read_csv(csv).shape == view.table.shape, name  # the table is plain CSV
+        record = json.loads((tmp_path / f"{name}.settings.json").read_text())
+        assert record["table"] == f"{name}.csv" and record["settings"], name
+        assert record["versions"]["tokpool"] == tp.__version__
+        assert record["versions"]["vllm_rules"] == "0.33.0"
+        assert "vllm_installed" in record["versions"] and record["saved"]
+    memory = json.loads((tmp_path / "memory.settings.json").read_text())["settings"]
+    assert memory["model"] == "Qwen3-Embedding-8B" and memory["hardware"] == "H100 SXM"
+    assert {"task", "dtype", "async_scheduling", "max_num_batched_tokens"} <= set(memory)
+    own = json.loads((tmp_path / "ownership.settings.json").read_text())["settings"]
+    assert own["prompt_lens"] == [5, 12] and own["policy"] == "clone"
+    page = views["memory"].save(tmp_path / "m.html").read_text()
+    assert "tokpool-settings" in page and "vllm_rules 0.33.0" in page
+    with pytest.raises(ValueError, match="only as a PNG"):
+        widgets.View(html="x", png=views["memory"].png).save(tmp_path / "x.svg")

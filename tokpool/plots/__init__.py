@@ -34,6 +34,7 @@ from .token_text import (
     token_html,
     token_strings,
     visible_whitespace,
+    word_spans,
 )
 
 __all__ = [
@@ -67,4 +68,5 @@ __all__ = [
     "token_html",
     "token_strings",
     "visible_whitespace",
+    "word_spans",
 ]

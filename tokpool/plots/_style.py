@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import matplotlib as mpl
 import numpy as np
+from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -113,11 +114,16 @@ def close(fig: Figure) -> None:
     plt.close(fig)
 
 
-def figure_png(fig: Figure, *, dpi: int = 200, close_figure: bool = True) -> bytes:
+def figure_png(fig: Figure, *, dpi: int = 200, close_figure: bool = True,
+               tight: bool = True) -> bytes:
     """PNG bytes of ``fig`` at ``dpi`` (200: sharp on HiDPI screens, shown at half size);
-    closes it by default so render functions do not leak figures."""
+    closes it by default so render functions do not leak figures.
+
+    ``tight=False`` saves the figure as laid out, without the tight bounding box, which
+    matplotlib finds by drawing the whole figure once more: half the time, for a figure whose
+    margins are fixed (the token heatmap)."""
     buf = io.BytesIO()
-    with mpl.rc_context(RC):
+    with mpl.rc_context({**RC, **({} if tight else {"savefig.bbox": "standard"})}):
         fig.savefig(buf, format="png", dpi=dpi)
     if close_figure:
         close(fig)
@@ -179,3 +185,70 @@ def format_tokens(n: float) -> str:
     if n >= 1e3:
         return f"{n / 1e3:.3g}k"
     return f"{n:.0f}"
+
+
+#: Fewest labelled ticks an axis shows, however narrow its range.
+MIN_TICKS = 3
+
+
+class AtLeastTicks(ticker.Locator):
+    """Ticks from ``preferred`` while it puts at least ``minimum`` in view, else finer ones.
+
+    A log axis over 1K–2K gets one tick from a base-4 locator; then a base-2 one is tried,
+    then 1-2-5 steps, then round steps of one unit (``unit``: 1024 for bytes, so 20 KiB, 25 KiB,
+    ...; 1000 for counts), and last evenly spaced values, so no axis is left with one or two
+    labels.
+    """
+
+    def __init__(self, preferred: ticker.Locator, *, log: bool, minimum: int = MIN_TICKS,
+                 unit: int = 1000) -> None:
+        self.preferred, self.log, self.minimum, self.unit = preferred, log, minimum, unit
+
+    def set_axis(self, axis: Any) -> None:
+        super().set_axis(axis)
+        self.preferred.set_axis(axis)
+
+    def __call__(self) -> Any:
+        vmin, vmax = sorted(self.axis.get_view_interval())
+        return self.tick_values(vmin, vmax)
+
+    def _in_view(self, locator: ticker.Locator, vmin: float, vmax: float) -> np.ndarray:
+        if getattr(self, "axis", None) is not None:
+            locator.set_axis(self.axis)
+        values = np.asarray(locator.tick_values(vmin, vmax), dtype=float)
+        span = (vmax - vmin) * 1e-9
+        return values[(values >= vmin - span) & (values <= vmax + span)]
+
+    def tick_values(self, vmin: float, vmax: float) -> Any:
+        vmin, vmax = sorted((float(vmin), float(vmax)))
+        if self.log and vmin <= 0:
+            vmin = max(vmin, vmax * 1e-9, np.finfo(float).tiny)
+        candidates: list[ticker.Locator] = [self.preferred]
+        if self.log:
+            candidates.append(ticker.LogLocator(base=2, numticks=30))
+            if self.unit != 1024:  # decimal steps print as round numbers of a decimal unit only
+                candidates += [ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=30)]
+        else:
+            candidates += [ticker.MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10],
+                                              min_n_ticks=self.minimum)]
+        for locator in candidates:
+            values = self._in_view(locator, vmin, vmax)
+            if len(values) >= self.minimum:
+                return values
+        top = max(abs(vmin), abs(vmax), 1.0)
+        scale = float(self.unit) ** max(0, int(np.log(top) // np.log(self.unit)))
+        steps = ticker.MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10], min_n_ticks=self.minimum)
+        values = np.asarray(steps.tick_values(vmin / scale, vmax / scale)) * scale
+        values = values[(values >= vmin) & (values <= vmax) & ((values > 0) | (not self.log))]
+        if len(values) >= self.minimum:
+            return values
+        return np.linspace(vmin, vmax, self.minimum)
+
+
+def at_least_ticks(axis: Any, preferred: ticker.Locator | None = None, *, log: bool,
+                   minimum: int = MIN_TICKS, unit: int = 1000) -> None:
+    """Give ``axis`` (``ax.xaxis`` / ``ax.yaxis``) at least ``minimum`` major ticks
+    (``AtLeastTicks`` around ``preferred``, default the axis' current locator; ``unit``:
+    1024 for a bytes axis)."""
+    axis.set_major_locator(AtLeastTicks(preferred or axis.get_major_locator(), log=log,
+                                        minimum=minimum, unit=unit))

@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from .._args import items, number, whole
+from ._fonts import font_family
 from ._style import as_numpy, check_cmap, new_axes, styled
 from .token_text import visible_whitespace
 
@@ -136,8 +137,9 @@ def plot_similarity(
         shown = range(0, n, every)
         text = _tick_labels(tokens)
         labels = [f"{i} {text[i]}" if every > 1 else text[i] for i in shown]
-        ax.set_xticks(list(shown), labels, rotation=90, family="monospace", fontsize=7)
-        ax.set_yticks(list(shown), labels, family="monospace", fontsize=7)
+        family = font_family(labels)  # CJK / emoji glyphs from Noto where DejaVu has none
+        ax.set_xticks(list(shown), labels, rotation=90, family=family, fontsize=7)
+        ax.set_yticks(list(shown), labels, family=family, fontsize=7)
     else:
         ax.set_xlabel("token position")
         ax.set_ylabel("token position")
@@ -188,10 +190,12 @@ def plot_token_pca(
         s=28, edgecolors="white", linewidths=0.4, zorder=2,
     )
     if tokens is not None and annotate > 0:
-        for i in np.unique(np.linspace(0, n - 1, min(annotate, n)).round().astype(int)):
+        chosen = np.unique(np.linspace(0, n - 1, min(annotate, n)).round().astype(int))
+        family = font_family(_tick_labels([tokens[i] for i in chosen], 12))
+        for i in chosen:
             ax.annotate(
                 _tick_labels([tokens[i]], 12)[0], coords[i], xytext=(3, 3),
-                textcoords="offset points", fontsize=7.5, family="monospace", color="0.2",
+                textcoords="offset points", fontsize=7.5, family=family, color="0.2",
             )
     ax.set_xlabel(f"PC1 ({explained[0]:.0%} of variance)")
     ax.set_ylabel(f"PC2 ({explained[1]:.0%} of variance)")

@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from .._args import whole
-from ._style import OKABE_ITO, format_bytes, format_tokens, new_axes, styled
+from ._style import OKABE_ITO, at_least_ticks, format_bytes, format_tokens, new_axes, styled
 
 if TYPE_CHECKING:
     from ..sim import SimResult
@@ -48,21 +48,24 @@ MEMORY_CATEGORIES: tuple[tuple[str, str, str], ...] = (
 
 
 def _bytes_axis(axis: Any, *, log: bool, vmax: float | None = None) -> None:
-    """Binary units on a bytes axis: powers of 4 on a log axis, round steps of one unit else."""
+    """Binary units on a bytes axis: powers of 4 on a log axis, round steps of one unit else;
+    at least three ticks however narrow the range (``at_least_ticks``)."""
     if log:
-        axis.set_major_locator(ticker.LogLocator(base=4, numticks=30))
+        at_least_ticks(axis, ticker.LogLocator(base=4, numticks=30), log=True, unit=1024)
         axis.set_minor_locator(ticker.NullLocator())
     elif vmax:
         unit = 1024 ** max(0, min(4, int(np.log(max(vmax, 1)) // np.log(1024))))
         span = vmax / unit
         nice = (m * 10**e for e in range(-2, 5) for m in (1, 2, 2.5, 5))
         step = next(n for n in nice if span / n <= 6)
-        axis.set_major_locator(ticker.MultipleLocator(step * unit))
+        at_least_ticks(axis, ticker.MultipleLocator(step * unit), log=False, unit=1024)
+    else:
+        at_least_ticks(axis, ticker.MaxNLocator(nbins=6), log=False, unit=1024)
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_bytes(v) if v > 0 else "0"))
 
 
 def _tokens_axis(axis: Any) -> None:
-    axis.set_major_locator(ticker.LogLocator(base=4, numticks=30))
+    at_least_ticks(axis, ticker.LogLocator(base=4, numticks=30), log=True)
     axis.set_minor_locator(ticker.NullLocator())
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_tokens(v)))
 

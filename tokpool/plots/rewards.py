@@ -15,6 +15,8 @@ from .._args import items, number, whole
 from ._style import OKABE_ITO, as_numpy, check_cmap, new_axes, styled
 
 PRED_COLOUR = OKABE_ITO[3]  # vermillion
+#: Widest step-reward chart (inches); more steps get narrower bars, not a wider strip.
+MAX_WIDTH_IN = 12.0
 TRUE_COLOUR = "#111111"
 
 
@@ -36,7 +38,7 @@ def plot_step_rewards(
     threshold: float = 0.5,
     predicted_first_error: int | None = None,
     true_first_error: int | None = None,
-    step_labels: Sequence[bool | int] | None = None,
+    step_labels: Sequence[bool | int | None] | None = None,
     step_texts: Sequence[str] | None = None,
     ax: Axes | None = None,
     title: str | None = "Step rewards",
@@ -54,7 +56,8 @@ def plot_step_rewards(
         predicted_first_error: override the predicted index (default: first reward below
             ``threshold``, ``-1`` if none).
         true_first_error: the labelled first error (``-1`` for a correct solution), if known.
-        step_labels: per-step correctness (truthy = correct), drawn as ✓/✗ under the bars.
+        step_labels: per-step correctness (truthy = correct), drawn as ✓/✗ above the bars;
+            ``None`` for a step without a label.
         step_texts: step strings, shortened into the tick labels.
         ax: axes to draw into (a new figure when ``None``).
         title: axes title.
@@ -84,7 +87,9 @@ def plot_step_rewards(
               why=f" (-1: no error; else one of the {n} steps)")
     check_cmap(cmap)
     pred = first_below(r, threshold) if predicted_first_error is None else predicted_first_error
-    ax = new_axes(ax, (max(7.0, 0.75 * n + 4.2), 3.8))
+    # wide enough for a bar per step, capped: 40 steps stay a readable chart, not a strip
+    ax = new_axes(ax, (min(MAX_WIDTH_IN, max(7.0, 0.75 * n + 4.2)), 3.8))
+    many = n > 16
     colours = mpl.colormaps[cmap](np.clip(r, 0.0, 1.0))
     x = np.arange(n)
     ax.bar(x, r, color=colours, width=0.7, zorder=2)
@@ -108,7 +113,10 @@ def plot_step_rewards(
         handles.append(Patch(fill=False, edgecolor=TRUE_COLOUR, lw=1.8, label=label))
     if step_labels is not None:
         for i, ok in enumerate(step_labels):
-            ax.text(i, 1.03, "✓" if ok else "✗", ha="center", va="bottom", fontsize=11,
+            if ok is None:  # a step without a label (edited since it was labelled)
+                continue
+            ax.text(i, 1.03, "✓" if ok else "✗", ha="center", va="bottom",
+                    fontsize=8 if many else 11,
                     color=OKABE_ITO[2] if ok else OKABE_ITO[3], fontweight="bold")
         handles.append(Line2D([], [], ls="", label="✓ / ✗: step labelled correct / wrong"))
     ax.set_ylim(0, 1.12 if step_labels is not None else 1.02)
@@ -116,13 +124,20 @@ def plot_step_rewards(
     ticks = [f"{i}" for i in range(n)]
     if step_texts is not None:
         ticks = [f"{i}: {_wrap(t, 24)}" for i, t in enumerate(step_texts)]
-        ax.set_xticks(x, ticks, rotation=30, ha="right", fontsize=7.5)
+        ax.set_xticks(x, ticks, rotation=30 if not many else 90, ha="right", fontsize=7.5,
+                      rotation_mode="anchor")
+    elif n > 30:  # two-digit labels closer than they are wide: every other one
+        ax.set_xticks(x, minor=True)
+        ax.set_xticks(x[::2], ticks[::2])
     else:
         ax.set_xticks(x, ticks)
     ax.set_xlabel("step")
     ax.set_ylabel("reward (P(step correct))")
     ax.grid(axis="x", visible=False)
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if many:  # below the bars: the width goes to the steps
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
+    else:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if title:
         ax.set_title(title)
     return ax

@@ -39,6 +39,23 @@ INTACT_COLOUR = OKABE_ITO[2]
 
 
 
+#: Narrowest room (inches) one step's tick label gets; closer steps label every k-th one.
+STEP_LABEL_IN = 0.32
+
+
+def step_label_every(ax: Axes, n_steps: int, *, room: float = STEP_LABEL_IN) -> int:
+    """Label every k-th step so that tick labels never overlap: k such that each labelled
+    step gets ``room`` inches of the axes' width (read before layout)."""
+    width_in = ax.get_position().width * ax.figure.get_size_inches()[0]
+    per_step = width_in / max(n_steps, 1)
+    if per_step >= room:
+        return 1
+    for k in (2, 5, 10, 20, 50, 100):
+        if k * per_step >= room:
+            return k
+    return 200
+
+
 def _title(result: SimResult) -> str:
     c = result.config
     mode = "async" if c.async_scheduling else "sync"
@@ -119,9 +136,16 @@ def plot_ownership_schedule(
     ax.set_xlim(-0.6, last_step + 1.0)
     ax.set_ylim(n_req - 0.3, -0.7)
     steps_with_work = set(frame["step"])
-    ax.set_xticks(range(last_step + 1), [
-        f"{s}" if s in steps_with_work else f"{s}\n(collect)" for s in range(last_step + 1)
-    ])
+    every = step_label_every(ax, last_step + 1)
+    if every == 1:
+        roomy = step_label_every(ax, last_step + 1, room=0.7) == 1  # "(collect)" fits
+        ax.set_xticks(range(last_step + 1), [
+            f"{s}" if s in steps_with_work or not roomy else f"{s}\n(collect)"
+            for s in range(last_step + 1)
+        ])
+    else:  # too narrow for one label per step: every k-th step, the rest unlabelled ticks
+        ax.set_xticks(range(last_step + 1), minor=True)
+        ax.set_xticks(range(0, last_step + 1, every))
     labels = [f"req {r} · {n} tok" for r, n in zip(reqs["request"], reqs["prompt_len"],
                                                      strict=True)]
     ax.set_yticks(range(n_req), labels)

@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib import colors as mcolors
 from matplotlib.axes import Axes
 
+from ._fonts import font_family
 from ._style import as_numpy, new_axes, styled
 
 #: How whitespace is drawn so that a token made of spaces is still visible.
@@ -215,6 +216,34 @@ def _legend_html(scale: ColourScale, label: str) -> str:
     )
 
 
+#: A word longer than this many tokens (a run of text without spaces, e.g. Chinese) may break
+#: between its tokens, every this many, so it never runs past the edge of the page.
+MAX_WORD_TOKENS = 12
+
+
+def word_spans(tokens: Sequence[str], *, max_tokens: int = MAX_WORD_TOKENS
+               ) -> list[tuple[int, int]]:
+    r"""``(start, stop)`` token ranges of the words of a tokenized text, where a line may break.
+
+    A word starts at a token that begins with whitespace or follows one that ends with it (BPE
+    tokens carry their leading space: ``["Hello", ",", " wor", "ld"]`` is two words); runs
+    longer than ``max_tokens`` are cut every ``max_tokens``.
+
+    Example:
+        >>> tp.viz.word_spans(["Hello", ",", " wor", "ld", "\n", "Bye"])
+        [(0, 2), (2, 4), (4, 5), (5, 6)]
+    """
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(tokens) + 1):
+        boundary = i == len(tokens) or (
+            tokens[i][:1].isspace() or tokens[i - 1][-1:].isspace() or i - start >= max_tokens)
+        if boundary:
+            spans.append((start, i))
+            start = i
+    return spans
+
+
 def token_html(
     tokens: Sequence[str],
     values: Any,
@@ -263,24 +292,31 @@ def token_html(
             f"{html.escape(title)}</div>"
         )
     parts.append(
-        '<div style="font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;'
+        '<div style="font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,\'DejaVu Sans '
+        'Mono\',\'Noto Sans CJK SC\',\'Noto Sans Mono CJK SC\',\'Noto Color Emoji\','
+        'monospace;'
         'font-size:13px;line-height:2.0;">'
     )
+    chips = []
     for i, (tok, val, colour) in enumerate(zip(tokens, vals, rgba, strict=True)):
         shown = html.escape(visible_whitespace(tok)) or "∅"
         tip = html.escape(f"#{i} {tok!r} {label}={val:.4g}", quote=True)
-        parts.append(
+        chips.append(
             f'<span title="{tip}" style="background:{mcolors.to_hex(colour)};'
             f"color:{_text_colour(colour)};padding:1px 2px;margin:0 1px;border-radius:3px;"
             f'white-space:pre;">{shown}</span>'
         )
-        if "\n" in tok:
-            parts.append("<br>")
+    # a line breaks between words only: each word's chips are held together (nowrap), with a
+    # break opportunity (<wbr>) between words; a newline token also breaks the line
+    for start, stop in word_spans(tokens):
+        parts.append('<span class="tokpool-word" style="white-space:nowrap">'
+                     + "".join(chips[start:stop]) + "</span>")
+        parts.append("<br>" if "\n" in tokens[stop - 1] else "<wbr>")
     parts.append("</div>")
     if legend:
         parts.append(_legend_html(scale, label))
     return HTMLText(
-        '<div class="tokpool-tokens" style="max-width:100%;overflow-wrap:anywhere;">'
+        '<div class="tokpool-tokens" style="max-width:100%;">'
         + "".join(parts)
         + "</div>"
     )
@@ -336,6 +372,7 @@ def plot_token_values(
         if "\n" in tok:
             line, col = line + 1, 0
     n_lines = (cells[-1][0] + 1) if cells else 1
+    family = font_family([visible_whitespace(t) for t in tokens])  # CJK / emoji fallback
     if ax is None:
         width_in = max(4.0, (chars_per_line * char_w) / 72 + 1.6)
         height_in = max(1.0, n_lines * line_h / 72 + 0.45)
@@ -348,7 +385,7 @@ def plot_token_values(
             xycoords="axes fraction",
             xytext=(cl * char_w, -(ln + 0.75) * line_h),
             textcoords="offset points",
-            family="monospace",
+            family=family,
             fontsize=fontsize,
             color=_text_colour(colour),
             va="baseline",

@@ -28,8 +28,11 @@ from __future__ import annotations
 import dataclasses
 import html as _html
 import json
+import math
+import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
@@ -41,10 +44,11 @@ from ..guard import ensure_fits
 from ..plots import format_tokens, token_strings
 from ..pooling import RETENTION_POLICIES
 from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig
-from .guards import guard_controls
-from .memory import render_memory
+from ..sim.vllm_rules.serve_line import declared_tasks
+from .guards import guard_controls, label_of, show_tooltip
+from .memory import memory_share_applies, render_memory
 from .ownership import check_workload, parse_prompt_lens, render_ownership
-from .rewards import render_step_rewards
+from .rewards import carry_labels, render_step_rewards
 from .tokens import (
     TOKEN_METRICS,
     TokenMetric,
@@ -66,12 +70,10 @@ _STYLE = ("<style>.tokpool-busy{opacity:.35;transition:opacity .15s}"
 _WIDE = {"description_width": "initial"}
 
 
-#: A figure shrinks to fit the output area, but never below this width (it scrolls instead).
-MIN_FIGURE_PX = 720
-
-
 def _image() -> W.Image:
-    return W.Image(format="png", layout=W.Layout(align_self="flex-start", max_width="100%",
+    # never shrunk to the output's width (its text would shrink with it, to ~5 px on a long
+    # run): a figure is shown at its own size and its box scrolls sideways instead
+    return W.Image(format="png", layout=W.Layout(align_self="flex-start", max_width="none",
                                                  height="auto"))
 
 
@@ -82,7 +84,9 @@ def _slider_layout() -> W.Layout:
 class MultiToggle(W.HBox):
     """A row of toggle buttons, one per option; ``value`` is the tuple of those pressed.
 
-    Set ``value`` from code (``ex.policies.value = ("clone",)``) or click the buttons.
+    Set ``value`` from code (``ex.policies.value = ("clone",)``) or click the buttons. A shown
+    option is a filled blue button with a tick; a hidden one is a plain grey button without
+    one, and each button's tooltip says which it is and what a click does.
     """
     value = traitlets.Tuple()
 
@@ -91,10 +95,13 @@ class MultiToggle(W.HBox):
         self.options = tuple(options)
         self.description = description
         self.buttons = {
-            o: W.ToggleButton(value=o in value, description=o, tooltip=f"show {o}",
-                              layout=W.Layout(width="auto"))
+            o: W.ToggleButton(value=o in value, description=o, layout=W.Layout(width="auto"))
             for o in self.options
         }
+        for button in self.buttons.values():
+            button.add_class("tokpool-option")
+            _mark_toggle(button, on=f"{button.description} is shown: click to hide it",
+                         off=f"{button.description} is hidden: click to show it")
         label = [W.Label(description)] if description else []
         super().__init__([*label, *self.buttons.values()])
         self.value = tuple(o for o in self.options if o in value)
@@ -113,6 +120,20 @@ class MultiToggle(W.HBox):
             b.value = o in change["new"]
 
 
+def _mark_toggle(button: W.ToggleButton, *, on: str, off: str) -> None:
+    """Make a toggle's two states unmistakable: pressed = filled blue with a tick, released =
+    plain grey; the tooltip says the state and what a click does (JupyterLab's own pressed
+    look is a slightly darker grey, and a released button that keeps the focus looks alike)."""
+    def show(_: Any = None) -> None:
+        pressed = bool(button.value)
+        button.button_style = "info" if pressed else ""
+        button.icon = "check" if pressed else ""
+        button.tooltip = on if pressed else off
+
+    show()
+    button.observe(show, names="value")
+
+
 def _settings(widgets: Sequence[W.Widget]) -> list[tuple[str, str]]:
     """``(label, value)`` of each control, for the static snapshot."""
     out: list[tuple[str, str]] = []
@@ -120,7 +141,7 @@ def _settings(widgets: Sequence[W.Widget]) -> list[tuple[str, str]]:
         if isinstance(w, MultiToggle):
             out.append((w.description or "options", ", ".join(w.value) or "none"))
         elif hasattr(w, "value"):
-            label = getattr(w, "description", "") or type(w).__name__
+            label = label_of(w) or type(w).__name__
             value = w.value
             if hasattr(w, "label") and isinstance(getattr(w, "label", None), str):
                 value = w.label  # Dropdown / SelectionSlider: what the user sees
@@ -129,6 +150,26 @@ def _settings(widgets: Sequence[W.Widget]) -> list[tuple[str, str]]:
             text = str(value)
             out.append((label, text if len(text) <= 80 else text[:77] + "…"))
     return out
+
+
+def _typed_number(text: str, *, integer: bool) -> float | None:
+    """The number typed into a slider's box, or ``None`` when it is not one the box takes.
+
+    A whole-number box takes what reads as a whole number: ``"24"``, ``"1e12"``, ``"24.0"``,
+    ``"1_000"`` (a range check follows); ``"2.5"``, ``"inf"``, ``"nan"``, ``"lots"`` are not.
+    """
+    cleaned = text.strip().replace("_", "")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        return None
+    if integer:
+        if value != int(value):
+            return None
+        return int(value)
+    return value
 
 
 class Explorer(W.VBox):
@@ -160,7 +201,7 @@ class Explorer(W.VBox):
         for control in controls:
             if isinstance(control, W.IntSlider | W.FloatSlider):
                 box = self._typed_box(control)
-                self.typed[control.description or type(control).__name__] = box
+                self.typed[label_of(control) or type(control).__name__] = box
                 row.append(W.HBox([control, box], layout=W.Layout(align_items="center")))
             elif isinstance(control, W.SelectionSlider | W.SelectionRangeSlider):
                 row.append(W.HBox([control, self._shown_label(control)],
@@ -181,6 +222,9 @@ class Explorer(W.VBox):
             **kwargs,
         )
         guard_controls(controls, self.fail)  # a value set from code that a control cannot take
+        for control in controls:  # described text boxes, menus, checkboxes: seen on hover
+            if isinstance(control, W.Text | W.Textarea | W.Dropdown | W.Checkbox):
+                show_tooltip(control)
 
     # --- typed values ---------------------------------------------------------------------
 
@@ -212,7 +256,8 @@ class Explorer(W.VBox):
             label = slider.label
             return " – ".join(label) if isinstance(label, tuple) else str(label)
 
-        shown = W.Label(text())
+        shown = W.Label(text(), tooltip=f"{label_of(slider)}: the chosen value (drag the "
+                                        "slider, or focus it and use the arrow keys)")
         shown.add_class("tokpool-readout")
         slider.observe(lambda _: setattr(shown, "value", text()), names="value")
         return shown
@@ -224,19 +269,21 @@ class Explorer(W.VBox):
     def _on_typed(self, slider: W.IntSlider | W.FloatSlider, box: W.Text, text: str) -> None:
         if self._syncing:
             return
-        label = slider.description or "value"
+        label = label_of(slider) or "value"
         integer = isinstance(slider, W.IntSlider)
         kind = "a whole number" if integer else "a number"
         allowed = (f"{slider.min} to {slider.max}" if integer
                    else f"{slider.min:g} to {slider.max:g}")
-        try:
-            value: float = int(text.strip()) if integer else float(text.strip())
-        except ValueError:
-            self.fail(f"{label}: {text.strip()[:40]!r} is not {kind}; type {kind} from "
-                      f"{allowed}, or drag the slider")
+        value = _typed_number(text, integer=integer)
+        typed = text.strip()[:40]
+        if value is None:
+            self.fail(f"{label}: {typed!r} is not {kind}; type {kind} from {allowed}, or drag "
+                      "the slider")
             return
         if not slider.min <= value <= slider.max:
-            self.fail(f"{label} must be from {allowed}; {text.strip()[:40]} is out of range. "
+            spelled = (f" ({value:,.0f})" if integer and abs(value) >= 10_000
+                       and typed.replace(",", "").replace("_", "") != str(int(value)) else "")
+            self.fail(f"{label} must be from {allowed}; {typed}{spelled} is out of range. "
                       f"Type a value from {allowed}, or drag the slider")
             return
         if value == slider.value:
@@ -249,7 +296,7 @@ class Explorer(W.VBox):
         try:
             for control in self._controls:
                 if isinstance(control, W.IntSlider | W.FloatSlider):
-                    box = self.typed[control.description or type(control).__name__]
+                    box = self.typed[label_of(control) or type(control).__name__]
                     box.value = self._format(control, control.value)
         finally:
             self._syncing = False
@@ -305,7 +352,7 @@ class Explorer(W.VBox):
         if view.png is not None:
             self.image.value = view.png
             self.image.layout.width = f"{view.display_width}px"
-            self.image.layout.min_width = f"{min(view.display_width, MIN_FIGURE_PX)}px"
+            self.image.layout.min_width = f"{view.display_width}px"
         self.image.layout.display = None if view.png is not None else "none"
         self._refresh_fallback()
         return view
@@ -401,11 +448,16 @@ class TokenExplorer(Explorer):
         self.model = model
         self.text_input = W.Textarea(value=text, continuous_update=False, description="text",
                                      placeholder="your own text",
+                                     tooltip="the text to encode (edit it and leave the box "
+                                             "to encode it)",
                                      layout=W.Layout(width="100%", height="4.5em"))
         self.layer = W.IntSlider(value=layer % (n + 1), min=0, max=n, continuous_update=False,
-                                 description="layer", style=_WIDE, layout=_slider_layout())
+                                 description="layer", style=_WIDE, layout=_slider_layout(),
+                                 tooltip=f"0 = the embeddings, {n} = the final hidden states "
+                                         "(after the final norm, what an engine pools)")
         self.metric = W.Dropdown(options=list(TOKEN_METRICS), value=metric,
-                                 description="metric")
+                                 description="metric",
+                                 tooltip="the number each token is coloured by")
         self._states: dict[str, Any] = {}  # text -> [num_layers + 1, n, hidden], last few texts
         self._heatmaps: dict[tuple[str, int], bytes] = {}
         self._tokens: dict[str, list[str]] = {}
@@ -466,7 +518,9 @@ class TokenExplorer(Explorer):
             self._heatmaps[text, layer] = render_token_heatmap(tokens, hidden,
                                                                layer_label=label)
         return render_tokens(tokens, hidden, metric=self.metric.value, layer_label=label,
-                             heatmap=self._heatmaps[text, layer])
+                             heatmap=self._heatmaps[text, layer],
+                             settings={"model": getattr(self.model, "name", None)
+                                       or type(self.model).__name__, "text": text})
 
     def settings(self) -> list[tuple[str, str]]:
         text = self.text if len(self.text) <= 60 else self.text[:57] + "…"
@@ -548,10 +602,15 @@ class StepRewardExplorer(Explorer):
         self._cache: dict[tuple[str, tuple[str, ...]], Any] = {}
         self.threshold = W.FloatSlider(value=float(getattr(prm, "threshold", 0.5)), min=0.0,
                                        max=1.0, step=0.01, continuous_update=False,
-                                       description="threshold", layout=_slider_layout())
+                                       description="threshold", layout=_slider_layout(),
+                                       tooltip="rewards below it count as errors (0 to 1)")
         area = {"continuous_update": False, "layout": W.Layout(width="48%", height="7em")}
-        self.problem = W.Textarea(value=problem, description="problem", **area)
-        self.steps = W.Textarea(value="\n".join(steps), description="steps", **area)
+        self.problem = W.Textarea(value=problem, description="problem", **area,
+                                  tooltip="the question the steps solve (edit it and leave "
+                                          "the box to score again)")
+        self.steps = W.Textarea(value="\n".join(steps), description="steps", **area,
+                                tooltip="the solution, one step per line (edit it and leave "
+                                        "the box to score again)")
         self.scores: Any = None
         super().__init__([self.threshold, self.problem, self.steps])
         self._watch(self.threshold, self.problem, self.steps)
@@ -577,11 +636,18 @@ class StepRewardExplorer(Explorer):
         if key not in self._cache:
             self._cache[key] = self.prm.score(self.problem.value, list(steps))
         self.scores = self._cache[key]
-        # labels describe the original solution only
-        truth, labels = self._truth if key == self._original else (None, None)
+        # the labels follow the steps they were given for (carry_labels): the outline of the
+        # labelled first error stays while it and the steps before it are unchanged
+        truth, labels, note = carry_labels(self._original[1], steps,
+                                           true_first_error=self._truth[0],
+                                           step_labels=self._truth[1])
+        edited_problem = self.problem.value.split() != self._original[0].split()
+        if self._truth != (None, None) and edited_problem:
+            note = "; ".join(filter(None, ["the labels are those of the original problem",
+                                           note]))
         return render_step_rewards(list(steps), self.scores.rewards,
                                    threshold=self.threshold.value, problem=self.problem.value,
-                                   true_first_error=truth, step_labels=labels)
+                                   true_first_error=truth, step_labels=labels, note=note)
 
     def settings(self) -> list[tuple[str, str]]:
         n = len([s for s in self.steps.value.splitlines() if s.strip()])
@@ -645,20 +711,36 @@ class OwnershipExplorer(Explorer):
         self.hidden_size = hidden_size
         self.prompt_len = W.IntSlider(value=lens[0], min=1, max=96, continuous_update=False,
                                       description="request 0 tokens", style=_WIDE,
+                                      tooltip="request 0's prompt length in tokens (1 to 96)",
                                       layout=_slider_layout())
         self.more_requests = W.Text(value=", ".join(str(n) for n in lens[1:]),
                                     continuous_update=False, description="other requests",
+                                    tooltip="the other requests' prompt lengths, e.g. 6, 9 "
+                                            "(may be empty)",
                                     placeholder="e.g. 6, 9", style=_WIDE)
         self.budget = W.IntSlider(value=budget, min=2, max=64, continuous_update=False,
                                   description="tokens per step", style=_WIDE,
+                                  tooltip="tokens the engine computes per step (vLLM's "
+                                          "max_num_batched_tokens), 2 to 64",
                                   layout=_slider_layout())
         self.async_scheduling = W.ToggleButton(value=async_scheduling,
                                                description="async scheduling", icon="bolt")
+        _mark_toggle(self.async_scheduling,
+                     on="async scheduling is on: step N+1 starts before step N's host copy; "
+                        "click for sync scheduling",
+                     off="async scheduling is off (sync): each step's output is copied before "
+                         "the next step starts; click to turn it on")
         self.chunked = W.Checkbox(value=enable_chunked_prefill, description="chunked prefill",
+                                  tooltip="split a prompt longer than tokens per step over "
+                                          "several steps (vLLM's enable_chunked_prefill)",
                                   indent=False, layout=W.Layout(width="auto"))
-        self.policy = W.ToggleButtons(options=list(RETENTION_POLICIES), value=policy,
-                                      description="policy")
+        self.policy = W.ToggleButtons(
+            options=list(RETENTION_POLICIES), value=policy, description="policy",
+            tooltips=[POLICY_TIPS[p] for p in RETENTION_POLICIES],
+            tooltip="how pooling keeps a request's chunks between steps")
         self.vllm_head = W.Checkbox(value=False, indent=False, layout=W.Layout(width="auto"),
+                                    tooltip="run vLLM's default head after pooling: a float32 "
+                                            "cast, then the activation",
                                     description="vLLM's head (float32 cast + activation)")
         super().__init__([self.prompt_len, self.more_requests, self.budget,
                           self.async_scheduling, self.chunked, self.policy, self.vllm_head])
@@ -676,12 +758,50 @@ class OwnershipExplorer(Explorer):
         return [self.prompt_len.value, *others]
 
     def render(self) -> View:
+        lens = self.prompt_lens
+        if not self.chunked.value:
+            self._check_unchunked(lens)
         return render_ownership(
-            self.prompt_lens, max_num_batched_tokens=self.budget.value,
+            lens, max_num_batched_tokens=self.budget.value,
             async_scheduling=self.async_scheduling.value, policy=self.policy.value,
             enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
             vllm_head=self.vllm_head.value,
         )
+
+
+    def _check_unchunked(self, lens: list[int]) -> None:
+        """vLLM's refusal of a prompt longer than the budget with chunking off
+        (``engine_checks.check_unchunked_prompts_schedulable``), said with this panel's
+        controls instead of the engine's flags."""
+        from ..sim.vllm_rules.engine_checks import (
+            EngineRefusal,
+            check_unchunked_prompts_schedulable,
+        )
+
+        budget = self.budget.value
+        try:
+            check_unchunked_prompts_schedulable(lens, budget, enable_chunked_prefill=False)
+        except EngineRefusal as err:
+            long = [(i, n) for i, n in enumerate(lens) if n > budget]
+            i, n = long[0]
+            where = "request 0 tokens" if i == 0 else f"other requests (request {i})"
+            more = (f", nor {len(long) - 1} more request{'s' if len(long) > 2 else ''}"
+                    if len(long) > 1 else "")
+            raise ValueError(
+                f"{where}: {n} tokens, but tokens per step is {budget} and chunked prefill is "
+                f"off, so no step can hold it{more} (vLLM refuses to start, "
+                f"{err.follows}). Tick chunked prefill, raise tokens per step to at least "
+                f"{max(n for _, n in long)}, or shorten {'those requests' if more else 'it'}"
+            ) from None
+
+
+#: What each retention policy keeps between steps (the ownership explorer's button tooltips).
+POLICY_TIPS: dict[str, str] = {
+    "legacy": "legacy (before PR #50931): keeps views into the reused buffer",
+    "clone": "clone (PR #50931, vLLM's): clones each unfinished chunk, joins them at the end",
+    "prealloc": "prealloc: one owned buffer per request, each chunk copied in once",
+    "offload": "offload: each chunk copied to host memory as it is produced",
+}
 
 
 def ownership_explorer(prompt_lens: list[int] | None = None, *, budget: int = 16,
@@ -704,6 +824,58 @@ def ownership_explorer(prompt_lens: list[int] | None = None, *, budget: int = 16
     return OwnershipExplorer(prompt_lens, budget=budget, async_scheduling=async_scheduling,
                              policy=policy, enable_chunked_prefill=enable_chunked_prefill,
                              hidden_size=hidden_size)
+
+
+#: Tasks the memory view draws (a model's declared tasks among these are offered).
+MEMORY_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed")
+#: Devices the memory explorer offers: those whose memory a share makes sense of (GPUs).
+MEMORY_HARDWARE: tuple[str, ...] = tuple(n for n, h in HARDWARE_PRESETS.items()
+                                         if memory_share_applies(h))
+
+
+def _own_source(text: str) -> Any:
+    """What the "your model" box holds, as ``SimConfig.from_hf_config`` takes it: a config
+    pasted as JSON, else a path."""
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"your model: the text is not valid JSON ({err}); paste a "
+                             "config.json's contents, or give a path") from None
+    return text
+
+
+def _memory_model(model: Any) -> tuple[str, str]:
+    """``memory_explorer(model=...)`` as ``(preset, your-model text)``: a preset name, or what
+    the "your model" box takes — a config.json path, a model directory, a config dict or a
+    transformers config — checked now, so a mistake is named before any widget is built."""
+    if isinstance(model, str) and model in MODEL_PRESETS:
+        return model, ""
+    if isinstance(model, str | os.PathLike):
+        text = os.fspath(model)
+        if not text.strip():
+            raise ValueError(f"model is empty; give a preset ({list(MODEL_PRESETS)}), a "
+                             "config.json path, a model directory or a config dict")
+        if not Path(text).expanduser().exists() and not text.lstrip().startswith("{"):
+            raise ValueError(f"model {text!r} is neither a preset ({list(MODEL_PRESETS)}) nor "
+                             "a config.json path or model directory that exists; give one of "
+                             "those, or a config dict")
+        text = str(Path(text).expanduser()) if not text.lstrip().startswith("{") else text
+    elif isinstance(model, Mapping) or callable(getattr(model, "to_dict", None)):
+        config = dict(model) if isinstance(model, Mapping) else model.to_dict()
+        try:
+            text = json.dumps(config, default=str)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"model: the config cannot be written as JSON for the 'your model' "
+                            f"box ({err}); save it as a config.json and pass its path") from None
+    else:
+        raise TypeError(f"model must be a preset name, a config.json path, a model directory, "
+                        f"a config dict or a transformers config, got {type(model).__name__}")
+    try:
+        SimConfig.from_hf_config(_own_source(text))
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"model: {err}") from err
+    return next(iter(MODEL_PRESETS)), text
 
 
 #: Prompt lengths the memory explorer's range slider offers: powers of two, 256 … 1M.
@@ -730,9 +902,9 @@ class MemoryExplorer(Explorer):
 
     Attributes:
         model: ``Dropdown`` of ``tp.MODEL_PRESETS``.
-        hardware: ``Dropdown`` of ``tp.HARDWARE_PRESETS``.
-        task: ``Dropdown``: ``"default"`` (the preset's task, named in the label),
-            ``token_embed``, ``token_classify`` or ``embed``.
+        hardware: ``Dropdown`` of the GPUs in ``tp.HARDWARE_PRESETS`` (``MEMORY_HARDWARE``).
+        task: ``Dropdown``: ``"default"`` (the model's task, named in the label), then the
+            tasks the model declares (``declared_tasks()``; vLLM refuses any other).
         dtype: ``Dropdown`` of hidden-state dtypes.
         head_dtype: ``Dropdown``: ``"default"`` (the simulator's, named in the label),
             ``"same"`` (no cast: the head runs in ``dtype``) or ``"float32"``.
@@ -746,21 +918,26 @@ class MemoryExplorer(Explorer):
         tensor_parallel_size: ``IntSlider`` 1 … 8, GPUs the model is split over (weights and
             KV heads split; each GPU pools the whole width; the table's "of KV" share).
     """
-    def __init__(self, *, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
+    def __init__(self, *, model: Any = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
                  prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                  policies: Sequence[str] | None = None, async_scheduling: bool = True) -> None:
 
-        if not isinstance(model, str) or model not in MODEL_PRESETS:
-            raise ValueError(f"unknown model preset {model!r}; choose one of "
-                             f"{list(MODEL_PRESETS)}")
-        checks.choice("hardware", hardware, HARDWARE_PRESETS)
+        preset, own = _memory_model(model)  # a preset name, or what "your model" takes
+        if hardware not in MEMORY_HARDWARE:
+            checks.choice("hardware", hardware, HARDWARE_PRESETS)
+            raise ValueError(f"hardware {hardware!r}: the memory explorer gives pooling's share "
+                             "of a device's memory, which a CPU's RAM (the host's, shared with "
+                             f"everything) has not; choose one of {list(MEMORY_HARDWARE)}, or "
+                             "call tp.viz.render_memory(hardware='CPU') for the bytes alone")
         checks.flag("async_scheduling", async_scheduling)
         if policies is not None:
             checks.each("policies", checks.items("policies", policies, what="a list of "
                         "retention policies"), lambda n, v: checks.choice(n, v,
                                                                           RETENTION_POLICIES))
         if prompt_len is None:
-            prompt_len = context_range(MODEL_PRESETS[model].max_model_len)
+            context = (SimConfig.from_hf_config(_own_source(own)).max_model_len if own
+                       else MODEL_PRESETS[preset].max_model_len)
+            prompt_len = context_range(context)
         self._note = ""
         bounds = checks.items("prompt_len", prompt_len, what="a (shortest, longest) pair")
         if len(bounds) != 2:
@@ -777,50 +954,96 @@ class MemoryExplorer(Explorer):
         budget = SimConfig().max_num_batched_tokens if budget is None else budget
         if as_whole(budget) not in MEMORY_BUDGETS:
             raise ValueError(f"budget must be one of {list(MEMORY_BUDGETS)}; got {budget!r}")
-        self.model = W.Dropdown(options=list(MODEL_PRESETS), value=model, description="model")
-        self.hardware = W.Dropdown(options=list(HARDWARE_PRESETS), value=hardware,
-                                   description="hardware")
-        self.task = W.Dropdown(options=self._task_options(model), value="default",
-                               description="task")
+        self.model = W.Dropdown(options=list(MODEL_PRESETS), value=preset, description="model",
+                                tooltip="a model preset (the 'your model' box, when filled, "
+                                        "replaces it)")
+        self.hardware = W.Dropdown(options=list(MEMORY_HARDWARE), value=hardware,
+                                   description="hardware",
+                                   tooltip="the GPU: its memory is the reference line and the "
+                                           "table's shares (GPUs only: a CPU's RAM is the "
+                                           "host's)")
+        self.your_model = W.Text(value=own, continuous_update=False, description="your model",
+                                 placeholder="config.json path, model directory or JSON",
+                                 tooltip="a config.json path, a model directory or a config "
+                                         "pasted as JSON; empty: the model preset",
+                                 style=_WIDE, layout=W.Layout(width="440px"))
+        self.task = W.Dropdown(options=self._task_options(), value="default",
+                               description="task",
+                               tooltip="the pooling task: only the tasks the model declares "
+                                       "(vLLM refuses any other)")
         self.dtype = W.Dropdown(options=["bfloat16", "float16", "float32"], value="bfloat16",
-                                description="dtype")
-        self.head_dtype = W.Dropdown(options=self._head_options(model), value="default",
-                                     description="head dtype", style=_WIDE)
+                                description="dtype", tooltip="the hidden states' dtype")
+        self.head_dtype = W.Dropdown(options=self._head_options(preset), value="default",
+                                     description="head dtype", style=_WIDE,
+                                     tooltip="the pooling head's dtype (vLLM's pooling heads: "
+                                             "float32)")
         self.budget = W.SelectionSlider(
             options=[(format_tokens(n), n) for n in MEMORY_BUDGETS], value=budget,
             description="chunk budget (tokens/step)", continuous_update=False, style=_WIDE,
+            tooltip="max_num_batched_tokens: tokens per engine step (drag, or the arrow keys)",
             layout=_slider_layout())
         self.prompt_len = W.SelectionRangeSlider(
             options=[(format_tokens(n), n) for n in MEMORY_LENGTHS],
             value=prompt_len, description="prompt length", continuous_update=False,
+            tooltip="the shortest and longest prompt drawn (drag the handles, or the arrow keys)",
             style=_WIDE, layout=W.Layout(width="440px"),
         )
         chosen = tuple(RETENTION_POLICIES) if policies is None else tuple(policies)
         self.policies = MultiToggle(RETENTION_POLICIES, chosen, description="policies")
         self.async_scheduling = W.ToggleButton(value=async_scheduling,
                                                description="async scheduling", icon="bolt")
-        self.your_model = W.Text(value="", continuous_update=False, description="your model",
-                                 placeholder="config.json path, model directory or JSON",
-                                 style=_WIDE, layout=W.Layout(width="440px"))
+        _mark_toggle(self.async_scheduling,
+                     on="async scheduling is on: click for sync scheduling",
+                     off="async scheduling is off (sync): click to turn it on")
         self.tensor_parallel_size = W.IntSlider(value=1, min=1, max=8, continuous_update=False,
                                                 description="tensor-parallel GPUs", style=_WIDE,
+                                                tooltip="GPUs the model is split over (1 to 8)",
                                                 layout=_slider_layout())
         super().__init__([self.model, self.hardware, self.task, self.dtype, self.head_dtype,
                           self.budget, self.prompt_len, self.policies, self.async_scheduling,
                           self.your_model, self.tensor_parallel_size])
+        self.task.__dict__["_tokpool_refuse"] = self._refuse_task  # says why, not only what
         self.model.observe(self._relabel, names="value")
+        self.your_model.observe(self._relabel, names="value")
         self.prompt_len.observe(self._widen, names="value")
         self._watch(self.model, self.hardware, self.task, self.dtype, self.head_dtype,
                     self.budget, self.prompt_len, self.policies, self.async_scheduling,
                     self.your_model, self.tensor_parallel_size)
         self.update()
 
-    @staticmethod
-    def _task_options(model: str) -> list[tuple[str, str]]:
+    def _own_config(self) -> SimConfig | None:
+        """The "your model" box's config as the simulator reads it (``None``: empty, or not
+        readable; the render says why)."""
+        own = self.your_model.value.strip()
+        if not own:
+            return None
+        try:
+            return SimConfig.from_hf_config(_own_source(own))
+        except (ValueError, TypeError):
+            return None
 
-        default = MODEL_PRESETS[model].default_task
-        return [(f"default ({default})", "default"), *((t, t) for t in
-                ("token_embed", "token_classify", "embed"))]
+    def declared_tasks(self) -> tuple[str, ...]:
+        """The tasks the shown model declares as vLLM serves it, which the view can draw
+        (``hf_config.declared_tasks``, as ``vllm serve`` resolves them); the task menu offers
+        these only."""
+        own = self._own_config()
+        if own is not None:
+            declared = own.model.declared_tasks
+        else:
+            declared = declared_tasks(MODEL_PRESETS[self.model.value].default_task, "auto")
+        return tuple(t for t in declared if t in MEMORY_TASKS)
+
+    def _refuse_task(self, message: str) -> None:
+        own = self._own_config()
+        name = own.model.name if own is not None else self.model.value
+        self.fail(f"{message}: {name} declares {list(self.declared_tasks())} as vLLM serves it, "
+                  "and vLLM refuses any other task (check_configured_task); pick another "
+                  "model for that task")
+
+    def _task_options(self) -> list[tuple[str, str]]:
+        own = self._own_config()
+        default = own.task if own is not None else MODEL_PRESETS[self.model.value].default_task
+        return [(f"default ({default})", "default"), *((t, t) for t in self.declared_tasks())]
 
     @staticmethod
     def _head_options(model: str) -> list[tuple[str, str]]:
@@ -830,14 +1053,20 @@ class MemoryExplorer(Explorer):
                 ("float32", "float32")]
 
     def _relabel(self, change: dict[str, Any]) -> None:
-        # the labels name the new preset's defaults; values stay, so no extra redraw
+        # the labels name the new model's defaults and its declared tasks; a task it does
+        # not declare goes back to its default (said above the figure), else values stay
         with self.hold_trait_notifications():
             task, head = self.task.value, self.head_dtype.value
             self.task.unobserve(self._on_change, names="value")
             self.head_dtype.unobserve(self._on_change, names="value")
             try:
-                self.task.options = self._task_options(change["new"])
-                self.head_dtype.options = self._head_options(change["new"])
+                options = self._task_options()
+                if task not in [v for _, v in options]:
+                    self._note = (f"task {task} is not one the model declares (vLLM would "
+                                  f"refuse it): back to its default, {options[0][0]}")
+                    task = "default"
+                self.task.options = options
+                self.head_dtype.options = self._head_options(self.model.value)
                 self.task.value, self.head_dtype.value = task, head
             finally:
                 self._watch(self.task, self.head_dtype)
@@ -878,11 +1107,7 @@ class MemoryExplorer(Explorer):
         own = self.your_model.value.strip()
         model: Any = self.model.value
         if own:
-            try:
-                model = json.loads(own) if own.startswith("{") else own
-            except json.JSONDecodeError as err:
-                raise ValueError(f"your model: the text is not valid JSON ({err}); paste a "
-                                 "config.json's contents, or give a path") from None
+            model = _own_source(own)
             try:
                 return self._render_memory(model, task, head)
             except (ValueError, TypeError) as err:  # the config.json the box names
@@ -899,15 +1124,18 @@ class MemoryExplorer(Explorer):
         )
 
 
-def memory_explorer(*, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
+def memory_explorer(*, model: Any = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
                     prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                     policies: Sequence[str] | None = None,
                     async_scheduling: bool = True) -> MemoryExplorer:
     """Explore peak pooling memory against prompt length for model and hardware presets.
 
     Args:
-        model: initial model preset (``tp.MODEL_PRESETS``).
-        hardware: initial hardware preset (``tp.HARDWARE_PRESETS``).
+        model: a model preset (``tp.MODEL_PRESETS``), or what the explorer's "your model" box
+            takes: a config.json path, a model directory, a config dict or a transformers
+            config (it fills that box).
+        hardware: initial device (``tp.HARDWARE_PRESETS``, GPUs: a share of a CPU's RAM,
+            the host's, means nothing).
         prompt_len: initial ``(shortest, longest)`` prompt; powers of two from 256 to 1M
             (default: 1K up to the model's context, ``context_range``).
         budget: initial chunk budget (a power of two, 256 … 16K; default: the simulator's).
@@ -918,7 +1146,16 @@ def memory_explorer(*, model: str = "Qwen3-Embedding-8B", hardware: str = "H100 
         The explorer widget; e.g. ``ex.prompt_len.value = (1024, 65536)`` redraws it.
 
     Raises:
-        ValueError: a range bound or budget the controls do not offer.
+        ValueError: a range bound or budget the controls do not offer; a model that is neither
+            a preset nor a readable config (the reason is named).
+
+    Example:
+        >>> ex = tp.memory_explorer(model={"architectures": ["Qwen3ForCausalLM"],
+        ...     "model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 4,
+        ...     "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000,
+        ...     "max_position_embeddings": 8192})
+        >>> ex.your_model.value[:16], ex.declared_tasks()
+        ('{"architectures"', ('embed', 'token_embed'))
     """
     return MemoryExplorer(model=model, hardware=hardware, prompt_len=prompt_len, budget=budget,
                           policies=policies, async_scheduling=async_scheduling)

@@ -24,7 +24,9 @@ How: each control's class is swapped, once, for a subclass with the check in ``_
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,13 +34,38 @@ import ipywidgets as W
 
 from .._args import as_whole
 
-__all__ = ["guard_controls", "value_problem"]
+__all__ = ["guard_controls", "label_of", "show_tooltip", "value_problem"]
 
 _GUARDED: dict[type, type] = {}
 
 
+def label_of(widget: Any) -> str:
+    """A control's description as plain text (``show_tooltip`` wraps it in a titled span)."""
+    text = getattr(widget, "description", "") or ""
+    if "<" in text:
+        text = html.unescape(re.sub(r"<[^>]*>", "", text))
+    return text
+
+
 def _label(widget: Any) -> str:
-    return getattr(widget, "description", "") or type(widget).__name__
+    return label_of(widget) or type(widget).__name__
+
+
+def show_tooltip(widget: Any) -> None:
+    """Make a described control's tooltip appear in the browser.
+
+    ipywidgets 8 shows ``tooltip`` only on a control without a description (its Text,
+    Dropdown and Checkbox views set the title only then), so a described control's tooltip
+    was never seen. Its description becomes the same words inside a ``<span title=...>``
+    (``description_allow_html``; ipywidgets' sanitizer keeps ``title``); ``label_of`` reads
+    the plain words back.
+    """
+    tip, text = getattr(widget, "tooltip", None), getattr(widget, "description", "")
+    if not tip or not text or "<span title=" in text:
+        return
+    widget.description_allow_html = True
+    widget.description = (f'<span title="{html.escape(tip, quote=True)}">{html.escape(text)}'
+                          "</span>")
 
 
 def _options(widget: Any) -> tuple[list[Any], list[str]]:

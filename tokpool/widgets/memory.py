@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,18 @@ from ..sim.vllm_rules.devices import resolve_hardware
 from ..sim.vllm_rules.kv_cache import kv_cache_memory_bytes
 from .view import View
 
-__all__ = ["prompt_grid", "render_memory"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["memory_share_applies", "prompt_grid", "render_memory"]
+
+
+def memory_share_applies(hardware: object) -> bool:
+    """Whether "a share of the device's memory" means something on ``hardware``: a GPU's
+    memory is the engine's alone; a CPU's is the host's RAM, shared with everything on the
+    machine, and tokpool's CPU record carries no size (1 B), so a share of it would be
+    nonsense (4,194,304,000 %)."""
+    return resolve_hardware(hardware).platform != "cpu"
 
 
 def render_memory(
@@ -95,39 +107,61 @@ def render_memory(
                progress=False)
     # every point vLLM would refuse to start for is marked, by the same start-up checks
     df = mark_startup_refusals(df, config)
-    ax = plot_memory_vs_prompt_length(
-        df, hardware=hardware,
-        title=f"{model} · {config.task} · {dtype} (head: {head}) · "
-              f"{'async' if async_scheduling else 'sync'} · "
-              + (f"chunk {format_tokens(config.max_num_batched_tokens)} tokens"
-                 if config.enable_chunked_prefill else "not chunked (vLLM)"),
-    )
-    png = figure_png(ax.figure)
-    hbm = resolve_hardware(hardware).hbm_bytes  # names resolve in one place
+    device = resolve_hardware(hardware)  # names resolve in one place
+    share = memory_share_applies(device)
+    title = (f"{model} · {config.task} · {dtype} (head: {head}) · "
+             f"{'async' if async_scheduling else 'sync'} · "
+             + (f"chunk {format_tokens(config.max_num_batched_tokens)} tokens"
+                if config.enable_chunked_prefill else "not chunked (vLLM)"))
+
+    def draw() -> Figure:
+        # no reference line for a CPU: its "memory" is not the engine's to take a share of
+        ax = plot_memory_vs_prompt_length(df, hardware=hardware if share else None,
+                                          title=title)
+        return ax.figure
+
     powers = lens[(lens & (lens - 1)) == 0]  # prefer round lengths (powers of two) in the table
     pool = powers if len(powers) >= 2 else lens
     shown = np.unique(pool[np.linspace(0, len(pool) - 1, min(4, len(pool))).round().astype(int)])
+    png = figure_png(draw())
     table = df[df["prompt_len"].isin(shown)].pivot(index="policy", columns="prompt_len",
                                                   values="peak_pooling_bytes")
     table = table.reindex([p for p in policies if p in table.index])
-    kv = _kv_memory_bytes(config)
-    cells = table.map(lambda b: f"{format_bytes(b)} ({b / hbm:.1%})"
-                      + (f", {b / kv:.1%} of KV" if kv else ""))
-    cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
-    caption = (f"Peak device bytes held by pooling per GPU (share of {hardware}'s "
-               f"{format_bytes(hbm)}"
-               + (f", and of the {format_bytes(kv)} its KV cache gets at "
-                  f"tensor-parallel size {tensor_parallel_size}" if kv else "")
-               + "); the model's weights and KV cache come on top.")
+    if share:
+        hbm = device.hbm_bytes
+        kv = _kv_memory_bytes(config)
+        cells = table.map(lambda b: f"{format_bytes(b)} ({b / hbm:.1%})"
+                          + (f", {b / kv:.1%} of KV" if kv else ""))
+        caption = (f"Peak device bytes held by pooling per GPU (share of {hardware}'s "
+                   f"{format_bytes(hbm)}"
+                   + (f", and of the {format_bytes(kv)} its KV cache gets at "
+                      f"tensor-parallel size {tensor_parallel_size}" if kv else "")
+                   + "); the model's weights and KV cache come on top.")
+    else:
+        kv = 0
+        cells = table.map(format_bytes)
+        caption = (f"Peak bytes held by pooling. {device.name}: pooling's bytes are host "
+                   "memory, shared with everything else on the machine, so no share of a "
+                   "device's memory is given.")
     if lifted:
         caption += (f" Prompts past {model}'s {context:,}-token context: simulated as if "
                     f"served with --max-model-len {prompt_len[1]:,}, which the model may not "
                     "support.")
     if not df["vllm_starts"].all():  # the marked points, in words (the message shortened)
         caption += " " + " ".join(refusal_summary(df, messages=False))
+    cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
     table_html = _table_html(cells, caption)
-    return View(html=table_html, png=png, table=df,
-                data={"config": config, "peaks": table, "kv_cache_bytes": kv})
+    settings = {"model": model, "hardware": device.name, "task": config.task, "dtype": dtype,
+                "head_dtype": head, "policies": list(policies),
+                "async_scheduling": async_scheduling,
+                "max_num_batched_tokens": config.max_num_batched_tokens,
+                "enable_chunked_prefill": config.enable_chunked_prefill,
+                "tensor_parallel_size": tensor_parallel_size,
+                "prompt_len": [int(prompt_len[0]), int(prompt_len[1])],
+                "max_model_len": config.max_model_len, "as_if": bool(lifted),
+                "mode": "analytic"}
+    return View(html=table_html, png=png, table=df, settings=settings, redraw=draw,
+                data={"config": config, "peaks": table, "kv_cache_bytes": kv, "share": share})
 
 
 def _kv_memory_bytes(config) -> int:

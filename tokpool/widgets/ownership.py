@@ -11,12 +11,14 @@ import matplotlib.pyplot as plt
 from ..plots import figure_png, format_bytes
 from ..plots._style import styled
 from ..plots.memory import plot_memory_timeline
-from ..plots.schedule import plot_ownership_schedule
+from ..plots.schedule import plot_ownership_schedule, step_label_every
 from ..sim import SimConfig, simulate
 from ..sim.results.analysis import corruption_table
 from .view import View
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from ..sim import SimResult
 
 __all__ = ["check_workload", "corruption_table", "parse_prompt_lens", "render_ownership"]
@@ -128,14 +130,21 @@ def render_ownership(
     result = simulate(list(prompt_lens), config, mode="tensor")
     n_req = len(result.prompt_lens)
     n_steps = int(max(result.steps["step"].max(), result.requests["delivered_step"].max())) + 1
-    # wide enough to read every box; past MAX_FIGURE_WIDTH the explorer scrolls sideways
+    # wide enough to read every box, up to MAX_FIGURE_WIDTH; the explorer never shrinks it
+    # (its text keeps its size), it scrolls sideways instead
     width = min(MAX_FIGURE_WIDTH, max(7.5, 0.6 * n_steps + 3.0))
-    fig = plt.figure(figsize=(width, 0.62 * n_req + 6.2), layout="constrained")
-    top, bottom = fig.subplots(2, 1, height_ratios=[0.62 * n_req + 2.4, 2.6])
-    # token ranges in the boxes only while a step is wide enough to hold one
-    plot_ownership_schedule(result, ax=top, annotate=(width - 3.0) / n_steps >= 0.5)
-    plot_memory_timeline(result, ax=bottom, title="Bytes owned by pooling, per step")
-    bottom.set_xlim(top.get_xlim())
+    annotate = (width - 3.0) / n_steps >= 0.5  # token ranges only while a box holds one
+
+    def draw() -> Figure:
+        fig = plt.figure(figsize=(width, 0.62 * n_req + 6.2), layout="constrained")
+        top, bottom = fig.subplots(2, 1, height_ratios=[0.62 * n_req + 2.4, 2.6])
+        plot_ownership_schedule(result, ax=top, annotate=annotate)
+        plot_memory_timeline(result, ax=bottom, title="Bytes owned by pooling, per step")
+        bottom.set_xlim(top.get_xlim())
+        return fig
+
+    fig = draw()
+    every = step_label_every(fig.axes[0], n_steps)
     png = figure_png(fig)
     bad = result.corrupted
     colour = "#b00020" if bad else "#00734a"
@@ -152,5 +161,21 @@ def render_ownership(
     if reasons:
         items = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
         parts.append(f'<ul style="font-family:sans-serif;margin:4px 0">{items}</ul>')
-    return View(html="".join(parts), png=png, table=result.requests,
-                data={"result": result, "corrupted": list(bad)})
+    cut = []
+    if not annotate:
+        cut.append("the boxes are too narrow for their token ranges (they are in the table)")
+    if every > 1:
+        cut.append(f"steps are labelled every {every}th")
+    if width >= MAX_FIGURE_WIDTH:
+        cut.append(f"the figure is capped at {MAX_FIGURE_WIDTH:g} in and keeps its text size: "
+                   "scroll sideways on a narrow screen")
+    if cut:
+        parts.append('<div class="tokpool-caption" style="font-family:sans-serif;color:#555;'
+                     f'font-size:12px">{n_steps} steps: {html.escape("; ".join(cut))}.</div>')
+    settings = {"prompt_lens": [int(n) for n in prompt_lens],
+                "max_num_batched_tokens": max_num_batched_tokens,
+                "async_scheduling": async_scheduling, "policy": policy,
+                "enable_chunked_prefill": enable_chunked_prefill, "hidden_size": hidden_size,
+                "dtype": dtype, "vllm_head": vllm_head, "mode": "tensor"}
+    return View(html="".join(parts), png=png, table=result.requests, settings=settings,
+                redraw=draw, data={"result": result, "corrupted": list(bad)})

@@ -4,13 +4,79 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
 
 from ..plots import figure_png, plot_step_rewards
 from ..plots._style import as_numpy
 from ..plots.rewards import first_below
 from ..plots.token_text import _legend_html, _text_colour, colour_scale
 from .view import View
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _same(a: str, b: str) -> bool:
+    return a.split() == b.split()  # whitespace does not change a step
+
+
+def carry_labels(original: Sequence[str], steps: Sequence[str], *,
+                 true_first_error: int | None, step_labels: Sequence[bool] | None
+                 ) -> tuple[int | None, list[bool | None] | None, str]:
+    """The labels of ``original`` carried over to an edited solution ``steps``.
+
+    A step's label follows its text: an unchanged step keeps its label wherever it now is, an
+    edited or new one has none (``None``). The labelled first error stays (the outline) while
+    it and every step before it are unchanged — edits after it do not move it; an edit at or
+    before it, or an edit to a correct solution (other than dropping its last steps), drops
+    it, and the note says why.
+
+    Returns:
+        ``(true_first_error, step_labels, note)`` for ``steps``; ``note`` is "" when nothing
+        was dropped.
+
+    Example:
+        >>> carry_labels(["a", "b", "c"], ["a", "b", "c edited"], true_first_error=1,
+        ...              step_labels=[True, False, False])
+        (1, [True, False, None], 'step 2 was edited: it has no label')
+    """
+    labels: list[bool | None] | None = None
+    notes: list[str] = []
+    if step_labels is not None:
+        free = list(range(len(original)))
+        labels = []
+        for step in steps:
+            match = next((i for i in free if _same(original[i], step)), None)
+            if match is not None:
+                free.remove(match)
+            labels.append(None if match is None else bool(step_labels[match]))
+        unlabelled = [j for j, v in enumerate(labels) if v is None]
+        if unlabelled:
+            which = ", ".join(str(j) for j in unlabelled[:6]) + (" …" if len(unlabelled) > 6
+                                                                  else "")
+            notes.append(f"step{'s' if len(unlabelled) > 1 else ''} {which} "
+                         f"{'were' if len(unlabelled) > 1 else 'was'} edited: "
+                         f"{'they have' if len(unlabelled) > 1 else 'it has'} no label")
+    truth = true_first_error
+    if truth is not None:
+        if truth >= 0:
+            kept = (len(steps) > truth
+                    and all(_same(a, b) for a, b in zip(original[:truth + 1],
+                                                        steps[:truth + 1], strict=True)))
+            if not kept:
+                notes.insert(0, f"the labelled first error (step {truth}) no longer applies: "
+                                "it or a step before it was edited")
+                truth = None
+        else:
+            kept = len(steps) <= len(original) and all(
+                _same(a, b) for a, b in zip(original, steps, strict=False))
+            if not kept:
+                notes.insert(0, "the solution was labelled correct (−1); an edited one may "
+                                "not be")
+                truth = None
+    return truth, labels, "; ".join(notes)
 
 
 def render_step_rewards(
@@ -20,7 +86,8 @@ def render_step_rewards(
     threshold: float = 0.5,
     problem: str | None = None,
     true_first_error: int | None = None,
-    step_labels: Sequence[bool | int] | None = None,
+    step_labels: Sequence[bool | int | None] | None = None,
+    note: str = "",
 ) -> View:
     """Bars of the step rewards plus the solution's steps coloured by reward.
 
@@ -30,7 +97,8 @@ def render_step_rewards(
         threshold: rewards below it count as errors (the predicted first error is the first).
         problem: the question, shown above the steps.
         true_first_error: the labelled first error (``-1``: the solution is correct), if known.
-        step_labels: per-step correctness labels, if known.
+        step_labels: per-step correctness labels, if known (``None`` for a step without one).
+        note: a sentence shown under the verdict (e.g. what an edit did to the labels).
 
     Returns:
         ``View`` with ``html`` (problem, coloured steps, verdict), ``png`` (the bar chart) and
@@ -43,9 +111,12 @@ def render_step_rewards(
     if len(steps) != r.shape[0]:
         raise ValueError(f"got {len(steps)} steps but {r.shape[0]} rewards; one reward per step")
     predicted = first_below(r, threshold)
-    ax = plot_step_rewards(r, threshold=threshold, true_first_error=true_first_error,
-                           step_labels=step_labels, title="Step rewards (probability correct)")
-    png = figure_png(ax.figure)
+    def draw() -> Figure:
+        return plot_step_rewards(r, threshold=threshold, true_first_error=true_first_error,
+                                 step_labels=step_labels,
+                                 title="Step rewards (probability correct)").figure
+
+    png = figure_png(draw())
     parts = []
     if problem:
         parts.append(
@@ -64,7 +135,15 @@ def render_step_rewards(
         f'<div style="font-family:sans-serif;margin-top:4px">{html.escape(verdict)} '
         f"(threshold {threshold:.2f})</div>"
     )
-    return View(html="".join(parts), png=png,
+    if note:
+        parts.append('<div class="tokpool-note" style="font-family:sans-serif;color:#0057a0;'
+                     f'font-size:12px">ⓘ {html.escape(note)}</div>')
+    table = pd.DataFrame({"step": range(len(steps)), "text": list(steps), "reward": r})
+    if step_labels is not None:
+        table["label"] = list(step_labels)
+    settings = {"threshold": threshold, "steps": len(steps),
+                "true_first_error": true_first_error, "problem": problem}
+    return View(html="".join(parts), png=png, table=table, settings=settings, redraw=draw,
                 data={"rewards": r, "predicted_first_error": predicted})
 
 

@@ -6,6 +6,8 @@ slider and a metric menu to it and caches one forward pass per layer.
 
 from __future__ import annotations
 
+import html as _html
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -13,10 +15,14 @@ import numpy as np
 import torch
 
 from ..plots import cosine_similarity_matrix, figure_png, plot_similarity, token_html
-from ..plots._style import as_numpy
+from ..plots._fonts import box_note
+from ..plots._style import as_numpy, styled
+from ..plots.embeddings import _tick_labels
 from .view import View
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from ..models import PoolingModel
 
 TokenMetric = Literal["relative norm", "cosine to previous token", "cosine to text mean"]
@@ -57,9 +63,42 @@ def token_metric(hidden: Any, metric: TokenMetric) -> np.ndarray:
     raise ValueError(f"unknown metric {metric!r}; choose one of {list(TOKEN_METRICS)}")
 
 
+def heatmap_caption(n_tokens: int, max_heatmap_tokens: int = 96) -> str:
+    """What the heatmap leaves out, as a caption ("" when it shows every token)."""
+    if n_tokens <= max_heatmap_tokens:
+        return ""
+    return (f"The heatmap shows the first {max_heatmap_tokens} of {n_tokens:,} tokens (the "
+            "coloured text above has them all).")
+
+
+def _heatmap_figure(tokens: Sequence[str], hidden: Any, *, layer_label: str,
+                    max_heatmap_tokens: int) -> Figure:
+    import matplotlib.pyplot as plt
+
+    suffix = f" · {layer_label}" if layer_label else ""
+    n = min(len(tokens), max_heatmap_tokens)
+    cut = f" · first {n} of {len(tokens):,} tokens" if n < len(tokens) else ""
+    # the final size first: tick labels are thinned to what this size holds. Fixed margins
+    # (room for 10-character labels), not constrained layout: half the drawing time, and the
+    # explorer redraws this on every new layer.
+    fig = plt.figure(figsize=(6.2, 5.2))
+    ax = fig.add_axes((0.16, 0.17, 0.72, 0.75))
+    plot_similarity(hidden[:n], tokens=list(tokens[:n]), ax=ax,
+                    title=f"Token × token cosine similarity{suffix}{cut}")
+    note = box_note(_tick_labels(tokens[:n]))
+    if note:  # why a label is a box, under the figure
+        fig.text(0.01, 0.005, textwrap.fill(note, 110), fontsize=6.5, color="0.35",
+                 va="bottom", ha="left")
+    return fig
+
+
+@styled
 def render_token_heatmap(tokens: Sequence[str], hidden: Any, *, layer_label: str = "",
                          max_heatmap_tokens: int = 96) -> bytes:
     """PNG of the token × token cosine similarity of the first ``max_heatmap_tokens`` tokens.
+
+    When the text is longer, the title says so ("first 96 of 412 tokens"); labels with
+    characters no font has are explained under the figure (``plots._fonts.box_note``).
 
     Args:
         tokens: ``n`` token strings (tick labels; thinned to what fits, see ``plot_similarity``).
@@ -70,18 +109,9 @@ def render_token_heatmap(tokens: Sequence[str], hidden: Any, *, layer_label: str
     Returns:
         PNG bytes at ``PNG_DPI``.
     """
-    import matplotlib.pyplot as plt
-
-    suffix = f" · {layer_label}" if layer_label else ""
-    n = min(len(tokens), max_heatmap_tokens)
-    # the final size first: tick labels are thinned to what this size holds. Fixed margins
-    # (room for 10-character labels), not constrained layout: half the drawing time, and the
-    # explorer redraws this on every new layer.
-    fig = plt.figure(figsize=(6.2, 5.2))
-    ax = fig.add_axes((0.16, 0.17, 0.72, 0.75))
-    plot_similarity(hidden[:n], tokens=list(tokens[:n]), ax=ax,
-                    title=f"Token × token cosine similarity{suffix}")
-    return figure_png(ax.figure)
+    # fixed margins: no tight bounding box, which would draw the figure twice
+    return figure_png(_heatmap_figure(tokens, hidden, layer_label=layer_label,
+                                      max_heatmap_tokens=max_heatmap_tokens), tight=False)
 
 
 def render_tokens(
@@ -92,6 +122,7 @@ def render_tokens(
     layer_label: str = "",
     max_heatmap_tokens: int = 96,
     heatmap: bytes | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> View:
     """Coloured tokens for one metric plus the token × token similarity heatmap.
 
@@ -100,22 +131,38 @@ def render_tokens(
         hidden: ``[n, hidden]`` hidden states of those tokens.
         metric: see ``token_metric``; its colour range is fixed (``TOKEN_METRICS``).
         layer_label: shown in the titles, e.g. ``"layer 12 of 30"``.
-        max_heatmap_tokens: the heatmap shows at most this many leading tokens.
+        max_heatmap_tokens: the heatmap shows at most this many leading tokens (a caption
+            says so when the text has more).
         heatmap: the PNG ``render_token_heatmap`` made for these hidden states, if the caller
             kept it (the metric does not change the heatmap; the explorer reuses it).
+        settings: what produced the hidden states (model, layer, ...), kept with the view
+            for ``View.save``.
 
     Returns:
-        ``View`` with ``html`` (coloured tokens), ``png`` (heatmap) and ``data['values']``.
+        ``View`` with ``html`` (coloured tokens, and the heatmap's caption when it is cut),
+        ``png`` (heatmap) and ``data['values']``.
     """
     values = token_metric(hidden, metric)
     vmin, vmax = TOKEN_METRICS[metric]
     suffix = f" · {layer_label}" if layer_label else ""
     html = token_html(tokens, values, vmin=vmin, vmax=vmax, label=metric,
                       title=f"{metric}{suffix}")
+    caption = heatmap_caption(len(tokens), max_heatmap_tokens)
+    if caption:
+        html += ('<div class="tokpool-caption" style="font-family:sans-serif;color:#555;'
+                 f'font-size:12px;margin-top:4px">{_html.escape(caption)}</div>')
     if heatmap is None:
         heatmap = render_token_heatmap(tokens, hidden, layer_label=layer_label,
                                        max_heatmap_tokens=max_heatmap_tokens)
-    return View(html=html, png=heatmap, data={"values": values})
+
+    def draw() -> Figure:
+        return _heatmap_figure(tokens, hidden, layer_label=layer_label,
+                               max_heatmap_tokens=max_heatmap_tokens)
+
+    shown = {"metric": metric, "layer": layer_label, "tokens": len(tokens),
+             "heatmap_tokens": min(len(tokens), max_heatmap_tokens), **(settings or {})}
+    return View(html=html, png=heatmap, settings=shown, redraw=styled(draw),
+                data={"values": values})
 
 
 def hidden_states(model: PoolingModel, text: str, *, layer: int) -> torch.Tensor:
