@@ -115,7 +115,7 @@ def test_the_kv_cache_space_is_read_as_vllm_reads_it():
     with pytest.raises(ValueError, match="VLLM_CPU_KVCACHE_SPACE"):
         tp.SimConfig.from_vllm_args("VLLM_CPU_KVCACHE_SPACE=1.5 vllm serve "
                                     "Qwen/Qwen3-Embedding-0.6B", hardware="CPU")
-    with pytest.raises(TypeError, match="whole number of GiB"):
+    with pytest.raises(ValueError, match="cpu_kvcache_space must be an int >= 0"):
         tp.SimConfig.for_model("Qwen3-Embedding-0.6B", hardware="CPU", cpu_kvcache_space=1.5)
 
 

@@ -16,7 +16,6 @@ from ..pooling import RetentionPolicy, check_policy
 from .vllm_rules import engine_checks
 from .vllm_rules import step_memory as step_memory_rule
 from .vllm_rules.classifier import ClassifierPlacement, pooled_width
-from .vllm_rules.cpu_platform import read_kvcache_space
 from .vllm_rules.devices import Hardware, resolve_hardware
 from .vllm_rules.hf_config import simconfig_fields_from_hf
 from .vllm_rules.kv_cache import check_kv_cache_dtype
@@ -299,7 +298,8 @@ class SimConfig:
         _check_int("block_size", self.block_size, minimum=1, optional=True)
         _check_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes, minimum=1,
                    optional=True)
-        set_(self, "cpu_kvcache_space", read_kvcache_space(self.cpu_kvcache_space))
+        # whole GiB, as vLLM's int() reads the variable (from_vllm_args parses its text)
+        _check_int("cpu_kvcache_space", self.cpu_kvcache_space, minimum=0, optional=True)
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("activation_peak_bytes", self.activation_peak_bytes, minimum=0, optional=True)
