@@ -82,8 +82,8 @@ def test_a_small_kv_cache_preempts_and_the_prefill_restarts(cfg):
 def test_unknown_and_unmodelled_flags_are_reported(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"unknown vLLM flag\(s\) \['--bogus'\]"):
         tp.SimConfig.from_vllm_args("--bogus 3", model="Qwen3-Embedding-8B")
-    with pytest.raises(ValueError, match="kv-cache-memory-bytes"):
-        tp.SimConfig.from_vllm_args("--kv-cache-memory-bytes 8G", model="Qwen3-Embedding-8B")
+    with pytest.raises(ValueError, match="kv-offloading-size"):  # modelled: see cpu_platform
+        tp.SimConfig.from_vllm_args("--kv-offloading-size 8", model="Qwen3-Embedding-8B")
     code = main(["simulate", "--prompt-lens", "1k", "--vllm-args",
                  "vllm serve Qwen/Qwen3-Embedding-8B --bogus 1"])
     err = capsys.readouterr().err

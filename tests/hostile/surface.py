@@ -279,18 +279,21 @@ def simconfig_fields(a: str) -> list[Case]:
                "long_prefill_token_threshold", "kv_cache_blocks", "block_size",
                "max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
                "data_parallel_size", "activation_peak_bytes", "max_cudagraph_capture_size",
-               "num_returned_columns", "step_tag_every", "step_tag_id"}
+               "num_returned_columns", "step_tag_every", "step_tag_id",
+               "kv_cache_memory_bytes", "cpu_kvcache_space"}
     flags = {"use_activation", "enable_chunked_prefill", "async_scheduling", "enforce_eager",
              "allow_long_max_model_len"}
     names = {"task", "pooling", "policy", "model", "hardware", "output_memory", "usage",
-             "rows_from", "async_overwrite", "kv_cache_dtype", "dtype", "head_dtype"}
+             "rows_from", "async_overwrite", "kv_cache_dtype", "dtype", "head_dtype",
+             "classifier", "model_runner"}
     allowed_none = {"hidden_size", "max_num_batched_tokens", "max_num_seqs",
                     "long_prefill_token_threshold", "kv_cache_blocks", "max_model_len",
                     "activation_peak_bytes", "max_cudagraph_capture_size",
                     "num_returned_columns", "step_tag_every", "step_tag_id", "use_activation",
                     "enable_chunked_prefill", "async_scheduling", "pooling", "model",
-                    "rows_from", "head_dtype"}
-    zero_ok = {"activation_peak_bytes", "step_tag_id"}
+                    "rows_from", "head_dtype", "block_size", "kv_cache_memory_bytes",
+                    "cpu_kvcache_space", "classifier", "model_runner"}
+    zero_ok = {"activation_peak_bytes", "step_tag_id", "cpu_kvcache_space"}
     base = {"max_num_batched_tokens": 64}
     cases = []
     for field in sorted(numbers | flags | names):

@@ -27,8 +27,8 @@ __all__ = ["memory_share_applies", "prompt_grid", "render_memory"]
 def memory_share_applies(hardware: object) -> bool:
     """Whether "a share of the device's memory" means something on ``hardware``: a GPU's
     memory is the engine's alone; a CPU's is the host's RAM, shared with everything on the
-    machine, and tokpool's CPU record carries no size (1 B), so a share of it would be
-    nonsense (4,194,304,000 %)."""
+    machine and vLLM's CPU platform has no device total, so a share of it would be
+    nonsense."""
     return resolve_hardware(hardware).platform != "cpu"
 
 
@@ -168,6 +168,8 @@ def _kv_memory_bytes(config) -> int:
     """One GPU's KV-cache memory as vLLM sizes it (0: an encoder, or no room)."""
     if config.model is None or config.kv_bytes_per_token == 0:
         return 0
+    if config.hardware.hbm_bytes is None:  # the CPU: sized from bytes given, if any
+        return config.kv_cache_blocks * config.kv_block_bytes if config.kv_cache_blocks else 0
     try:
         return kv_cache_memory_bytes(
             config.model, gpu_memory_bytes=config.hardware.hbm_bytes,
