@@ -22,6 +22,7 @@ strip, the labelled error's outline lost on an edit. Screenshots of the changed 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -251,6 +252,9 @@ def _record(explorer: str, times: dict[str, list[float]]) -> None:
     data[explorer] = {control: {"median_s": round(statistics.median(t), 3),
                                 "runs_s": [round(x, 3) for x in t]}
                       for control, t in times.items()}
+    # the machine's load when the explorer was timed: on a shared 2-core machine the same
+    # control takes several times longer at a load of 10 than at 2
+    data.setdefault("_load_average", {})[explorer] = [round(x, 2) for x in os.getloadavg()]
     data["_how"] = ("tests/test_browser_explorers.py: seconds from committing a control's new "
                     "value in headless chromium to the redrawn explorer with the kernel idle "
                     f"again, median of {REPEATS}; JupyterLab on this machine")
