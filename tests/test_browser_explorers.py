@@ -22,6 +22,7 @@ strip, the labelled error's outline lost on an edit. Screenshots of the changed 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -203,8 +204,10 @@ class Driver:
         img = self.root.locator("img").filter(visible=True).first
         return img.evaluate("i => i.getBoundingClientRect().width / (i.naturalWidth / 2)")
 
-    def screenshot(self, name: str) -> None:
-        self.root.screenshot(path=str(DOCS / f"explorer_{name}.png"))
+    def screenshot(self, name: str, *, figure: bool = False) -> None:
+        """The explorer (or only its figure: a tall explorer is cut at the window's edge)."""
+        shot = self.root.locator("img").filter(visible=True).first if figure else self.root
+        shot.screenshot(path=str(DOCS / f"explorer_{name}.png"))
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +254,9 @@ def _record(explorer: str, times: dict[str, list[float]]) -> None:
     data[explorer] = {control: {"median_s": round(statistics.median(t), 3),
                                 "runs_s": [round(x, 3) for x in t]}
                       for control, t in times.items()}
+    # the machine's load when the explorer was timed: on a shared 2-core machine the same
+    # control takes several times longer at a load of 10 than at 2
+    data.setdefault("_load_average", {})[explorer] = [round(x, 2) for x in os.getloadavg()]
     data["_how"] = ("tests/test_browser_explorers.py: seconds from committing a control's new "
                     "value in headless chromium to the redrawn explorer with the kernel idle "
                     f"again, median of {REPEATS}; JupyterLab on this machine")
@@ -443,7 +449,7 @@ def test_step_reward_explorer_refuses_hostile_values_and_answers(browser_page) -
     width, height = img.evaluate("i => [i.getBoundingClientRect().width, "
                                  "i.getBoundingClientRect().height]")
     assert height / width >= 0.3 and d.figure_scale() > 0.98, (width, height)
-    d.screenshot("step_reward_40_steps")
+    d.screenshot("step_reward_40_steps", figure=True)
     d.type_into(d.area("steps"), "3 * 4 = 12.\n2 + 12 = 15.\nThe answer is 15.", blur=True)
     times = {
         "threshold": _alternate(lambda v: d.type_into(d.box("threshold"), v), ("0.3", "0.5")),

@@ -141,7 +141,7 @@ def test_ownership_explorer_shows_bad_settings_instead_of_raising() -> None:
     ex = tp.ownership_explorer([5], budget=8, hidden_size=8)
     ex.chunked.value = False
     ex.prompt_len.value = 20  # longer than the budget without chunked prefill
-    assert "can never be scheduled" in ex._errors.value
+    assert "so no step can hold it" in ex._errors.value
     ex.more_requests.value = "3, x"
     assert "positive integers" in ex._errors.value
     ex.more_requests.value = ""
@@ -213,9 +213,9 @@ def test_bad_settings_clear_the_stale_output() -> None:
     assert ex._output.layout.display is None and ex.view is not None
     ex.chunked.value = False
     ex.prompt_len.value = 20  # impossible: no output may remain from the previous settings
-    assert ex.view is None and "can never be scheduled" in (ex.error or "")
+    assert ex.view is None and "so no step can hold it" in (ex.error or "")
     assert ex._output.layout.display == "none" and ex.html.value == ""
-    assert "can never be scheduled" in ex.static_html()
+    assert "so no step can hold it" in ex.static_html()
     ex.chunked.value = True  # valid again: the output comes back
     assert ex.error is None and ex._output.layout.display is None
     assert ex.view.data["result"].prompt_lens == [20]

@@ -724,7 +724,8 @@ class OwnershipExplorer(Explorer):
                                           "max_num_batched_tokens), 2 to 64",
                                   layout=_slider_layout())
         self.async_scheduling = W.ToggleButton(value=async_scheduling,
-                                               description="async scheduling", icon="bolt")
+                                               description="async scheduling", icon="bolt",
+                                               layout=W.Layout(width="auto"))
         _mark_toggle(self.async_scheduling,
                      on="async scheduling is on: step N+1 starts before step N's host copy; "
                         "click for sync scheduling",
@@ -991,7 +992,8 @@ class MemoryExplorer(Explorer):
         chosen = tuple(RETENTION_POLICIES) if policies is None else tuple(policies)
         self.policies = MultiToggle(RETENTION_POLICIES, chosen, description="policies")
         self.async_scheduling = W.ToggleButton(value=async_scheduling,
-                                               description="async scheduling", icon="bolt")
+                                               description="async scheduling", icon="bolt",
+                                               layout=W.Layout(width="auto"))
         _mark_toggle(self.async_scheduling,
                      on="async scheduling is on: click for sync scheduling",
                      off="async scheduling is off (sync): click to turn it on")
