@@ -774,6 +774,7 @@ class OwnershipExplorer(Explorer):
         """vLLM's refusal of a prompt longer than the budget with chunking off
         (``engine_checks.check_unchunked_prompts_schedulable``), said with this panel's
         controls instead of the engine's flags."""
+        # the rules room only when a panel is checked: opening an explorer stays light
         from ..sim.vllm_rules.engine_checks import (
             EngineRefusal,
             check_unchunked_prompts_schedulable,

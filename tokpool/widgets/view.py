@@ -70,7 +70,7 @@ def _installed(package: str) -> str | None:
 def provenance() -> dict[str, Any]:
     """The versions a saved result depends on: tokpool, the vLLM release its rules follow,
     the vLLM installed beside it (``None``: none), torch, matplotlib and Python."""
-    from .. import __version__
+    from .. import __version__  # the package's own __init__: not importable at module level
     from ..sim.vllm_rules import VLLM_VERSION  # one place says which vLLM the rules follow
 
     return {"tokpool": __version__, "vllm_rules": VLLM_VERSION,
@@ -228,6 +228,7 @@ class View:
                              f" instead of .{fmt}")
         import matplotlib as mpl
 
+        # with matplotlib, only when a figure is redrawn for svg/pdf
         from ..plots._style import RC, close
 
         fig = self.redraw()
