@@ -67,11 +67,14 @@ def test_unknown_flags_are_reported_never_dropped():
 
 
 def test_unmodelled_flags_raise_or_come_back():
-    with pytest.raises(ValueError, match=r"\['--kv-cache-memory-bytes'\] are not modelled"):
-        parse_vllm_args("m --kv-cache-memory-bytes 8G")
-    out = parse_vllm_args("m --kv-cache-memory-bytes 8G --quantization fp8 "
+    with pytest.raises(ValueError, match=r"\['--quantization'\] are not modelled"):
+        parse_vllm_args("m --quantization fp8")
+    # modelled since issue 28: the KV cache in bytes, the block count (CPU platform's rules)
+    assert parse_vllm_args("m --kv-cache-memory-bytes 8G --num-gpu-blocks-override 7") == {
+        "model": "m", "kv_cache_memory_bytes": 8 << 30, "kv_cache_blocks": 7}
+    out = parse_vllm_args("m --kv-offloading-size 8 --quantization fp8 "
                           "--no-enable-expert-parallel --seed 3", unmodelled="return")
-    assert out == {"model": "m", "unmodelled": {"--kv-cache-memory-bytes": "8G",
+    assert out == {"model": "m", "unmodelled": {"--kv-offloading-size": "8",
                                                 "--quantization": "fp8",
                                                 "--no-enable-expert-parallel": True},
                    "ignored": ("--seed 3",)}

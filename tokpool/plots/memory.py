@@ -68,7 +68,8 @@ def _tokens_axis(axis: Any) -> None:
 
 
 def _hardware_bytes(hardware: Any) -> tuple[str, int] | None:
-    """``(label, bytes)`` for a hardware preset name, a ``Hardware`` or a byte count."""
+    """``(label, bytes)`` for a hardware preset name, a ``Hardware`` or a byte count; ``None``
+    for a device without a memory total (the CPU: no line is drawn)."""
     if hardware is None:
         return None
     if isinstance(hardware, (int, np.integer)) and not isinstance(hardware, bool):
@@ -81,6 +82,8 @@ def _hardware_bytes(hardware: Any) -> tuple[str, int] | None:
     if not hasattr(hardware, "hbm_bytes"):
         raise TypeError(f"hardware must be a preset name (tp.HARDWARE_PRESETS), a Hardware or "
                         f"a byte count, got {type(hardware).__name__} {hardware!r:.40}")
+    if hardware.hbm_bytes is None:  # vLLM's CPU platform: the host's memory, no device total
+        return None
     return f"{hardware.name} memory ({format_bytes(hardware.hbm_bytes)})", int(hardware.hbm_bytes)
 
 

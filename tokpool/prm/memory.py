@@ -148,7 +148,9 @@ def prm_memory_table(
                 "buffer_bytes": result.buffer_bytes,
                 "peak_device_bytes": result.peak_device_bytes,
                 "output_bytes": int(result.requests["output_bytes"].sum()),
-                "share_of_hbm": result.peak_device_bytes / config.hardware.hbm_bytes,
+                # NaN on the CPU platform: no device memory total to take a share of
+                "share_of_hbm": (float("nan") if config.hardware.hbm_bytes is None
+                                 else result.peak_device_bytes / config.hardware.hbm_bytes),
                 "policy": policy,
                 "chunked": config.enable_chunked_prefill,
                 "model": preset.name,

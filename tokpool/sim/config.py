@@ -15,6 +15,7 @@ from ..keep_rule import SIM_POLICIES
 from ..pooling import RetentionPolicy, check_policy
 from .vllm_rules import engine_checks
 from .vllm_rules import step_memory as step_memory_rule
+from .vllm_rules.cpu_platform import read_kvcache_space
 from .vllm_rules.devices import Hardware, resolve_hardware
 from .vllm_rules.hf_config import simconfig_fields_from_hf
 from .vllm_rules.kv_cache import check_kv_cache_dtype
@@ -104,7 +105,18 @@ class SimConfig:
         kv_cache_blocks: KV-cache capacity in blocks of ``block_size`` tokens (``None``:
             unlimited). A full cache preempts the last running request: its pooling state is
             cleaned and its prefill restarts (``SimResult.requests["num_preemptions"]``).
-        block_size: tokens per KV-cache block (vLLM's default 16).
+        block_size: tokens per KV-cache block (vLLM's ``--block-size``); ``None`` (default):
+            vLLM's for the device (``vllm_rules.cpu_platform.default_block_size``: 16, 128 on
+            the CPU platform).
+        kv_cache_memory_bytes: vLLM's ``--kv-cache-memory-bytes``: the KV cache gets exactly
+            this many bytes per rank, in whole blocks, whatever ``gpu_memory_utilization``
+            says (``Worker.determine_available_memory``; ``CPUWorker``'s on a CPU).
+        cpu_kvcache_space: vLLM's ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB), read by the CPU
+            platform only: on ``hardware="CPU"`` it sets ``kv_cache_memory_bytes``
+            (``CpuPlatform.check_and_update_config``); ``from_vllm_args`` reads it from the
+            line's environment words (``VLLM_CPU_KVCACHE_SPACE=1 vllm serve ...``). On the CPU
+            platform (``vllm_rules.cpu_platform``) steps run eagerly (no CUDA graphs), async
+            scheduling is forced off and the host copy copies nothing.
         gpu_memory_utilization: with a model preset, sizes the KV cache as vLLM does
             (``vllm_rules.kv_cache.kv_cache_capacity_tokens``): this share of the device's
             memory, minus the weights and the forward's activation peak per rank, in whole
@@ -222,7 +234,9 @@ class SimConfig:
     allow_long_max_model_len: bool = False
     async_overwrite: AsyncOverwrite = "forward_start"
     kv_cache_blocks: int | None = None
-    block_size: int = 16
+    block_size: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    cpu_kvcache_space: int | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_dtype: str = "auto"
     enable_prefix_caching: bool | None = None
@@ -244,7 +258,7 @@ class SimConfig:
             name for name in ("hidden_size", "max_num_batched_tokens", "max_num_seqs",
                               "enable_chunked_prefill", "max_model_len", "kv_cache_blocks",
                               "use_activation", "async_scheduling", "rows_from",
-                              "enable_prefix_caching")
+                              "enable_prefix_caching", "block_size")
             if getattr(self, name) is None
         ) + (("head_dtype",) if isinstance(self.head_dtype, str)
              and self.head_dtype == "auto" else ()))
@@ -264,7 +278,10 @@ class SimConfig:
         _check_int("max_num_seqs", self.max_num_seqs, minimum=1, optional=True)
         _check_int("max_model_len", self.max_model_len, minimum=1, optional=True)
         _check_int("kv_cache_blocks", self.kv_cache_blocks, minimum=1, optional=True)
-        _check_int("block_size", self.block_size, minimum=1)
+        _check_int("block_size", self.block_size, minimum=1, optional=True)
+        _check_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes, minimum=1,
+                   optional=True)
+        set_(self, "cpu_kvcache_space", read_kvcache_space(self.cpu_kvcache_space))
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("activation_peak_bytes", self.activation_peak_bytes, minimum=0, optional=True)
@@ -349,7 +366,7 @@ class SimConfig:
         resolved = resolve_engine(self)
         for name in ("max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
                      "max_num_seqs", "kv_cache_blocks", "head_dtype", "use_activation",
-                     "async_scheduling", "enable_prefix_caching"):
+                     "async_scheduling", "enable_prefix_caching", "block_size"):
             set_(self, name, getattr(resolved, name))
         set_(self, "_resolved", resolved)
 

@@ -97,7 +97,7 @@ def render_memory(
                  if config.enable_chunked_prefill else "not chunked (vLLM)"),
     )
     png = figure_png(ax.figure)
-    hbm = resolve_hardware(hardware).hbm_bytes  # names resolve in one place
+    hbm = resolve_hardware(hardware).hbm_bytes  # names resolve in one place; None: a CPU
     powers = lens[(lens & (lens - 1)) == 0]  # prefer round lengths (powers of two) in the table
     pool = powers if len(powers) >= 2 else lens
     shown = np.unique(pool[np.linspace(0, len(pool) - 1, min(4, len(pool))).round().astype(int)])
@@ -105,11 +105,15 @@ def render_memory(
                                                   values="peak_pooling_bytes")
     table = table.reindex([p for p in policies if p in table.index])
     kv = _kv_memory_bytes(config)
-    cells = table.map(lambda b: f"{format_bytes(b)} ({b / hbm:.1%})"
+    cells = table.map(lambda b: format_bytes(b)
+                      + (f" ({b / hbm:.1%})" if hbm else "")
                       + (f", {b / kv:.1%} of KV" if kv else ""))
     cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
-    caption = (f"Peak device bytes held by pooling per GPU (share of {hardware}'s "
-               f"{format_bytes(hbm)}"
+    if hbm:
+        share = f"share of {hardware}'s {format_bytes(hbm)}"
+    else:  # vLLM's CPU platform: the host's memory, no device total to take a share of
+        share = f"{hardware}: host memory, no device total to take a share of"
+    caption = (f"Peak device bytes held by pooling per GPU ({share}"
                + (f", and of the {format_bytes(kv)} its KV cache gets at "
                   f"tensor-parallel size {tensor_parallel_size}" if kv else "")
                + "); the model's weights and KV cache come on top.")
@@ -126,6 +130,8 @@ def _kv_memory_bytes(config) -> int:
     """One GPU's KV-cache memory as vLLM sizes it (0: an encoder, or no room)."""
     if config.model is None or config.kv_bytes_per_token == 0:
         return 0
+    if config.hardware.hbm_bytes is None:  # the CPU: sized from bytes given, if any
+        return config.kv_cache_blocks * config.kv_block_bytes if config.kv_cache_blocks else 0
     try:
         return kv_cache_memory_bytes(
             config.model, gpu_memory_bytes=config.hardware.hbm_bytes,

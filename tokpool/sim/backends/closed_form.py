@@ -31,6 +31,7 @@ from ..config import SimConfig
 # Called through the modules, never copied: the seam and refusal tests swap the rules there.
 from ..vllm_rules import engine_checks
 from ..vllm_rules import step_memory as step_memory_rule
+from ..vllm_rules.cpu_platform import host_copy_copies
 from .loop import copies_at_finish
 
 
@@ -144,7 +145,8 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
         copy_head = cast + act
     peak = np.maximum.reduce([cache_peak, peak_sel, peak_head, one_shot_pin])
     copy_total = copy_pool + copy_sel + copy_head
-    d2h_total = d2h_pool if offload else out_bytes
+    # the host copy: none on vLLM's CPU platform (``.to("cpu")`` of a CPU tensor)
+    d2h_total = d2h_pool if offload else (out_bytes if host_copy_copies(cfg.hardware) else zero)
     if kind.token_level and unfinished.keep == "view" and cfg.enable_chunked_prefill \
             and not full_fresh:
         # Views of rewritten memory: every later step writes at least its own C rows, so each

@@ -258,11 +258,12 @@ class CountingEngine(EngineLoop):
                 self._cache_pin(t.base, -1)
 
     def output_nbytes(self, output) -> int:
-        return 0 if isinstance(output[0], _Storage) and output[0].host else output[1]
+        on_host = isinstance(output[0], _Storage) and output[0].host
+        return 0 if on_host or not self.host_copy_copies else output[1]
 
     def deliver(self, index: int, request: int, output) -> int:
         t, nbytes = output
-        if not (isinstance(t, _Storage) and t.host):
+        if not (isinstance(t, _Storage) and t.host) and self.host_copy_copies:
             self.d2h += nbytes  # a device tensor (or a view) copied to the host
         self.delivered_bytes += nbytes
         self._drop(t)

@@ -39,6 +39,7 @@ from ..schedule.scheduler import ScheduledStep, engine_steps
 
 # Called through the module, never copied: the seam tests swap the rule there.
 from ..vllm_rules import step_memory as step_memory_rule
+from ..vllm_rules.cpu_platform import host_copy_copies
 from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.step_memory import StepOutput
 from .timing import estimate_step_times
@@ -142,6 +143,9 @@ class EngineLoop(ABC):
             for finished in (False, True) for first in (False, True)
             for rule in [self.kind.chunk_rule(config, finished=finished, first_chunk=first)]
         }
+        # Delivering an output copies it (not on vLLM's CPU platform: ``.to("cpu")`` of a CPU
+        # tensor is the tensor itself).
+        self.host_copy_copies = host_copy_copies(config.hardware)
         # The policy keeps chunks in host memory (offload): pooling's outputs live there too.
         self.outputs_on_host = self.kind.token_level and keep_rule(
             config.policy, async_scheduling=False, finished=True, first_chunk=True

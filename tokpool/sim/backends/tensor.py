@@ -283,11 +283,14 @@ class TensorEngine(EngineLoop):
         self.source.reset(request)  # its KV cache is gone: the prefill restarts at token 0
 
     def output_nbytes(self, output: Tensor) -> int:
-        return 0 if self.offload else output.numel() * output.element_size()
+        return (0 if self.offload or not self.host_copy_copies
+                else output.numel() * output.element_size())
 
     def deliver(self, index: int, request: int, t: Tensor) -> int:
         if self.offload:
             host = t  # already on the host
+        elif not self.host_copy_copies:
+            host = t.to("cpu")  # vLLM's CPU platform: the tensor itself, 0 bytes copied
         else:
             if request in self._inflight:  # CUDA: the copy launched at the end of its step
                 host, event = self._inflight.pop(request)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..._args import whole
 from ..backends.closed_form import single_request
+from ..vllm_rules.cpu_platform import is_cpu
 from ..vllm_rules.kv_cache import _pos
 
 
@@ -56,8 +57,16 @@ def pooling_takes_kv_from(config, *, longest: int | None = None) -> int | None:
     config may claim 10^12 positions).
 
     Raises:
-        ValueError: no ``longest`` and no ``max_model_len``, or a ``longest`` below 1.
+        ValueError: no ``longest`` and no ``max_model_len``, or a ``longest`` below 1; the CPU
+            platform (no profiled reserve to outgrow).
     """
+    if is_cpu(config.hardware):
+        raise ValueError(
+            "pooling_takes_kv_from: on vLLM's CPU platform the KV cache has a fixed size "
+            "(VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes, CPUWorker."
+            "determine_available_memory) and no profiled activation reserve: pooling's bytes "
+            "come from host memory on top of it, never out of the KV cache. Ask for a GPU "
+            "(hardware='H100 SXM', ...) or read the ledger's pool_peak_bytes")
     top = longest if longest is not None else config.max_model_len
     if top is None:
         raise ValueError("give longest= (the config has no max_model_len)")

@@ -133,6 +133,13 @@ _FLAGS: dict[str, tuple[str, Any]] = {
     "--data-parallel-size": ("data_parallel_size", _int),
     "--gpu-memory-utilization": ("gpu_memory_utilization", _float),
     "--block-size": ("block_size", _int),
+    # CacheConfig.kv_cache_memory_bytes (human_readable_int, EngineArgs.add_cli_args): the KV
+    # cache's bytes per rank, ignoring gpu_memory_utilization (Worker/CPUWorker
+    # .determine_available_memory)
+    "--kv-cache-memory-bytes": ("kv_cache_memory_bytes", human_readable_int),
+    # CacheConfig.num_gpu_blocks_override: the block count, whatever the memory
+    # (kv_cache_planning.may_override_num_blocks)
+    "--num-gpu-blocks-override": ("kv_cache_blocks", _int),
     "--dtype": ("dtype", _choice(_MODEL_DTYPES)),
     "--kv-cache-dtype": ("kv_cache_dtype", _choice(KV_CACHE_DTYPES)),
     "--max-cudagraph-capture-size": ("max_cudagraph_capture_size", _int),
@@ -428,10 +435,12 @@ def _normalise(out: dict[str, Any]) -> None:
             out["dtype"] = dtype
     if out.get("long_prefill_token_threshold") == 0:
         out["long_prefill_token_threshold"] = None  # SchedulerConfig default 0: no limit
+    flags = {dest: flag for flag, (dest, _) in _FLAGS.items()}
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-                 "block_size", "max_num_seqs", "max_num_batched_tokens"):
+                 "block_size", "max_num_seqs", "max_num_batched_tokens",
+                 "kv_cache_memory_bytes", "kv_cache_blocks"):
         if name in out and out[name] < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {out[name]}")
+            raise ValueError(f"{flags[name]} must be >= 1, got {out[name]}")
     check_engine_sizes(out, flags=True)
     utilization = out.get("gpu_memory_utilization")
     if utilization is not None and not 0 < utilization <= 1:

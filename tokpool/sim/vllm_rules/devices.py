@@ -10,6 +10,12 @@ Each ``Hardware`` record carries what two different readers need:
 - tokpool's roofline time ESTIMATES (``tokpool.sim.backends.timing``) read the spec sheet:
   nominal ``hbm_bytes``, HBM bandwidth, dense bf16 FLOP/s and the host link's bandwidth.
 
+The CPU record (``"CPU"``, vLLM's CPU platform: ``cpu_platform``) has no memory total:
+``hbm_bytes`` and ``total_memory_bytes`` are ``None`` (the host's memory is not a device figure;
+vLLM sizes the CPU KV cache from ``VLLM_CPU_KVCACHE_SPACE``), so no share of "device memory" is
+computed for it. Its bandwidth and FLOP figures are placeholders (1.0): time ESTIMATES on it
+mean nothing.
+
 Driver-reported totals are rounded down to whole GiB from the nominal capacity (an H200's
 141 GB-class HBM3e reports about 139.8 GiB; vLLM's tiers — >= 160 GiB, >= 70 GiB — are far from
 every preset). They are ESTIMATES where no driver was asked; pass your own record
@@ -41,7 +47,8 @@ class Hardware:
 
     Attributes:
         name: label (the preset key, e.g. ``"H100 SXM"``).
-        hbm_bytes: nominal device memory capacity, bytes.
+        hbm_bytes: nominal device memory capacity, bytes; ``None`` only for a CPU (``platform
+            ="cpu"``): no device memory total (see the module docstring).
         hbm_bandwidth: device memory bandwidth, bytes/s.
         bf16_flops: dense bf16 tensor-core throughput, FLOP/s (no sparsity).
         pcie_bandwidth: host link bandwidth for device-to-host copies, bytes/s, one direction.
@@ -59,7 +66,7 @@ class Hardware:
     """
 
     name: str
-    hbm_bytes: int
+    hbm_bytes: int | None
     hbm_bandwidth: float
     bf16_flops: float
     pcie_bandwidth: float
@@ -71,7 +78,14 @@ class Hardware:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"Hardware.name must be a non-empty string, got {self.name!r}")
-        _positive(self, "hbm_bytes", "hbm_bandwidth", "bf16_flops", "pcie_bandwidth")
+        if self.platform not in ("cuda", "cpu"):
+            raise ValueError(f"platform must be 'cuda' or 'cpu', got {self.platform!r}")
+        if self.hbm_bytes is None and self.platform != "cpu":
+            raise ValueError(f"Hardware.hbm_bytes must be a positive number for a "
+                             f"{self.platform!r} device, got None (only a CPU has no device "
+                             "memory total)")
+        _positive(self, "hbm_bandwidth", "bf16_flops", "pcie_bandwidth",
+                  *(("hbm_bytes",) if self.hbm_bytes is not None else ()))
         if self.total_memory_bytes is None:
             object.__setattr__(self, "total_memory_bytes", self.hbm_bytes)
         else:
@@ -82,8 +96,6 @@ class Hardware:
         if len(cap) != 2 or any(isinstance(c, bool) or not isinstance(c, int) for c in cap):
             raise ValueError(f"capability must be (major, minor) ints, got {self.capability!r}")
         object.__setattr__(self, "capability", cap)
-        if self.platform not in ("cuda", "cpu"):
-            raise ValueError(f"platform must be 'cuda' or 'cpu', got {self.platform!r}")
 
     @property
     def is_data_center_blackwell(self) -> bool:
@@ -125,7 +137,8 @@ DEVICES: Mapping[str, Hardware] = {
         Hardware("RTX PRO 6000", 96 * GiB, 1.8e12, 500e12, 64e9, 95 * GiB, (12, 0),
                  "NVIDIA RTX PRO 6000 Blackwell"),
         Hardware("GB10", 128 * GiB, 273e9, 100e12, 32e9, 119 * GiB, (12, 1), "NVIDIA GB10"),
-        Hardware("CPU", 1, 1.0, 1.0, 1.0, 1, (0, 0), "cpu", platform="cpu"),
+        # vLLM's CPU platform: no device memory total (cpu_platform); timing placeholders
+        Hardware("CPU", None, 1.0, 1.0, 1.0, None, (0, 0), "cpu", platform="cpu"),
     )
 }
 #: The same table under its historical name (``tp.HARDWARE_PRESETS``).

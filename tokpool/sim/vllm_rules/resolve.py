@@ -22,6 +22,11 @@ same functions the parity tests check against vLLM's own code — once, in this 
    memory (``profile``: ESTIMATES);
 7. prefix caching: ``prefix_cache.default_prefix_caching`` (on where the model supports it).
 
+On vLLM's CPU platform (``cpu_platform``) the block size defaults to 128, no CUDA graph is
+captured, async scheduling is forced off and the KV cache takes the bytes
+``VLLM_CPU_KVCACHE_SPACE`` or ``--kv-cache-memory-bytes`` give (a CPU has no device total to
+take a share of). ``--kv-cache-memory-bytes`` sizes it on any platform.
+
 Along the way it applies every start-up refusal of ``engine_checks`` (a ``-tp`` that does not
 split the heads, a ``-pp`` on a model without pipeline support, float16 for a model type vLLM
 refuses it for, a ``--max-model-len`` above the model's context, the scheduler's limits, a KV
@@ -38,7 +43,7 @@ from typing import Any
 import torch
 
 # Refusals are called through the module, never copied: the refusal tests swap them there.
-from . import engine_checks
+from . import cpu_platform, engine_checks
 from .architectures import FLOAT16_UNSUPPORTED, supports_pipeline_parallel
 from .engine import (
     OPTIMIZATION_LEVEL_CUDAGRAPH_MODE,
@@ -84,6 +89,10 @@ class ResolvedEngine:
     kv_spec: Any = None  # kv_spec.KVCacheSpec on the most loaded rank, None without KV cache
     enable_prefix_caching: bool = False
     max_in_flight_tokens: int = 0
+    block_size: int = cpu_platform.CUDA_DEFAULT_BLOCK_SIZE
+    #: the KV cache's bytes per rank when given (--kv-cache-memory-bytes, or the CPU
+    #: platform's VLLM_CPU_KVCACHE_SPACE), else None
+    kv_cache_memory_bytes: int | None = None
 
 
 def activation_peak_estimate(config, max_num_batched_tokens: int, head_dtype) -> int:
@@ -131,6 +140,10 @@ def resolve_engine(config) -> ResolvedEngine:
         head_dtype = getattr(torch, default_head_dtype(dtype_name, runner="pooling"))
     use_activation = default_use_activation(config.use_activation)
     async_scheduling = default_async_scheduling("pooling", config.async_scheduling)
+    if cpu_platform.forces_async_off(device):  # CpuPlatform.check_and_update_config
+        async_scheduling = False
+    block_size = (config.block_size if config.block_size is not None
+                  else cpu_platform.default_block_size(device))
     max_model_len = config.max_model_len
     if max_model_len is None and model is not None:
         max_model_len = model.max_model_len
@@ -175,7 +188,8 @@ def resolve_engine(config) -> ResolvedEngine:
     graph_mode = pooling_cudagraph_mode(
         OPTIMIZATION_LEVEL_CUDAGRAPH_MODE[config.optimization_level],
         enforce_eager=config.enforce_eager)
-    if config.output_memory != "vllm" or graph_mode == "NONE":
+    if (config.output_memory != "vllm" or graph_mode == "NONE"
+            or not cpu_platform.captures_cuda_graphs(device)):  # CPU: capture sizes []
         sizes: tuple[int, ...] = ()
     else:
         _, sizes = resolve_cudagraph_sizes(
@@ -194,13 +208,30 @@ def resolve_engine(config) -> ResolvedEngine:
     spec = None if model is None else kv_cache_spec(
         model, tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
         kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=config.dtype_size,
-        block_size=config.block_size)
+        block_size=block_size)
     kv_per_token = 0 if spec is None else spec.bytes_per_token
     in_flight = max_in_flight_tokens(tokens, async_scheduling=async_scheduling,
                                      pipeline_parallel_size=config.pipeline_parallel_size)
     blocks = config.kv_cache_blocks
     name = model.name if model is not None else "this model"
-    if config.gpu_memory_utilization is not None and blocks is None:
+    explicit = config.kv_cache_memory_bytes  # --kv-cache-memory-bytes
+    if cpu_platform.is_cpu(device) and (
+            config.cpu_kvcache_space is not None or explicit is not None
+            or (blocks is None and config.gpu_memory_utilization is not None)):
+        explicit = cpu_platform.cpu_kv_cache_bytes(
+            kvcache_space=config.cpu_kvcache_space, kv_cache_memory_bytes=explicit,
+            blocks_given=blocks is not None)
+    if blocks is None and explicit is not None:
+        # Worker/CPUWorker.determine_available_memory: exactly these bytes, in whole blocks
+        if spec is not None:  # encoder-only: vLLM keeps no KV cache and sizes none
+            blocks = spec.num_blocks(explicit)
+            refuse(engine_checks.check_kv_cache_holds_one_sequence,
+                   name=name, spec=spec, kv_cache_blocks=blocks, max_model_len=max_model_len,
+                   max_in_flight_tokens=in_flight, available_bytes=explicit)
+        elif model is None:
+            raise ValueError("kv_cache_memory_bytes sizes the KV cache from the model's KV "
+                             "bytes per token: give a model preset (model=...)")
+    elif config.gpu_memory_utilization is not None and blocks is None:
         if model is None:
             raise ValueError("gpu_memory_utilization sizes the KV cache from the model's weights "
                              "and KV bytes per token: give a model preset (model=...)")
@@ -227,4 +258,5 @@ def resolve_engine(config) -> ResolvedEngine:
     return ResolvedEngine(max_model_len, chunked, tokens, seqs, tuple(sizes), kv_per_token,
                           blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
                           head_dtype, use_activation, async_scheduling,
-                          tuple(refuse.looked_past), spec, prefix_caching, in_flight)
+                          tuple(refuse.looked_past), spec, prefix_caching, in_flight,
+                          block_size, explicit)

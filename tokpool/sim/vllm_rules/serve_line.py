@@ -1,7 +1,8 @@
 """A ``vllm serve`` line → the ``SimConfig`` vLLM 0.33.0 would run (``SimConfig.from_vllm_args``).
 
 The flags are parsed by ``args.parse_vllm_args``; this module adds what the line means beyond
-its flags: the environment words before ``vllm serve`` (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``),
+its flags: the environment words before ``vllm serve`` (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``;
+``VLLM_CPU_KVCACHE_SPACE=<GiB>``, which the CPU platform reads: ``cpu_platform``),
 the API server's usage context and KV-cache sizing, the runner (``--runner``/``--convert``,
 ``auto`` by default, resolved as vLLM resolves them: ``hf_config.as_served``; a bare
 ``*ForCausalLM`` is a generative model there, refused), the flags it ignores
@@ -18,6 +19,7 @@ from typing import Any
 # Refusals are called through the module, never copied: the refusal tests swap them there.
 from . import engine_checks
 from .args import parse_vllm_args
+from .cpu_platform import CPU_KVCACHE_SPACE_ENV, read_kvcache_space
 from .engine import select_pooling_task
 from .hf_config import declared_tasks
 from .models import MODEL_PRESETS, ModelPreset
@@ -51,11 +53,15 @@ def _without_env(argv):
 def config_from_vllm_args(cls, argv, *, model=None, **overrides) -> Any:
     """The config ``cls`` (``SimConfig``) for a ``vllm serve`` line; see
     ``SimConfig.from_vllm_args`` for the arguments and what is derived."""
-    allow_long = "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in env_prefix(argv)
+    env = dict(word.split("=", 1) for word in env_prefix(argv))
+    allow_long = env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1"
     fields = parse_vllm_args(_without_env(argv))
     if "ignored" in fields:  # said in the result (SimConfig.ignored_flags), never dropped
         fields["ignored_flags"] = fields.pop("ignored")
     fields.setdefault("allow_long_max_model_len", allow_long)
+    if read_kvcache_space(env.get(CPU_KVCACHE_SPACE_ENV)) is not None:
+        # read by vLLM's CPU platform only (CpuPlatform.check_and_update_config)
+        fields.setdefault("cpu_kvcache_space", read_kvcache_space(env[CPU_KVCACHE_SPACE_ENV]))
     runner = fields.pop("runner", "auto")  # vLLM's default: auto, resolved per architecture
     convert = fields.pop("convert", "auto")
     named = fields.pop("model", None)

@@ -196,5 +196,78 @@ def vllm_serve_facts(tokens: list[str], *, declared_tasks=None) -> dict[str, Any
     }
 
 
-__all__ = ["VllmUnavailableError", "vllm_engine_facts", "vllm_parse_serve_line",
-           "vllm_serve_facts"]
+def vllm_cpu_platform_facts(tokens: list[str], *, env: dict[str, str] | None = None
+                            ) -> dict[str, Any]:
+    """What vLLM 0.33.0's CPU platform makes of ``vllm serve`` + ``tokens``, with ``env`` set
+    while the config is built (``VLLM_CPU_KVCACHE_SPACE``, ``VLLM_USE_V2_MODEL_RUNNER``).
+
+    ``create_engine_config`` builds the ``VllmConfig``, whose ``__post_init__`` runs
+    ``CpuPlatform.check_and_update_config`` (KV bytes from the environment, async scheduling
+    off, no capture sizes); the block size is the one ``CpuPlatform.
+    update_block_size_for_backend`` picks for the ``CPU_ATTN`` backend (its
+    ``_preferred_block_size_for_backends(..., 128, ...)``; the executor calls it once the
+    model's layers exist, which needs weights); the runner is ``VllmConfig.
+    use_v2_model_runner``.
+
+    Returns:
+        ``kv_cache_memory_bytes``, ``num_gpu_blocks_override``, ``block_size``,
+        ``user_specified_block_size``, ``async_scheduling``, ``cudagraph_capture_sizes``,
+        ``use_v2_model_runner``, ``device_type``.
+
+    Raises:
+        ValueError: vLLM refuses the line (its message).
+    """
+    _vllm()
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.platforms import current_platform
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    namespace = vllm_parse_serve_line(tokens)
+    if getattr(namespace, "model_tag", None) is not None:
+        namespace.model = namespace.model_tag
+    args = AsyncEngineArgs.from_cli_args(namespace)
+    args.tokenizer = args.model
+    args.skip_tokenizer_init = True
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    quiet = logging.getLogger("vllm")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        import vllm.envs as envs
+
+        if hasattr(envs, "disable_envs_cache"):
+            envs.disable_envs_cache()  # vLLM caches envs after start-up: read them again
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+            cache = config.cache_config
+            block_size = cache.block_size
+            if not cache.user_specified_block_size:
+                block_size = current_platform._preferred_block_size_for_backends(
+                    [CPUAttentionBackend], 128, config)
+            runner_v2 = bool(config.use_v2_model_runner)
+    except (ValueError, TypeError, NotImplementedError, RuntimeError) as err:
+        raise ValueError(f"{type(err).__name__}: {err}") from err
+    finally:
+        quiet.setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return {
+        "kv_cache_memory_bytes": cache.kv_cache_memory_bytes,
+        "num_gpu_blocks_override": cache.num_gpu_blocks_override,
+        "block_size": int(block_size),
+        "user_specified_block_size": bool(cache.user_specified_block_size),
+        "async_scheduling": bool(config.scheduler_config.async_scheduling),
+        "cudagraph_capture_sizes": list(config.compilation_config.cudagraph_capture_sizes or []),
+        "use_v2_model_runner": runner_v2,
+        "device_type": config.device_config.device_type,
+    }
+
+
+__all__ = ["VllmUnavailableError", "vllm_cpu_platform_facts", "vllm_engine_facts",
+           "vllm_parse_serve_line", "vllm_serve_facts"]

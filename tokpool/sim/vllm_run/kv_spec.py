@@ -83,6 +83,7 @@ def _model_parallel(config: Any) -> None:
 
 def vllm_kv_cache_facts(
     folder: str | os.PathLike, cases: list[dict[str, Any]], *, block_size: int = 16,
+    dtype: str = "auto",
 ) -> list[dict[str, Any]]:
     """vLLM's KV-cache plan of a model folder, for each case: the model's layers are built
     once, then each case sets its engine values on the config, as vLLM's own
@@ -94,6 +95,7 @@ def vllm_kv_cache_facts(
             ``max_num_batched_tokens``, and optionally ``kv_cache_dtype`` (``"auto"``), ``tp``,
             ``pp`` (1), ``async_scheduling`` (False).
         block_size: ``--block-size``.
+        dtype: ``--dtype`` (the model's, which the KV cache stores under ``"auto"``).
 
     Returns:
         Per case: ``layers``: per model layer ``(sliding_window or None, num_kv_heads,
@@ -114,6 +116,7 @@ def vllm_kv_cache_facts(
             config = m["EngineArgs"](
                 model=str(folder), tokenizer=str(folder), runner="pooling",
                 skip_tokenizer_init=True, block_size=block_size, enable_chunked_prefill=True,
+                dtype=dtype,
             ).create_engine_config()
             config.scheduler_config.disable_hybrid_kv_cache_manager = False
             # the engine core resolves it from the backends (resolve_kv_cache_layout); with one
