@@ -150,3 +150,112 @@ def test_the_prm_engine_folder_is_cached_and_rebuilt_when_damaged(tmp_path, monk
     capsys.readouterr()
     assert engine_model_dir("smollm2-prm") == folder
     assert "is damaged" in capsys.readouterr().err and verify_entry(folder) == []
+
+
+# --- the memory record and its comparison, without an engine ---------------------------------
+
+def test_the_drivers_recorder_tracks_storages_ops_return_and_their_frees():
+    """The driver's ``MemoryRecorder`` on plain torch ops (no vLLM): a clone and a cat are new
+    storages of the category running; a view is not; a storage's free is seen when its last
+    tensor goes; delivered storages stop counting."""
+    import torch
+
+    from tokpool._vllm_driver import MemoryRecorder
+
+    rec = MemoryRecorder(torch, {})
+    hidden = torch.zeros(10, 4, dtype=torch.bfloat16)  # [tokens, W]: a step's hidden states
+    rec.hidden_ptrs = {hidden.untyped_storage().data_ptr(): hidden.untyped_storage().nbytes()}
+    with rec.mode_class():
+        rec.stack.append("pool")
+        first = hidden[:6].clone()  # [6, W] owned: 48 B
+        view = hidden[6:]  # a view: nothing allocated
+        whole = torch.cat([first, view])  # [10, W]: 80 B
+        rec.stack.pop()
+    assert [(delta, cat) for _, delta, cat in rec.events] == [(48, "pool"), (80, "pool")]
+    assert rec.pooling_live == 128
+    del first
+    assert rec.events[-1][1:] == (-48, "pool") and rec.pooling_live == 80
+    rec.deliver([whole])
+    assert rec.pooling_live == 0
+    del whole, view
+    assert rec.live == {}
+
+
+def _fake_engine(result, changes=None):
+    """An engine answer whose memory record is what ``result`` (tp.simulate) predicts, with
+    ``changes`` ({step: {record key: value}}) applied."""
+    from tokpool.engine_check import EngineRun
+
+    steps = result.steps[result.steps["num_scheduled_tokens"] > 0]
+    records, schedule = [], []
+    for i, (row, st) in enumerate(zip(steps.itertuples(), result.schedule, strict=True)):
+        delivered = result.requests[result.requests["delivered_step"] == row.step]
+        record = {
+            "cache_bytes": row.pool_cache_bytes, "stranded_bytes": row.stranded_bytes,
+            "pool_bytes": row.pool_bytes, "pool_peak_named_bytes": row.pool_peak_bytes,
+            "allocated_bytes": {"pool": row.copy_bytes, "act_temp": 400, "pooler": 9},
+            "host_copy_bytes": row.d2h_bytes, "rss_bytes": 1,
+            "output_rows": {str(r): int(n) for r, n in zip(delivered["request"],
+                                                           delivered["prompt_len"])},
+        }
+        record.update((changes or {}).get(i, {}))
+        records.append(record)
+        schedule.append({r: b - a for r, a, b in st.chunks})
+    return EngineRun([], [schedule], {}, memory=[records])
+
+
+def test_memory_comparison_is_equal_where_the_engine_measured_what_tokpool_predicts():
+    import tokpool as tp
+    from tokpool.engine_check import format_memory, memory_comparison
+
+    config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=64, kv_cache_blocks=364,
+                          block_size=128, enforce_eager=True, dtype="bfloat16")
+    result = tp.simulate([100, 10, 3], config, mode="analytic")
+    table = memory_comparison(_fake_engine(result), 0, result)
+    assert len(table) == 2 and table["equal"].all() and (table["differs"] == "").all()
+    assert list(table["act_temp_engine"]) == [400, 400]  # shown, never compared
+    assert table.loc[1, "outputs_engine"] == {0: 100, 1: 10, 2: 3} == table.loc[1,
+                                                                               "outputs_tokpool"]
+    text = format_memory(table)
+    assert "NO" not in text and text.count("yes") == 2
+    # a step the engine measured otherwise: named, both numbers printed
+    peak = int(result.steps["pool_peak_bytes"].iloc[1])
+    table = memory_comparison(_fake_engine(result, {1: {"pool_peak_named_bytes": peak - 8,
+                                                        "output_rows": {"0": 164}}}),
+                              0, result)
+    assert list(table["equal"]) == [True, False] and table.loc[1, "differs"] == "peak,outputs"
+    assert f"{peak - 8:,} / {peak:,}" in format_memory(table)
+    assert "0:164,1:10,2:3 / 0:100,1:10,2:3" not in format_memory(table)  # only 0 delivered
+    assert "0:164 / 0:100,1:10,2:3" in format_memory(table)
+
+
+def test_memory_comparison_without_a_record_says_how_to_get_one():
+    import tokpool as tp
+    from tokpool.engine_check import EngineRun, memory_comparison
+
+    result = tp.simulate([10], tp.SimConfig(hidden_size=8), mode="analytic")
+    with pytest.raises(EngineCheckError, match=r"memory=True"):
+        memory_comparison(EngineRun([], [[]], {}, memory=[[]]), 0, result)
+
+
+def test_the_serve_line_is_one_tokpool_reads_for_the_cpu_engine():
+    import tokpool as tp
+
+    flags = EngineFlags(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=2048,
+                        dtype="bfloat16", num_gpu_blocks_override=20,
+                        long_prefill_token_threshold=128)
+    line = flags.serve_line("/models/x", "token_embed")
+    assert line.startswith("VLLM_CPU_KVCACHE_SPACE=1 vllm serve /models/x --runner pooling")
+    config = tp.SimConfig.from_vllm_args(line, model="Qwen/Qwen3-Embedding-8B", hardware="CPU")
+    assert (config.max_num_batched_tokens, config.max_num_seqs, config.kv_cache_blocks,
+            config.block_size, config.long_prefill_token_threshold, config.async_scheduling,
+            config.enable_prefix_caching) == (256, 8, 20, 128, 128, False, False)
+    assert flags.llm_kwargs()["num_gpu_blocks_override"] == 20
+    assert "num_gpu_blocks_override" not in EngineFlags().llm_kwargs()
+
+
+def test_cli_memory_options_are_checked_before_any_engine_starts(capsys):
+    assert main(["engine-check", "--memory", "--num-gpu-blocks-override", "0"]) == 2
+    assert "--num-gpu-blocks-override" in _one_error_line(capsys)
+    assert main(["engine-check", "--memory", "--dtype", "int8"]) == 2
+    assert "--dtype" in capsys.readouterr().err

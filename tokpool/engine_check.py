@@ -484,6 +484,61 @@ def simulated_memory(model_dir: str | os.PathLike, task: str, prompt_lens: Seque
     return simulate(list(prompt_lens), config, mode="analytic")
 
 
+def random_prompts(lengths: Sequence[int], seed: int) -> list[list[int]]:
+    """Seeded token ids (from the first 32k ids: SmolLM2's and the PRM's vocabulary is 49,152),
+    one prompt per length."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 32_000, (n,), generator=gen).tolist() for n in lengths]
+
+
+@dataclass
+class MemoryCheck:
+    """One engine start's memory comparison (``compare_memory``).
+
+    Attributes:
+        serve_line: what both sides ran (``EngineFlags.serve_line``).
+        engine: the engine's answer (``memory`` filled).
+        predicted: per run, ``tp.simulate``'s result for the same prompt lengths.
+        tables: per run, ``memory_comparison``.
+    """
+    serve_line: str
+    engine: EngineRun
+    predicted: list[SimResult]
+    tables: list[pd.DataFrame]
+
+    @property
+    def steps_compared(self) -> int:
+        return sum(len(t) for t in self.tables)
+
+    @property
+    def steps_equal(self) -> int:
+        return sum(int(t["equal"].sum()) for t in self.tables)
+
+
+def compare_memory(model_dir: str | os.PathLike, task: str, runs: Sequence[Sequence[int]],
+                   flags: EngineFlags, *, seed: int = 0,
+                   python: str | os.PathLike | None = None) -> MemoryCheck:
+    """Start one engine, run each entry of ``runs`` (prompt lengths: seeded random token ids)
+    as one ``encode`` call with the memory record on, and compare every step with
+    ``tp.simulate`` of the same serve line (``simulated_memory``, no overrides).
+
+    Raises:
+        EngineCheckError: the engine cannot run (see ``run_vllm``), or tokpool refuses the
+            serve line.
+    """
+    prompts = [random_prompts(lengths, seed + i) for i, lengths in enumerate(runs)]
+    engine = run_vllm(model_dir, task, prompts, flags, python=python, memory=True)
+    try:
+        predicted = [simulated_memory(model_dir, task, lengths, flags) for lengths in runs]
+    except (TypeError, ValueError) as err:
+        raise EngineCheckError(f"tp.simulate cannot model this engine's serve line ({err})"
+                               ) from None
+    tables = [memory_comparison(engine, r, sim) for r, sim in enumerate(predicted)]
+    return MemoryCheck(flags.serve_line(model_dir, task), engine, predicted, tables)
+
+
 # --- models the engine serves -----------------------------------------------------------------
 
 
