@@ -32,19 +32,29 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from tokpool.engine_check import (  # noqa: E402
     EngineFlags,
+    EngineRun,
     MemoryCheck,
     compare_memory,
     engine_model_dir,
+    memory_check,
 )
 
 OUT = ROOT / "benchmarks" / "results" / "engine_memory.json"
 #: task -> the built-in engine model serving it.
 TASK_MODELS = {"token_embed": "smollm2-135m", "token_classify": "smollm2-prm"}
 BUDGETS = (64, 256, 1024)
-#: Single-prompt runs: the growth curve's points.
-CURVE_LENGTHS = (128, 512, 2048, 8192)
-#: Concurrent runs (all prompts arrive at step 0): 5 and 2 requests.
-CONCURRENT = ((1500, 700, 128, 3000, 40), (900, 300))
+#: Single-prompt runs, the growth curve's points, per (task, budget). The engine computes every
+#: token on these shared CPU cores (bf16 without AVX-512: ~10 tokens/s under load), so the
+#: longest prompt runs where it costs the fewest steps: 8,192 tokens at budget 1,024 for
+#: token_embed; the PRM (17 layers) to 2,048.
+CURVE_LENGTHS = {
+    ("token_embed", 64): (128, 1024), ("token_embed", 256): (128, 1024),
+    ("token_embed", 1024): (128, 1024, 8192),
+    ("token_classify", 64): (128, 1024), ("token_classify", 256): (128, 1024),
+    ("token_classify", 1024): (128, 1024, 2048),
+}
+#: Concurrent runs (all prompts arrive at step 0): 3 and 2 requests.
+CONCURRENT = ((600, 200, 40), (300, 100))
 MAX_MODEL_LEN = 8192
 MAX_NUM_SEQS = 8
 DTYPE = "bfloat16"
@@ -65,20 +75,48 @@ def flags_for(budget: int) -> EngineFlags:
                        max_model_len=MAX_MODEL_LEN, dtype=DTYPE)
 
 
-def curve_runs() -> list[tuple[int, ...]]:
-    """Each configuration's runs: the curve's single prompts, then the concurrent batches."""
-    return [(n,) for n in CURVE_LENGTHS] + [tuple(c) for c in CONCURRENT]
+def curve_runs(task: str, budget: int) -> list[tuple[int, ...]]:
+    """One configuration's runs: the curve's single prompts, then the concurrent batches."""
+    return [(n,) for n in CURVE_LENGTHS[task, budget]] + [tuple(c) for c in CONCURRENT]
 
 
 def measure(task: str, budget: int, *, python: str | None = None) -> MemoryCheck:
     """One engine start: every run of ``curve_runs`` compared step by step."""
-    return compare_memory(engine_model_dir(TASK_MODELS[task]), task, curve_runs(),
+    return compare_memory(engine_model_dir(TASK_MODELS[task]), task, curve_runs(task, budget),
                           flags_for(budget), seed=budget, python=python)
 
 
 def measure_preempting(*, python: str | None = None) -> MemoryCheck:
     return compare_memory(engine_model_dir(TASK_MODELS[PREEMPTING_TASK]), PREEMPTING_TASK,
                           [PREEMPTING_LENS], PREEMPTING_FLAGS, seed=5, python=python)
+
+
+# --- the engine's record, kept: the comparison can be redone without the engine ------------
+
+RECORD = ROOT / "benchmarks" / "results" / "engine_memory_record.json"
+
+
+def record_of(check: MemoryCheck) -> dict:
+    e = check.engine
+    return {"info": e.info, "steps": [[{str(k): v for k, v in st.items()} for st in run]
+                                      for run in e.steps],
+            "memory": e.memory, "preempted": e.preempted}
+
+
+def engine_of(record: dict) -> EngineRun:
+    steps = [[{int(k): v for k, v in st.items()} for st in run] for run in record["steps"]]
+    return EngineRun([], steps, record["info"], memory=record["memory"],
+                     preempted=record["preempted"])
+
+
+def recheck(record: dict, task: str, budget: int | None) -> MemoryCheck:
+    """A configuration's comparison from its kept engine record (``budget=None``: the
+    preempting run)."""
+    if budget is None:
+        return memory_check(engine_model_dir(TASK_MODELS[PREEMPTING_TASK]), PREEMPTING_TASK,
+                            [PREEMPTING_LENS], PREEMPTING_FLAGS, engine_of(record))
+    return memory_check(engine_model_dir(TASK_MODELS[task]), task, curve_runs(task, budget),
+                        flags_for(budget), engine_of(record))
 
 
 def _differences(check: MemoryCheck, limit: int = 5) -> list[dict]:
@@ -95,7 +133,7 @@ def _differences(check: MemoryCheck, limit: int = 5) -> list[dict]:
 def summarise(check: MemoryCheck, task: str, budget: int | None) -> dict:
     """One configuration as the results file keeps it."""
     runs = []
-    for lengths, table, sim in zip(curve_runs() if budget is not None
+    for lengths, table, sim in zip(curve_runs(task, budget) if budget is not None
                                    else [PREEMPTING_LENS], check.tables,
                                    check.predicted, strict=True):
         runs.append({
@@ -155,47 +193,65 @@ def versions(info: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--record", type=Path, default=RECORD,
+                        help="where the engine's raw per-step record is kept")
     parser.add_argument("--python", help="the Python that has vLLM (default: as engine-check)")
+    parser.add_argument("--from-record", action="store_true",
+                        help="start no engine: compare the kept record with today's tokpool")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    configs, checks = [], []
-    for task in TASK_MODELS:
-        for budget in BUDGETS:
+    keys = [(task, budget) for task in TASK_MODELS for budget in BUDGETS]
+    if args.from_record:
+        kept = json.loads(args.record.read_text())
+        wall = kept["wall_seconds"]
+        checks = [recheck(kept["engines"][f"{t} {b}"], t, b) for t, b in keys]
+        pre = recheck(kept["engines"]["preempting"], PREEMPTING_TASK, None)
+    else:
+        checks = []
+        for task, budget in keys:
             print(f"engine: {task}, budget {budget} ...", flush=True)
-            check = measure(task, budget, python=args.python)
-            checks.append(check)
-            configs.append(summarise(check, task, budget))
-            print(f"  {check.steps_equal}/{check.steps_compared} steps equal", flush=True)
-    print("engine: preempting run ...", flush=True)
-    pre = measure_preempting(python=args.python)
-    checks.append(pre)
+            checks.append(measure(task, budget, python=args.python))
+            print(f"  {checks[-1].steps_equal}/{checks[-1].steps_compared} steps equal",
+                  flush=True)
+        print("engine: preempting run ...", flush=True)
+        pre = measure_preempting(python=args.python)
+        wall = round(time.perf_counter() - t0)
+        args.record.parent.mkdir(parents=True, exist_ok=True)
+        args.record.write_text(json.dumps({
+            "wall_seconds": wall,
+            "engines": {**{f"{t} {b}": record_of(c) for (t, b), c in zip(keys, checks,
+                                                                           strict=True)},
+                        "preempting": record_of(pre)}}) + "\n")
+    configs = [summarise(c, t, b) for (t, b), c in zip(keys, checks, strict=True)]
     pre_summary = summarise(pre, PREEMPTING_TASK, None)
     curve = [{"task": c["task"], "budget": c["budget"], "prompt_len": run["prompt_lens"][0],
               "peak_engine": run["peak_engine"], "peak_tokpool": run["peak_tokpool"],
               "act_temp_max_engine": run["act_temp_max_engine"]}
              for c in configs for run in c["runs"] if len(run["prompt_lens"]) == 1]
+    every = [*checks, pre]
     result = {
         "what": "pooling bytes measured inside a running vLLM engine (CPU) vs tp.simulate of "
                 "the same serve line, per step; peaks leave out the activation's own "
                 "temporaries (F.normalize's row norms), shown as act_temp_max_engine",
         "versions": versions(pre.engine.info),
-        "settings": {"budgets": list(BUDGETS), "curve_lengths": list(CURVE_LENGTHS),
+        "settings": {"budgets": list(BUDGETS),
+                     "curve_lengths": {f"{t} {b}": list(v) for (t, b), v in CURVE_LENGTHS.items()},
                      "concurrent": [list(c) for c in CONCURRENT], "dtype": DTYPE,
                      "max_num_seqs": MAX_NUM_SEQS, "max_model_len": MAX_MODEL_LEN,
                      "engine_env": "VLLM_CPU_KVCACHE_SPACE=1 (GiB), "
                                    "VLLM_ENABLE_V1_MULTIPROCESSING=0"},
-        "runs": sum(len(c.tables) for c in checks),
-        "steps_compared": sum(c.steps_compared for c in checks),
-        "steps_equal": sum(c.steps_equal for c in checks),
+        "runs": sum(len(c.tables) for c in every),
+        "steps_compared": sum(c.steps_compared for c in every),
+        "steps_equal": sum(c.steps_equal for c in every),
         "configurations": configs,
         "preempting": {**pre_summary, "rows": preempting_rows(pre)},
         "curve": curve,
-        "wall_seconds": round(time.perf_counter() - t0),
+        "wall_seconds": wall,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{result['steps_equal']}/{result['steps_compared']} steps equal over "
-          f"{result['runs']} runs; wrote {args.out} ({result['wall_seconds']} s)")
+          f"{result['runs']} runs; wrote {args.out} (engines: {wall} s)")
     return 0
 
 

@@ -196,7 +196,7 @@ def _fake_engine(result, changes=None):
             "allocated_bytes": {"pool": row.copy_bytes, "act_temp": 400, "pooler": 9},
             "host_copy_bytes": row.d2h_bytes, "rss_bytes": 1,
             "output_rows": {str(r): int(n) for r, n in zip(delivered["request"],
-                                                           delivered["prompt_len"])},
+                                                           delivered["prompt_len"], strict=True)},
         }
         record.update((changes or {}).get(i, {}))
         records.append(record)
@@ -259,3 +259,58 @@ def test_cli_memory_options_are_checked_before_any_engine_starts(capsys):
     assert "--num-gpu-blocks-override" in _one_error_line(capsys)
     assert main(["engine-check", "--memory", "--dtype", "int8"]) == 2
     assert "--dtype" in capsys.readouterr().err
+
+
+# --- the published curve: the file, its plot, the README sentence -----------------------------
+
+ENGINE_MEMORY = ROOT / "benchmarks" / "results" / "engine_memory.json"
+
+
+def test_plot_engine_memory_draws_measured_points_on_the_predicted_curve():
+    import matplotlib.pyplot as plt
+
+    import tokpool as tp
+
+    data = {"versions": {"vllm": "0.32.0"}, "steps_compared": 3, "steps_equal": 3, "curve": [
+        {"task": "token_embed", "budget": 64, "prompt_len": n, "peak_engine": 10 * n,
+         "peak_tokpool": 10 * n} for n in (128, 512)] + [
+        {"task": "token_classify", "budget": 256, "prompt_len": 128, "peak_engine": 7,
+         "peak_tokpool": 7}]}
+    ax = tp.viz.plot_engine_memory(data)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "measured in vLLM (CPU engine), token_embed" in labels
+    assert "tokpool predicts (token_classify)" in labels and "budget 64 tokens" in labels
+    assert "3 of 3 steps equal" in ax.get_title()
+    plt.close(ax.figure)
+    ax = tp.viz.plot_engine_memory(data, task="token_embed")
+    assert [list(line.get_xdata()) for line in ax.lines] == [[128, 512], [128, 512]]
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="no curve for task 'embed'"):
+        tp.viz.plot_engine_memory(data, task="embed")
+    with pytest.raises(ValueError, match="no 'curve' list"):
+        tp.viz.plot_engine_memory({"runs": []})
+    with pytest.raises(TypeError, match=r"path of engine_memory\.json"):
+        tp.viz.plot_engine_memory(3)
+
+
+def test_the_committed_engine_memory_file_and_the_readme_agree():
+    """The README's engine-memory sentence is read from benchmarks/results/engine_memory.json
+    (written by `python -m benchmarks.engine_memory`), not typed."""
+    import json
+
+    data = json.loads(ENGINE_MEMORY.read_text())
+    assert data["versions"]["vllm"] and data["versions"]["device"] == "cpu"
+    configs = {(c["task"], c["budget"]) for c in data["configurations"]}
+    assert configs == {(t, b) for t in ("token_embed", "token_classify") for b in (64, 256, 1024)}
+    assert max(p["prompt_len"] for p in data["curve"]) == 8192
+    assert data["steps_compared"] == sum(c["steps"] for c in data["configurations"]) + data[
+        "preempting"]["steps"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    rows = data["preempting"]["rows"]
+    expected = (f"{data['steps_equal']:,} of {data['steps_compared']:,} steps equal "
+                f"({data['runs']} runs")
+    assert expected in readme, expected
+    assert f"rows {rows['rows_engine']}" in readme.replace(",", "").replace("[", "[") or \
+        f"{rows['rows_engine']}".replace(" ", "") in readme.replace(" ", "")
+    assert f"{data['wall_seconds']:,} s" in readme or f"{round(data['wall_seconds'] / 60)} min" \
+        in readme

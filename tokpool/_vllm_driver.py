@@ -12,7 +12,9 @@ Request (``IN``, JSON)::
      "runs": [[[token ids of prompt 0], [token ids of prompt 1], ...], ...],
      "memory": false}
 
-With ``"memory": true`` the driver also measures, per step, the bytes vLLM's own pooling holds
+With ``"memory": "cuda"`` it reads the CUDA allocator around each pooler call instead
+(``CudaPoolerRecorder``: any runner, Model Runner V2 included). With ``"memory": true`` the
+driver measures, per step, the bytes vLLM's own pooling holds
 (``MemoryRecorder``): vLLM's objects are wrapped in the engine process — the runner's ``_pool``
 (V1 ``GPUModelRunner``, which the CPU runner inherits), the model's pooler, ``AllPool.forward``
 (``TokenPoolingMethod``), the token pooler heads, ``PoolerActivation.forward`` and the host copy
@@ -370,6 +372,60 @@ class MemoryRecorder:
                               f"(calls: {self.calls}): its pooling path changed")
 
 
+class CudaPoolerRecorder:
+    """On a CUDA engine (any runner: Model Runner V2 by default): the CUDA caching allocator's
+    REQUESTED bytes (exact tensor sizes, not 512-byte blocks) around each call of the model's
+    pooler (the outermost ``Pooler.forward`` subclass call), synchronised: at entry, the peak
+    inside it (from entry) and at exit. One record per call, i.e. per step that pooled."""
+
+    def __init__(self, torch) -> None:
+        self.torch = torch
+        self.records: list[dict] = []
+        self.depth = 0
+
+    def _requested(self, key: str) -> int:
+        stats = self.torch.cuda.memory_stats()
+        return int(stats.get(f"requested_bytes.all.{key}", stats[f"allocated_bytes.all.{key}"]))
+
+    def install(self) -> None:
+        from vllm.model_executor.layers.pooler.abstract import Pooler
+
+        recorder, torch = self, self.torch
+
+        def measured(original):
+            def forward(*args, **kwargs):
+                if recorder.depth:
+                    return original(*args, **kwargs)
+                torch.cuda.synchronize()
+                before = recorder._requested("current")
+                torch.cuda.reset_peak_memory_stats()
+                recorder.depth += 1
+                try:
+                    out = original(*args, **kwargs)
+                finally:
+                    recorder.depth -= 1
+                torch.cuda.synchronize()
+                rows = [None if t is None else int(t.shape[0]) for t in
+                        (out if isinstance(out, list) else list(out))]
+                recorder.records.append({
+                    "allocated_before": before,
+                    "peak_delta": recorder._requested("peak") - before,
+                    "net_delta": recorder._requested("current") - before,
+                    "output_rows": rows,
+                })
+                return out
+            return forward
+
+        for sub in _subclasses(Pooler):
+            if "forward" in vars(sub):
+                sub.forward = measured(vars(sub)["forward"])
+
+    def check_called(self) -> None:
+        if not self.records:
+            raise VllmChanged("the model's pooler (a Pooler subclass's forward) was never "
+                              "called: vLLM's pooling path changed")
+
+
 def _subclasses(cls) -> list:
     out, todo = [], [cls]
     while todo:
@@ -416,8 +472,11 @@ def main(argv: list[str]) -> int:
 
     Scheduler.schedule = recording_schedule
     recorder = None
-    if request.get("memory"):
+    if request.get("memory") == "cuda":
+        recorder = CudaPoolerRecorder(torch)
+    elif request.get("memory"):
         recorder = MemoryRecorder(torch, order)
+    if recorder is not None:
         try:
             recorder.install()
         except (ImportError, AttributeError) as err:
@@ -470,7 +529,7 @@ def main(argv: list[str]) -> int:
                 recorder.check_called()
             except VllmChanged as err:
                 return _fail(out, "vllm_changed", str(err))
-            if len(recorder.records) != len(steps):
+            if isinstance(recorder, MemoryRecorder) and len(recorder.records) != len(steps):
                 return _fail(out, "vllm_changed", f"run {r}: {len(steps)} scheduled steps but "
                              f"the runner's _pool ran {len(recorder.records)} times")
             run["memory"] = recorder.records

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 from torch import Tensor
@@ -262,7 +262,7 @@ def run_vllm(
     *,
     python: str | os.PathLike | None = None,
     timeout_s: float = ENGINE_TIMEOUT_S,
-    memory: bool = False,
+    memory: bool | Literal["cuda"] = False,
 ) -> EngineRun:
     """Start one vLLM engine on ``model_dir`` and encode each run's prompts in one call.
 
@@ -273,7 +273,9 @@ def run_vllm(
         flags: the engine configuration (default ``EngineFlags()``).
         python: the Python with vLLM (see ``engine_python``).
         timeout_s: seconds the engine subprocess may take.
-        memory: also measure, per step, the bytes vLLM's pooling holds (``EngineRun.memory``).
+        memory: also measure, per step, the bytes vLLM's pooling holds (``EngineRun.memory``):
+            ``True`` on vLLM's own objects (the CPU engine's V1 runner), ``"cuda"`` the CUDA
+            allocator's requested bytes around each pooler call (any runner).
 
     Returns:
         An ``EngineRun``: outputs ``[n_tokens, width]`` float32 per prompt, steps, info.
@@ -290,7 +292,7 @@ def run_vllm(
     request = {"model": str(Path(model_dir).resolve()), "task": task,
                "engine": flags.llm_kwargs(),
                "runs": [[[int(t) for t in p] for p in prompts] for prompts in runs],
-               "memory": bool(memory)}
+               "memory": memory if memory == "cuda" else bool(memory)}
     with tempfile.TemporaryDirectory(prefix="tokpool-engine-") as tmp:
         req, out, log = Path(tmp) / "request.json", Path(tmp) / "out", Path(tmp) / "engine.log"
         req.write_text(json.dumps(request))
@@ -530,6 +532,13 @@ def compare_memory(model_dir: str | os.PathLike, task: str, runs: Sequence[Seque
     """
     prompts = [random_prompts(lengths, seed + i) for i, lengths in enumerate(runs)]
     engine = run_vllm(model_dir, task, prompts, flags, python=python, memory=True)
+    return memory_check(model_dir, task, runs, flags, engine)
+
+
+def memory_check(model_dir: str | os.PathLike, task: str, runs: Sequence[Sequence[int]],
+                 flags: EngineFlags, engine: EngineRun) -> MemoryCheck:
+    """``compare_memory``'s comparison for an engine answer already in hand (e.g. a recorded
+    one: the engine is the slow part; tokpool's side takes milliseconds)."""
     try:
         predicted = [simulated_memory(model_dir, task, lengths, flags) for lengths in runs]
     except (TypeError, ValueError) as err:
