@@ -87,7 +87,8 @@ def test_analytic_equals_tensor_on_the_cpu_platform(tmp_path):
     cols = list(tp.sim.STEP_COLUMNS)
     assert a.steps[cols].equals(t.steps[cols])
     assert not t.corrupted and a.steps["stranded_bytes"].max() >= 0
-    closed = tp.sweep([130, 200], cfg, progress=False)
+    closed = tp.sweep([130, 200], cfg, policies=["clone"], async_scheduling=(False,),
+                      progress=False)
     one = {n: tp.simulate([n], cfg, mode="analytic") for n in (130, 200)}
     for n, r in one.items():
         row = closed[closed.prompt_len == n].iloc[0]

@@ -375,8 +375,10 @@ def device(monkeypatch):
         def fixed(value):
             return classmethod(lambda cls, device_id=0: value)
 
+        # the CPU record has no memory total (vLLM's CPU tier does not read it): report 0,
+        # what get_batch_defaults assumes when the query fails
         monkeypatch.setattr(platform, "get_device_total_memory",
-                            fixed(facts.total_memory_bytes))
+                            fixed(facts.total_memory_bytes or 0))
         monkeypatch.setattr(platform, "get_device_name", fixed(facts.driver_name))
         monkeypatch.setattr(platform, "get_device_capability",
                             fixed(DeviceCapability(*facts.capability)))

@@ -225,7 +225,8 @@ def test_ledger_columns_and_requests_frame():
     assert list(r.requests.columns) == ["request", "prompt_len", "first_step", "finish_step",
                                         "delivered_step", "num_chunks", "output_bytes",
                                         "corrupted", "stranded_bytes", "num_preemptions",
-                                        "num_cached_tokens"]
+                                        "num_cached_tokens", "delivered_rows",
+                                        "duplicated_rows"]
     assert r.requests["prompt_len"].tolist() == [9, 20, 4]
     assert r.requests["output_bytes"].tolist() == [9 * 8, 20 * 8, 4 * 8]
     assert "corrupted=[]" in repr(r)

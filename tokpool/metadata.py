@@ -33,15 +33,19 @@ class PoolingStates:
         prompt_len: the prompt length of the request this state was last used for (set by the
             token pooling methods' input check, ``None`` when fresh or cleaned), so that a
             state handed to another request is caught instead of concatenated.
+        stale_tokens: rows kept from before a preemption that were NOT cleaned, as vLLM's V1
+            model runner keeps them (``GPUModelRunner._update_states``; the simulator sets
+            it): the resumed prefill restarts at token 0 and appends to them. 0 otherwise.
     """
 
-    __slots__ = ("buffer", "hidden_states_cache", "num_filled", "prompt_len")
+    __slots__ = ("buffer", "hidden_states_cache", "num_filled", "prompt_len", "stale_tokens")
 
     def __init__(self) -> None:
         self.hidden_states_cache: list[Tensor] = []
         self.buffer: Tensor | None = None
         self.num_filled: int = 0
         self.prompt_len: int | None = None
+        self.stale_tokens: int = 0
 
     @property
     def num_cached_tokens(self) -> int:
@@ -63,6 +67,7 @@ class PoolingStates:
         self.buffer = None
         self.num_filled = 0
         self.prompt_len = None
+        self.stale_tokens = 0
 
     def __repr__(self) -> str:
         return (

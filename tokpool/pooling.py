@@ -128,9 +128,12 @@ class AllPool:
             self._check_continuity(states, cursor)
         finished = cursor.get_finished_mask()
         prompt_lens = cursor.prompt_lens_cpu.tolist()
+        # "first chunk" is an empty cache (vLLM: not p.hidden_states_cache); a state kept
+        # across a preemption (stale_tokens) is not empty at the restart
         rules = [
-            self.rule(finished=bool(done), first_chunk=before == 0)
-            for before, done in zip(cursor.num_computed_before.tolist(), finished, strict=True)
+            self.rule(finished=bool(done), first_chunk=before == 0 and not state.num_cached_tokens)
+            for before, done, state in zip(cursor.num_computed_before.tolist(), finished, states,
+                                           strict=True)
         ]
         # 1. Keep each chunk as the table says (clones and buffer copies happen here).
         for state, chunk, rule, prompt_len in zip(states, chunks, rules, prompt_lens,
@@ -188,7 +191,7 @@ class AllPool:
             raise ValueError(f"{len(states)} pooling states for {len(cursor)} requests")
         before = cursor.num_computed_before.tolist()
         for i, (state, done) in enumerate(zip(states, before, strict=True)):
-            if state.num_cached_tokens != done:
+            if state.num_cached_tokens - state.stale_tokens != done:
                 raise ValueError(
                     f"request {i}: the cursor says {done} tokens were computed before this step "
                     f"but its pooling state holds {state.num_cached_tokens}; pass the previous "

@@ -7,7 +7,9 @@ heads, checks every delivered output against the exact reference, and keeps a pe
 ledger of the bytes pooling owns. Each engine rule is decided in ONE place and every backend
 asks it: what pooling keeps of a chunk (``tokpool.keep_rule``), the pooling kind
 (``vllm_rules.pooling_kind``), where a step's rows live (``vllm_rules.step_memory``), what vLLM
-refuses (``vllm_rules.engine_checks``), the schedule (``schedule``).
+refuses (``vllm_rules.engine_checks``), the schedule (``schedule``), what the head allocates
+(``vllm_rules.classifier``), whether a preempted request keeps its pooling state
+(``vllm_rules.runner``), whether the host copy copies (``vllm_rules.cpu_platform``).
 
 Modes: ``"tensor"`` (real tensors, measured storages, an oracle), ``"analytic"`` (the same loop
 counting bytes: million-token prompts in milliseconds), ``"closed_form"`` (one request, by
@@ -16,7 +18,8 @@ formula; ``sweep``'s default). All three agree to the byte.
 Rooms, bottom to top (a module imports only from its own room or below):
 
 - ``vllm_rules/``: what vLLM 0.33.0 does (defaults, refusals, pooling kinds, step memory,
-  devices and model presets, ``vllm serve`` lines, ``config.json``, KV-cache sizing);
+  devices and model presets, the CPU platform, ``vllm serve`` lines, ``config.json``, KV-cache
+  sizing, where the score head runs, the model runner's lifecycle);
 - ``config``: ``SimConfig``, plain fields resolved once by ``vllm_rules.resolve``;
 - ``schedule/``: ``ScheduledStep``, tokpool's scheduler, given schedules;
 - ``vllm_run/``: vLLM's own scheduler and config code, run (the oracle);

@@ -15,6 +15,7 @@ from ..keep_rule import SIM_POLICIES
 from ..pooling import RetentionPolicy, check_policy
 from .vllm_rules import engine_checks
 from .vllm_rules import step_memory as step_memory_rule
+from .vllm_rules.classifier import ClassifierPlacement, pooled_width
 from .vllm_rules.cpu_platform import read_kvcache_space
 from .vllm_rules.devices import Hardware, resolve_hardware
 from .vllm_rules.hf_config import simconfig_fields_from_hf
@@ -75,9 +76,15 @@ class SimConfig:
             by default, as vLLM's ``PoolingParams``.
         task: ``"token_embed"``/``"token_classify"`` (per-token outputs, ALL/STEP pooling) or
             ``"embed"``/``"classify"`` (one row per request, LAST pooling) for comparison.
-        num_labels: width of the score head for the classify tasks. The score head runs
-            INSIDE the model (as for process reward models), so the hidden-state buffer and
-            pooling see ``num_labels``-wide rows of logits; embed tasks see ``hidden_size``.
+        num_labels: width of the score head for the classify tasks.
+        classifier: where the classify tasks' score head runs (``vllm_rules.classifier``):
+            ``"model"`` (inside the model, as vLLM's process reward models and native
+            token-classification classes: the hidden-state buffer and pooling see
+            ``num_labels``-wide rows of logits) or ``"pooler_head"`` (an architecture vLLM
+            adapts, ``as_seq_cls_model``: pooling keeps ``hidden_size``-wide rows and the
+            pooler head's classifier makes ``[T, num_labels]`` in the head dtype). ``None``
+            (default): the model's (``from_hf_config`` reads it off vLLM's registry and
+            adapters), else ``"model"``. Embed tasks see ``hidden_size`` rows either way.
         pooling: ``"ALL"`` (token tasks), ``"STEP"`` (token_classify: ALL, then columns, then
             step-tag rows) or ``"LAST"`` (sequence tasks); ``None`` picks ALL or LAST.
         num_returned_columns: STEP: keep columns ``0..k-1`` of each row (e.g. 2 of a
@@ -117,6 +124,14 @@ class SimConfig:
             line's environment words (``VLLM_CPU_KVCACHE_SPACE=1 vllm serve ...``). On the CPU
             platform (``vllm_rules.cpu_platform``) steps run eagerly (no CUDA graphs), async
             scheduling is forced off and the host copy copies nothing.
+        model_runner: vLLM's model runner, ``"v1"`` or ``"v2"`` (``VLLM_USE_V2_MODEL_RUNNER``,
+            which ``from_vllm_args`` reads from the line's environment words); ``None``
+            (default): vLLM's choice (``vllm_rules.runner.select_model_runner``: V1 on the
+            CPU platform, V2 on CUDA). V1 keeps a preempted request's pooling state
+            (``GPUModelRunner._update_states``): the resumed prefill appends its recomputed
+            chunks to the stale ones, which stay pinned while it waits, and its output is
+            delivered with duplicated rows (``SimResult.requests["duplicated_rows"]``,
+            corrupted). V2 cleans it.
         gpu_memory_utilization: with a model preset, sizes the KV cache as vLLM does
             (``vllm_rules.kv_cache.kv_cache_capacity_tokens``): this share of the device's
             memory, minus the weights and the forward's activation peak per rank, in whole
@@ -211,6 +226,7 @@ class SimConfig:
     use_activation: bool | None = None
     task: SimTask = "token_embed"
     num_labels: int = 2
+    classifier: ClassifierPlacement | None = None
     pooling: SimPooling | None = None
     num_returned_columns: int | None = None
     returned_token_ids: tuple[int, ...] | None = None
@@ -237,6 +253,7 @@ class SimConfig:
     block_size: int | None = None
     kv_cache_memory_bytes: int | None = None
     cpu_kvcache_space: int | None = None
+    model_runner: Literal["v1", "v2"] | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_dtype: str = "auto"
     enable_prefix_caching: bool | None = None
@@ -258,7 +275,8 @@ class SimConfig:
             name for name in ("hidden_size", "max_num_batched_tokens", "max_num_seqs",
                               "enable_chunked_prefill", "max_model_len", "kv_cache_blocks",
                               "use_activation", "async_scheduling", "rows_from",
-                              "enable_prefix_caching", "block_size")
+                              "enable_prefix_caching", "block_size", "classifier",
+                              "model_runner")
             if getattr(self, name) is None
         ) + (("head_dtype",) if isinstance(self.head_dtype, str)
              and self.head_dtype == "auto" else ()))
@@ -350,8 +368,18 @@ class SimConfig:
         if self.async_overwrite == "forward_end" and self.model is None:
             raise ValueError("async_overwrite='forward_end' compares copy time with the next "
                              "step's forward time, which needs a model preset (model=...)")
+        if self.model_runner not in (None, "v1", "v2"):
+            raise ValueError(f"unknown model_runner {self.model_runner!r}; use 'v1' or 'v2' "
+                             "(vLLM's VLLM_USE_V2_MODEL_RUNNER=0 / 1), or None for vLLM's choice")
+        if self.classifier is None:
+            set_(self, "classifier", getattr(self.model, "classifier", "model"))
+        elif self.classifier not in ("model", "pooler_head"):
+            raise ValueError(f"unknown classifier {self.classifier!r}; use 'model' (the score "
+                             "head inside the model) or 'pooler_head' (vLLM's adapter: the "
+                             "classifier in the pooler head)")
         if self.rows_from is None:
-            set_(self, "rows_from", "score_head" if self.task in _CLASSIFY_TASKS else "backbone")
+            set_(self, "rows_from", "score_head" if self.task in _CLASSIFY_TASKS
+                 and self.classifier == "model" else "backbone")
         elif self.rows_from not in ("backbone", "score_head"):
             raise ValueError(f"unknown rows_from {self.rows_from!r}; use 'backbone' or "
                              "'score_head'")
@@ -366,7 +394,8 @@ class SimConfig:
         resolved = resolve_engine(self)
         for name in ("max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
                      "max_num_seqs", "kv_cache_blocks", "head_dtype", "use_activation",
-                     "async_scheduling", "enable_prefix_caching", "block_size"):
+                     "async_scheduling", "enable_prefix_caching", "block_size",
+                     "model_runner"):
             set_(self, name, getattr(resolved, name))
         set_(self, "_resolved", resolved)
 
@@ -430,8 +459,9 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
 
     @property
     def width(self) -> int:
-        """Row width pooling sees (and the buffer holds): hidden size or num_labels."""
-        return self.num_labels if self.task in _CLASSIFY_TASKS else self.hidden_size
+        """Row width pooling sees (and the buffer holds): hidden size, or num_labels when the
+        score head runs in the model (``vllm_rules.classifier.pooled_width``)."""
+        return pooled_width(self)
 
     @property
     def dtype_size(self) -> int:

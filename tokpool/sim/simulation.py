@@ -23,7 +23,7 @@ from .results.result import SimResult
 from .schedule.given import check_schedule
 from .schedule.scheduler import ScheduledStep, check_prompt_token_ids, validate_prompt_lens
 from .schedule.scheduler import schedule as tokpool_schedule
-from .vllm_rules import engine_checks
+from .vllm_rules import engine_checks, runner
 from .vllm_rules.prefix_cache import reads_prefix_cache
 from .vllm_run import vllm_schedule
 
@@ -137,6 +137,8 @@ def simulate(
                                prompt_token_ids=token_ids)
     else:
         steps = _scheduled_steps(lens, config, arrival_steps, scheduler, token_ids)
+    if config.model_runner == "v1":  # V1's persistent batch lays out the rows (runner)
+        steps = runner.v1_batch_rows(steps)
     engine_checks.check_step_pooling_sees_whole_prompts(
         steps, lens, step_tag_id=config.pooling_kind.row_tag(config),
         enable_chunked_prefill=config.enable_chunked_prefill)

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...heads import dtype_size
 from ...keep_rule import keep_rule
 from ..config import SimConfig
 
 # Called through the modules, never copied: the seam and refusal tests swap the rules there.
 from ..vllm_rules import engine_checks
 from ..vllm_rules import step_memory as step_memory_rule
+from ..vllm_rules.classifier import head_allocations, head_element_bytes
 from ..vllm_rules.cpu_platform import host_copy_copies
 from .loop import copies_at_finish
 
@@ -134,15 +134,15 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
             copy_sel = sum(sizes, zero)
             Q = sizes[-1] if sizes else P
 
-    head_size = dtype_size(cfg.head_dtype) if cfg.head_casts else s
-    out_bytes = rows_out * width_out * head_size  # delivered
-    cast = out_bytes if cfg.head_casts else zero
-    act = out_bytes if cfg.use_activation else zero
+    # the head's tensors (cast, the pooler head's classifier, activation), all alive at the last
+    head_size = head_element_bytes(cfg)
+    made = [rows * width * head_size for rows, width in head_allocations(cfg, rows_out, width_out)]
+    out_bytes = made[-1] if made else rows_out * width_out * s  # delivered
     if offload:
         peak_head, copy_head = zero, zero
     else:
-        peak_head = Q + cast + act
-        copy_head = cast + act
+        peak_head = Q + sum(made, zero)
+        copy_head = sum(made, zero)
     peak = np.maximum.reduce([cache_peak, peak_sel, peak_head, one_shot_pin])
     copy_total = copy_pool + copy_sel + copy_head
     # the host copy: none on vLLM's CPU platform (``.to("cpu")`` of a CPU tensor)

@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ...heads import dtype_size
 from ...keep_rule import KeepRule
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
+from ..vllm_rules.classifier import head_allocations, head_element_bytes
 from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.step_memory import StepOutput
-from .loop import EngineLoop, admitted
+from .loop import EngineLoop
 
 
 class _Storage:
@@ -121,7 +121,7 @@ class CountingEngine(EngineLoop):
     def write_step(self, index: int, step: ScheduledStep, out: StepOutput) -> None:
         self._step_output = (_Storage(out.rows * self.row_bytes, False, counted=False)
                              if out.fresh else None)
-        starting = admitted(step)  # a prefill (re)starts: new pooling state
+        starting = self.fresh_states  # a prefill (re)starts: new pooling state (not a kept one)
         for r, _, _ in step.chunks:
             if r in starting or r not in self.states:  # (unchunked: every chunk starts afresh)
                 self.states[r] = _State()
@@ -174,7 +174,8 @@ class CountingEngine(EngineLoop):
             self._spans[r] = (start, stop) if rule.returns == "chunk" else (0, self.lens[r])
             state = self.states[r]
             if rule.returns == "cat":
-                out = self._alloc(self.lens[r] * rb)  # [prompt_len, W], held by the output
+                # [cached rows, W], held by the output: the prompt's rows (and stale ones)
+                out = self._alloc(self.pooled_rows[r] * rb)
             else:
                 out = state.cache[0] if rule.returns == "chunk" else state.buffer
                 self._hold(out)
@@ -222,35 +223,40 @@ class CountingEngine(EngineLoop):
         return out
 
     def head(self, step: ScheduledStep, pooled: dict[int, Handle]) -> list:
-        """Cast, then activation, per finished request; returns what the host copy reads."""
+        """The head's tensors per finished request (``vllm_rules.classifier.
+        head_allocations``: cast, the pooler head's classifier, activation), all alive until
+        the last is made; returns what the host copy reads."""
         cfg = self.cfg
         host = self.offload
+        size = head_element_bytes(cfg)
         outs = []
         for r in step.finished:
             x = pooled[r]
             rows, width = self._out_shape(r)
-            size = cfg.dtype_size
-            y, category = x, "output"
-            cast = None
-            if cfg.head_casts:
-                size = dtype_size(cfg.head_dtype)
-                cast = self._alloc(rows * width * size, host)  # [rows, width] head dtype
-                y, category = cast, "head"
-            if cfg.use_activation:
-                y, category = self._alloc(rows * width * size, host), "head"
-                self._drop(cast)
-            elif cast is None:
+            made = [self._alloc(n * w * size, host) for n, w in
+                    head_allocations(cfg, rows, width)]  # [rows, w] each, in order
+            for t in made[:-1]:
+                self._drop(t)  # forward_chunk's locals die when it returns
+            if made:
+                n, w = head_allocations(cfg, rows, width)[-1]
+                y, nbytes, category = made[-1], n * w * size, "head"
+            else:
                 self._hold(x)  # identity head: the output IS pooling's tensor
-            outs.append((r, (y, rows * width * size), category))
+                y, nbytes, category = x, rows * width * cfg.dtype_size, "output"
+            outs.append((r, (y, nbytes), category))
         for t in pooled.values():
             self._drop(t)
         return outs
 
     def _out_shape(self, request: int) -> tuple[int, int]:
-        return self.kind.delivered_shape(self.cfg, self.kept, request,
-                                         self.delivered_from.get(request, 0), self.lens[request])
+        rows, width = self.kind.delivered_shape(self.cfg, self.kept, request,
+                                                self.delivered_from.get(request, 0),
+                                                self.lens[request])
+        return rows + self.duplicated_rows(request), width  # stale rows are delivered too
 
-    def preempt(self, request: int) -> None:
+    def preempt(self, request: int, *, keep_state: bool = False) -> None:
+        if keep_state:
+            return  # V1: the state and what it holds stay as they are
         state = self.states.pop(request)
         for t in (*state.cache, state.buffer):
             self._drop(t)

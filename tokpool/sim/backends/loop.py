@@ -41,6 +41,7 @@ from ..schedule.scheduler import ScheduledStep, engine_steps
 from ..vllm_rules import step_memory as step_memory_rule
 from ..vllm_rules.cpu_platform import host_copy_copies
 from ..vllm_rules.pooling_kind import KeptRows
+from ..vllm_rules.runner import keeps_pooling_state_on_preemption
 from ..vllm_rules.step_memory import StepOutput
 from .timing import estimate_step_times
 
@@ -143,6 +144,20 @@ class EngineLoop(ABC):
             for finished in (False, True) for first in (False, True)
             for rule in [self.kind.chunk_rule(config, finished=finished, first_chunk=first)]
         }
+        # vLLM's V1 runner keeps a preempted request's pooling state (``vllm_rules.runner``):
+        # its stale chunks stay cached, and the resumed prefill appends to them. Only for
+        # pooling that keeps a list of chunks (AllPool's cache), with chunked prefill.
+        self.keeps_stale = (
+            keeps_pooling_state_on_preemption(config.model_runner) and self.kind.token_level
+            and config.enable_chunked_prefill
+            and keep_rule(config.policy, async_scheduling=config.async_scheduling,
+                          finished=False, first_chunk=True).keep not in ("buffer", "host"))
+        self._cache_rows: dict[int, int] = {}  # request -> rows its pooling cache holds now
+        self._kept_states: set[int] = set()  # preempted, state kept (V1): not new at resume
+        self.fresh_states: set[int] = set()  # this step: requests whose pooling state is new
+        self._final_returns: dict[int, str | None] = {}  # request -> its final chunk's return
+        #: request -> rows pooling handed over at its finish (more than its prompt: stale rows)
+        self.pooled_rows: dict[int, int] = {}
         # Delivering an output copies it (not on vLLM's CPU platform: ``.to("cpu")`` of a CPU
         # tensor is the tensor itself).
         self.host_copy_copies = host_copy_copies(config.hardware)
@@ -183,8 +198,9 @@ class EngineLoop(ABC):
         """The step's ledger columns: pooling's device bytes by category, host, copies."""
 
     @abstractmethod
-    def preempt(self, request: int) -> None:
-        """The KV cache preempted ``request``: clean its pooling state (prefill restarts)."""
+    def preempt(self, request: int, *, keep_state: bool = False) -> None:
+        """The KV cache preempted ``request``: its prefill restarts; its pooling state is
+        cleaned, or kept as it is (``keep_state``: vLLM's V1 runner)."""
 
     @abstractmethod
     def output_nbytes(self, output: Any) -> int:
@@ -205,6 +221,9 @@ class EngineLoop(ABC):
         if step is not None:
             for r in step.preempted:
                 self._preempt(r)
+            starting = admitted(step)
+            self.fresh_states = starting - self._kept_states  # a kept (stale) state goes on
+            self._kept_states -= starting
             out = self._where_step_writes(step.num_tokens)
             if out.fresh:
                 self._next_region += 1
@@ -273,9 +292,16 @@ class EngineLoop(ABC):
             # KV blocks, yet still delivers that step's pooler output and never schedules it
             # again (``Scheduler.update_from_output``): its pooling is done, nothing to clean.
             return
+        if self.keeps_stale:
+            # V1: GPUModelRunner._update_states keeps the request's state; its chunks (and any
+            # views with what they pin) stay until the resumed request's cat reads them.
+            self._kept_states.add(request)
+            self.preempt(request, keep_state=True)
+            return
         for view, _chunk in self._views.pop(request, []):
             self.tracker.release(view)  # never read: the request starts over
             self._pin(view, -1)
+        self._cache_rows.pop(request, None)
         self.preempt(request)
 
     def _plan(self, index: int, step: ScheduledStep, out: StepOutput) -> list[KeepRule]:
@@ -291,11 +317,23 @@ class EngineLoop(ABC):
             if r in starting:
                 rec.first_step = index
             finished = stop == self.lens[r]
-            rule, label = self._chunk_rules[finished, r in starting]
+            # the keep rule's "first chunk" is an EMPTY cache (AllPool: not
+            # p.hidden_states_cache): a resumed V1 request still holds its stale chunks
+            first = r in starting and not self._cache_rows.get(r, 0)
+            rule, label = self._chunk_rules[finished, first]
             if rule is None:  # nothing kept: the step gathers its row
                 chunk = ChunkRecord(index, r, start, stop, row, out.fresh, label, True, index)
             else:
                 rules.append(rule)
+                cached = self._cache_rows.get(r, 0) + (stop - start)
+                if rule.returns is None:
+                    self._cache_rows[r] = cached
+                else:
+                    self._cache_rows.pop(r, None)
+                    self._final_returns[r] = rule.returns
+                    self.pooled_rows[r] = cached if rule.returns == "cat" else stop - start
+                    if self.pooled_rows[r] > stop:  # stale rows from before a preemption
+                        self.judged.add(r)
                 chunk = ChunkRecord(index, r, start, stop, row, out.fresh, label, rule.owned)
                 if finished and rule.returns == "chunk" and start > 0:
                     # Chunked prefill off, the prompt split anyway: the final chunk alone is
@@ -323,8 +361,8 @@ class EngineLoop(ABC):
             return
         left = []
         for view, chunk in kept:
-            handed_over = chunk.token_end == self.lens[request] and (
-                chunk.token_start == 0 or not self.cfg.enable_chunked_prefill)  # no cat
+            handed_over = (chunk.token_end == self.lens[request]
+                           and self._final_returns.get(request) == "chunk")  # no cat
             if at_finish and handed_over and not self._copies_at_finish:
                 left.append((view, chunk))  # handed over as is: the host copy reads it
                 continue
@@ -396,6 +434,21 @@ class EngineLoop(ABC):
             **self.memory(),
         )
 
+    def duplicated_rows(self, request: int) -> int:
+        """Rows pooling handed over beyond the request's prompt: stale chunks a V1 runner kept
+        across a preemption (0 otherwise)."""
+        if request not in self.pooled_rows:
+            return 0
+        return max(0, self.pooled_rows[request] - self.lens[request])
+
     def finish(self, corrupted: set[int]) -> None:
         for r in corrupted:
             self.requests[r].corrupted = True
+        for rec in self.requests:
+            r = rec.request
+            if rec.finish_step < 0:
+                continue
+            rows, _ = self.kind.delivered_shape(self.cfg, self.kept, r,
+                                                self.delivered_from.get(r, 0), self.lens[r])
+            rec.duplicated_rows = self.duplicated_rows(r)
+            rec.delivered_rows = rows + rec.duplicated_rows

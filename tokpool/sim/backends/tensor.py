@@ -32,7 +32,7 @@ from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
 from ..vllm_rules.step_memory import StepOutput
-from .loop import EngineLoop, admitted
+from .loop import EngineLoop
 
 
 def make_pooler(config: SimConfig):
@@ -41,7 +41,8 @@ def make_pooler(config: SimConfig):
 
 
 def make_head(config: SimConfig) -> TokenEmbeddingHead | TokenClassifierHead:
-    """The core head the config describes (no projector/classifier: see ``SimConfig``).
+    """The core head the config describes (no projector; the classifier when it runs in the
+    pooler head: ``make_classifier``).
 
     The simulator must deliver corrupted outputs to observe them, and a replay's padding rows
     hold NaN (see ``TensorEngine.write_step``), so its heads do not refuse non-finite input.
@@ -49,7 +50,21 @@ def make_head(config: SimConfig) -> TokenEmbeddingHead | TokenClassifierHead:
     head_dtype = config.head_dtype if config.head_casts else None
     if config.task in ("token_embed", "embed"):
         return TokenEmbeddingHead(head_dtype=head_dtype, check_finite=False)
-    return TokenClassifierHead(head_dtype=head_dtype, check_finite=False)
+    return TokenClassifierHead(head_dtype=head_dtype, classifier=make_classifier(config),
+                               check_finite=False)
+
+
+def make_classifier(config: SimConfig):
+    """The adapter's score head when it runs in the pooler head (``vllm_rules.classifier``):
+    ``[rows, hidden] -> [rows, num_labels]`` in the head dtype (vLLM's ``ReplicatedLinear``
+    with ``params_dtype=head_dtype``), fixed seeded weights; ``None`` otherwise. A plain
+    weight, not a parameter: autograd must not keep the input alive."""
+    if config.task not in ("token_classify", "classify") or config.classifier != "pooler_head":
+        return None
+    generator = torch.Generator().manual_seed(28)
+    weight = torch.randn((config.num_labels, config.hidden_size), generator=generator)
+    weight = weight.to(config.output_dtype)  # [num_labels, hidden]
+    return lambda x: torch.nn.functional.linear(x, weight.to(x.device))  # [rows, num_labels]
 
 
 class TensorEngine(EngineLoop):
@@ -77,6 +92,11 @@ class TensorEngine(EngineLoop):
         self._inflight: dict[int, tuple[Tensor, torch.cuda.Event]] = {}
         self.pooler = make_pooler(config)
         self.head_module = make_head(config)
+        self._classifier = self.head_module.__dict__.get("classifier")
+        # the activation alone (the cast and the classifier are their own stages)
+        self._activation = (TokenEmbeddingHead(head_dtype=None, check_finite=False)
+                            if config.task in ("token_embed", "embed") else
+                            TokenClassifierHead(head_dtype=None, check_finite=False))
         self.offload = self.outputs_on_host
         self.tag = self.kind.row_tag(config)
         self.states: dict[int, PoolingStates] = {}
@@ -169,7 +189,7 @@ class TensorEngine(EngineLoop):
             skip(r, tokens)  # a prefix-cache hit: the source starts the request after them
         self.source.fill(hidden, step.chunks)  # [n_step_tokens, width] in place
         self._hidden = hidden
-        for r in admitted(step):  # a prefill (re)starts: new pooling state
+        for r in self.fresh_states:  # a prefill (re)starts: new pooling state (not a kept one)
             self.states[r] = PoolingStates()
 
     def end_iteration(self, index: int) -> None:
@@ -220,11 +240,23 @@ class TensorEngine(EngineLoop):
         """What pooling must hand over for ``request`` (pre-head), on the host."""
         return self.kind.reference(self.cfg, self.source, request)
 
-    def _apply_head(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        cast = self.head_module.forward_one(x, use_activation=False)  # cast only (or x itself)
-        if not self.cfg.use_activation:
-            return cast, cast
-        return cast, self.head_module.forward_one(cast, use_activation=True)
+    def _head_stages(self, x: Tensor):
+        """The head's tensors for ``x``, in order (``vllm_rules.classifier.head_allocations``:
+        cast, classifier, activation), each yielded as it is made; pooling's tensor itself is
+        never yielded."""
+        cfg = self.cfg
+        y = x.to(cfg.head_dtype) if cfg.head_casts else x  # [rows, width] head dtype
+        if y is not x:
+            yield y
+        if self._classifier is not None:
+            y = self._classifier(y)  # [rows, num_labels]
+            yield y
+        if cfg.use_activation:
+            yield self._activation.forward_one(y, use_activation=True)
+
+    def _apply_head(self, x: Tensor) -> Tensor:
+        stages = list(self._head_stages(x))
+        return stages[-1] if stages else x
 
     def head(self, step: ScheduledStep, pooled: dict[int, Tensor]) -> list:
         outs: list[tuple[int, Tensor, str]] = []
@@ -232,22 +264,20 @@ class TensorEngine(EngineLoop):
         for r in step.finished:
             x = pooled[r]
             ref = self._reference(r)
-            expected = self._apply_head(ref)[1]
+            expected = self._apply_head(ref)
             # Oracle before the head. With an identity head the delivered copy is x itself,
             # read later, so the check at delivery is strictly stronger: skip this pass.
             if expected is not ref and not torch.equal(x.cpu(), ref):
                 self.corrupted.add(r)
             self.expected[r] = expected
-            cast = self.head_module.forward_one(x, use_activation=False)
             self._step_extra = [(t, "head") for _, t, c in outs if c == "head"]
             self._step_extra += [(t, "output") for _, t, c in outs if c == "output"]
-            if cast is not x:
-                self._checkpoint_with(cast)
-            y = cast
-            if self.cfg.use_activation:
-                y = self.head_module.forward_one(cast, use_activation=True)
-                self._checkpoint_with(cast, y)
-            del cast
+            made: list[Tensor] = []
+            for t in self._head_stages(x):  # all alive until the last (forward_chunk's locals)
+                made.append(t)
+                self._checkpoint_with(*made)
+            y = made[-1] if made else x
+            del made
             outs.append((r, y, "output" if y is x else "head"))
         self._step_extra = []
         self._step_outputs = []
@@ -278,8 +308,12 @@ class TensorEngine(EngineLoop):
         self._checkpoint()
         self._step_extra = saved
 
-    def preempt(self, request: int) -> None:
-        self.states.pop(request).clean()  # its clones / buffer are freed
+    def preempt(self, request: int, *, keep_state: bool = False) -> None:
+        if keep_state:  # V1: the chunks stay; the resumed prefill appends to them
+            state = self.states[request]
+            state.stale_tokens = state.num_cached_tokens
+        else:
+            self.states.pop(request).clean()  # its clones / buffer are freed
         self.source.reset(request)  # its KV cache is gone: the prefill restarts at token 0
 
     def output_nbytes(self, output: Tensor) -> int:

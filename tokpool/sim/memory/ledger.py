@@ -83,11 +83,16 @@ REQUEST_COLUMNS: dict[str, str] = {
     "corrupted": "the delivered output differs from the reference",
     "stranded_bytes": "most bytes its kept views pinned at once beyond its own rows (other "
                       "requests' rows of an eager step's output tensor)",
-    "num_preemptions": "times the KV cache preempted it (its pooling state cleaned, its "
-                       "prefill restarted)",
+    "num_preemptions": "times the KV cache preempted it (its prefill restarted; its pooling "
+                       "state cleaned by Model Runner V2, KEPT by vLLM's V1 runner)",
     "num_cached_tokens": "prompt tokens it did not compute because their KV came from the "
                          "prefix cache (over all its admissions; 0 for token tasks, which vLLM "
                          "recomputes in full)",
+    "delivered_rows": "rows of its delivered output (its prompt's, or its step-tag rows; more "
+                      "when stale rows were kept)",
+    "duplicated_rows": "rows delivered twice: chunks a V1 runner kept across a preemption, "
+                       "to which the resumed prefill appended its recomputed chunks "
+                       "(GPUModelRunner._update_states; the output is corrupted)",
 }
 
 
@@ -127,6 +132,8 @@ class RequestRecord:
     corrupted: bool = False
     stranded_bytes: int = 0
     num_preemptions: int = 0
+    delivered_rows: int = 0
+    duplicated_rows: int = 0
     num_cached_tokens: int = 0
 
 

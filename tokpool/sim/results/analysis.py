@@ -16,6 +16,7 @@ from ..._args import whole
 from ..._text import format_range
 from ..backends.source import default_source
 from ..vllm_rules.prefix_cache import TOKEN_TASK_SKIP_REASON, reads_prefix_cache
+from ..vllm_rules.runner import STALE_CACHE_SOURCE
 
 if TYPE_CHECKING:
     from .result import SimResult
@@ -107,16 +108,35 @@ def explain(result: SimResult) -> list[str]:
                        "and finished_mask), so only its last chunk, tokens "
                        f"{format_range(int(last['token_start']), int(last['token_end']))}, is "
                        "delivered → CORRUPTED")
+        elif int(getattr(rec, "duplicated_rows", 0)):
+            verdict = ""  # said with its preemption below
         else:
             verdict = " → corrupted" if rec.request in corrupted else " → intact"
         restarts = int(getattr(rec, "num_preemptions", 0))
         cached = int(getattr(rec, "num_cached_tokens", 0))
+        duplicated = int(getattr(rec, "duplicated_rows", 0))
         if restarts:
             restart = ("restarted after the blocks the prefix cache still held" if cached
                        else "restarted from token 0")
-            verdict += (f"; preempted {restarts} time{'s' if restarts > 1 else ''} (KV cache "
-                        f"full): each time its pooling state was cleaned and its prefill "
-                        f"{restart}, so its chunks include the discarded attempts")
+            times = f"{restarts} time{'s' if restarts > 1 else ''}"
+            if duplicated:
+                verdict += (
+                    f"; preempted {times} (KV cache full) under vLLM's V1 model runner, which "
+                    f"keeps the request's pooling state: its prefill {restart} and appended "
+                    f"its recomputed chunks to the stale ones, held while it waited, so it "
+                    f"was delivered with {int(rec.delivered_rows):,} rows for a "
+                    f"{rec.prompt_len:,}-token prompt ({duplicated:,} duplicated rows) → "
+                    f"CORRUPTED ({STALE_CACHE_SOURCE})")
+            elif cfg.model_runner == "v1" and cfg.pooling_kind.token_level:
+                verdict += (f"; preempted {times} (KV cache full) under vLLM's V1 model "
+                            f"runner, which keeps its pooling state "
+                            f"(GPUModelRunner._update_states), but nothing was cached yet: its "
+                            f"prefill {restart}")
+            else:
+                verdict += (f"; preempted {times} (KV cache full): each time its pooling "
+                            f"state was cleaned (Model Runner V2: PoolingRunner.remove_request)"
+                            f" and its prefill {restart}, so its chunks include the "
+                            "discarded attempts")
         if cached:
             verdict += (f"; {cached:,} of its prompt tokens came from the prefix cache (their "
                         "KV was already in cached blocks: not computed, not pooled again)")

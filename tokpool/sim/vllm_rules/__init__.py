@@ -18,7 +18,11 @@ A new vLLM version's rule is an edit here, seen by every backend through the sea
   KV-cache sizing and parallel layouts; ``kv_spec``: each layer's KV-cache spec (sliding
   windows, per-token-head scales), vLLM's groups and blocks; ``prefix_cache``: prefix caching
   on or off, and which tasks read it; ``profile``: what vLLM's profiling run reserves
-  (ESTIMATES).
+  (ESTIMATES); ``cpu_platform``: vLLM's CPU platform as a device (KV cache from
+  ``VLLM_CPU_KVCACHE_SPACE``, block size 128, eager, async off, no host copy);
+  ``classifier``: where a classify model's score head runs (in the model, or in the pooler
+  head of vLLM's adapter) and what the head allocates; ``runner``: which model runner (V1 or
+  V2) and V1's stale pooling cache after a preemption.
 
 ``tokpool.sim.vllm_run`` holds the other half: vLLM's own code, run, as the oracle.
 """

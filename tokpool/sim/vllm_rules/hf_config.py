@@ -43,6 +43,7 @@ from .architectures import (
     resolve_runner,
     runs_on_transformers_backend,
 )
+from .classifier import classifier_runs_in
 from .engine import pooling_attn_type
 from .hf_families import checked_hf_config, count_parameters
 from .kv_spec import attention_head_size, check_kv_layout, layer_sliding_windows
@@ -77,6 +78,9 @@ class HFModelPreset(ModelPreset):
         declared_tasks: the tasks the model declares as vLLM serves it (``as_served``: after
             its runner and conversion are resolved); the engine refuses any other
             (``engine_checks.check_configured_task``). Empty: not resolved yet.
+        classifier: where a classify task's score head runs as vLLM builds the model
+            (``classifier.classifier_runs_in``, resolved by ``as_served``): ``"model"`` or
+            ``"pooler_head"`` (vLLM's ``as_seq_cls_model`` adapter).
     """
 
     torch_dtype: str = "bfloat16"
@@ -85,6 +89,7 @@ class HFModelPreset(ModelPreset):
     intermediate_size: int = 0
     sentence_transformers: bool = False
     declared_tasks: tuple[str, ...] = ()
+    classifier: str = "model"
 
     @property
     def served_dtype(self) -> str:
@@ -293,7 +298,9 @@ def preset_from_hf_config(
         head_dim=head_dim,
         num_parameters=estimate_num_parameters(cfg, include_lm_head=include_lm_head),
         vocab_size=int(cfg["vocab_size"]),
-        num_labels=labels if task in ("token_classify", "classify") else None,
+        # kept for any task: --convert classify serves a decoder with its config's labels
+        # (adapters._resolve_num_labels)
+        num_labels=labels if task in ("token_classify", "classify") or labels else None,
         default_task=task,
         step_tag_id=step_tag_id,
         max_model_len=int(max_len) if max_len is not None else None,
@@ -394,6 +401,8 @@ def as_served(preset: HFModelPreset, *, runner: str = "pooling",
         pooling_class=is_pooling_class(preset.architecture),
         generative_class=is_generative_class(preset.architecture))
     changes: dict[str, Any] = {"declared_tasks": declared_tasks(preset.default_task,
+                                                                convert_type),
+                               "classifier": classifier_runs_in(preset.architecture,
                                                                 convert_type)}
     if runs_on_transformers_backend(preset.architecture, runner_type, convert_type):
         # Transformers' pooling classes default to CLS (EmbeddingMixin, ...): encoder-only,

@@ -22,6 +22,8 @@ same functions the parity tests check against vLLM's own code — once, in this 
    memory (``profile``: ESTIMATES);
 7. prefix caching: ``prefix_cache.default_prefix_caching`` (on where the model supports it).
 
+8. the model runner: ``runner.select_model_runner`` (V1 on the CPU platform, V2 on CUDA).
+
 On vLLM's CPU platform (``cpu_platform``) the block size defaults to 128, no CUDA graph is
 captured, async scheduling is forced off and the KV cache takes the bytes
 ``VLLM_CPU_KVCACHE_SPACE`` or ``--kv-cache-memory-bytes`` give (a CPU has no device total to
@@ -43,7 +45,7 @@ from typing import Any
 import torch
 
 # Refusals are called through the module, never copied: the refusal tests swap them there.
-from . import cpu_platform, engine_checks
+from . import cpu_platform, engine_checks, runner
 from .architectures import FLOAT16_UNSUPPORTED, supports_pipeline_parallel
 from .engine import (
     OPTIMIZATION_LEVEL_CUDAGRAPH_MODE,
@@ -64,6 +66,7 @@ from .profile import (
     forward_peak_bytes,
     pooler_peak_bytes,
 )
+from .sizes import check_engine_sizes
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class ResolvedEngine:
     #: the KV cache's bytes per rank when given (--kv-cache-memory-bytes, or the CPU
     #: platform's VLLM_CPU_KVCACHE_SPACE), else None
     kv_cache_memory_bytes: int | None = None
+    model_runner: str = "v2"
 
 
 def activation_peak_estimate(config, max_num_batched_tokens: int, head_dtype) -> int:
@@ -225,6 +229,7 @@ def resolve_engine(config) -> ResolvedEngine:
         # Worker/CPUWorker.determine_available_memory: exactly these bytes, in whole blocks
         if spec is not None:  # encoder-only: vLLM keeps no KV cache and sizes none
             blocks = spec.num_blocks(explicit)
+            check_engine_sizes({"kv_cache_blocks": blocks})  # int32 block ids
             refuse(engine_checks.check_kv_cache_holds_one_sequence,
                    name=name, spec=spec, kv_cache_blocks=blocks, max_model_len=max_model_len,
                    max_in_flight_tokens=in_flight, available_bytes=explicit)
@@ -259,4 +264,5 @@ def resolve_engine(config) -> ResolvedEngine:
                           blocks, activation, estimate, NON_TORCH_BYTES_ESTIMATE, graphs,
                           head_dtype, use_activation, async_scheduling,
                           tuple(refuse.looked_past), spec, prefix_caching, in_flight,
-                          block_size, explicit)
+                          block_size, explicit,
+                          config.model_runner or runner.select_model_runner(device))

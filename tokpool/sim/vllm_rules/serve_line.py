@@ -23,6 +23,7 @@ from .cpu_platform import CPU_KVCACHE_SPACE_ENV, read_kvcache_space
 from .engine import select_pooling_task
 from .hf_config import declared_tasks
 from .models import MODEL_PRESETS, ModelPreset
+from .runner import read_use_v2_model_runner
 
 __all__ = ["config_from_vllm_args", "declared_tasks"]  # declared_tasks: hf_config's
 
@@ -62,6 +63,9 @@ def config_from_vllm_args(cls, argv, *, model=None, **overrides) -> Any:
     if read_kvcache_space(env.get(CPU_KVCACHE_SPACE_ENV)) is not None:
         # read by vLLM's CPU platform only (CpuPlatform.check_and_update_config)
         fields.setdefault("cpu_kvcache_space", read_kvcache_space(env[CPU_KVCACHE_SPACE_ENV]))
+    use_v2 = read_use_v2_model_runner(env.get("VLLM_USE_V2_MODEL_RUNNER"))
+    if use_v2 is not None:  # VllmConfig.use_v2_model_runner: the environment decides
+        fields.setdefault("model_runner", "v2" if use_v2 else "v1")
     runner = fields.pop("runner", "auto")  # vLLM's default: auto, resolved per architecture
     convert = fields.pop("convert", "auto")
     named = fields.pop("model", None)

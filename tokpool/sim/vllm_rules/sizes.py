@@ -33,7 +33,12 @@ ENGINE_SIZE_LIMITS: dict[str, tuple[int, str]] = {
                     (INT32_MAX, "tokpool's bound on a row's width (the widest models have "
                                 "about 10^5 columns)")),
     "activation_peak_bytes": (INT64_MAX, "byte counts are int64"),
+    "kv_cache_memory_bytes": (INT64_MAX, "byte counts are int64"),
+    "cpu_kvcache_space": (INT64_MAX >> 30, "its GiB are counted in int64 bytes"),
 }
+#: vLLM's flag for a field whose name is not the flag's
+_FLAG_NAMES = {"kv_cache_blocks": "--num-gpu-blocks-override",
+               "cpu_kvcache_space": "VLLM_CPU_KVCACHE_SPACE"}
 
 
 def check_engine_sizes(values: Mapping[str, Any], *, flags: bool = False) -> None:
@@ -50,7 +55,7 @@ def check_engine_sizes(values: Mapping[str, Any], *, flags: bool = False) -> Non
         value = values.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= bound:
             continue
-        shown = f"--{name.replace('_', '-')}" if flags else name
+        shown = (_FLAG_NAMES.get(name, f"--{name.replace('_', '-')}") if flags else name)
         got = f"{value:,}" if value < 10**18 else f"{float(value):.1e}"
         raise ValueError(f"{shown} must be at most {bound:,}, got {got}: {why}; tokpool "
                          "refuses a value they cannot hold")

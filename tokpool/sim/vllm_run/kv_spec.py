@@ -32,6 +32,7 @@ import io
 import logging
 import os
 import re
+import socket
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,7 +40,7 @@ import torch
 
 from .scheduler import _vllm
 
-__all__ = ["vllm_kv_cache_facts"]
+__all__ = ["vllm_classifier_facts", "vllm_kv_cache_facts"]
 
 _STATE: dict[str, bool] = {}
 _NAMES: dict[str, SimpleNamespace] = {}
@@ -66,6 +67,26 @@ def _gpu_like():
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = env
 
 
+@contextlib.contextmanager
+def _quiet_gpu_like():
+    """vLLM's logging at ERROR and its stdout swallowed, on the GPU-like platform
+    (``_gpu_like``), while a config and model are built."""
+    quiet = logging.getLogger("vllm")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with _gpu_like(), contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        quiet.setLevel(level)
+
+
+def _engine_config(folder: str | os.PathLike, **engine_args: Any) -> Any:
+    """vLLM's ``VllmConfig`` for a model folder as a pooling runner (no tokenizer, no weights)."""
+    return _vllm()["EngineArgs"](model=str(folder), tokenizer=str(folder), runner="pooling",
+                                 skip_tokenizer_init=True, **engine_args).create_engine_config()
+
+
 def _model_parallel(config: Any) -> None:
     """One process, one rank: vLLM's distributed state, made again for each model (an MoE
     model's expert-parallel group is made from the current config)."""
@@ -73,8 +94,11 @@ def _model_parallel(config: Any) -> None:
     from vllm.distributed.parallel_state import destroy_model_parallel
 
     if not _STATE.get("distributed"):
+        with socket.socket() as probe:  # a free port: other processes may hold a fixed one
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                     distributed_init_method="tcp://127.0.0.1:29583",
+                                     distributed_init_method=f"tcp://127.0.0.1:{port}",
                                      backend="gloo")
         _STATE["distributed"] = True
     destroy_model_parallel()
@@ -107,33 +131,24 @@ def vllm_kv_cache_facts(
         VllmUnavailableError: vLLM is not installed (``make vllm``).
         AssertionError, ValueError: vLLM refuses to build the model (its message).
     """
-    m, v = _vllm(), _names()
-    quiet = logging.getLogger("vllm")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        with _gpu_like(), contextlib.redirect_stdout(io.StringIO()):
-            config = m["EngineArgs"](
-                model=str(folder), tokenizer=str(folder), runner="pooling",
-                skip_tokenizer_init=True, block_size=block_size, enable_chunked_prefill=True,
-                dtype=dtype,
-            ).create_engine_config()
-            config.scheduler_config.disable_hybrid_kv_cache_manager = False
-            # the engine core resolves it from the backends (resolve_kv_cache_layout); with one
-            # page size for every layer each layout gives the same bytes per block
-            config.cache_config.kv_cache_layout = "LBNHC"
-            with v.set_current_vllm_config(config):
-                _model_parallel(config)
-                cls, _ = v.get_model_architecture(config.model_config)
-                with torch.device("meta"):
-                    cls(vllm_config=config, prefix="")
-                built = v.get_kv_cache_spec(config)
-            layer_of = {name: int(re.search(r"layers\.(\d+)\.", name).group(1))
-                        for name in built}
-            num_layers = config.model_config.hf_text_config.num_hidden_layers
-            return [_plan(case, config, built, layer_of, num_layers) for case in cases]
-    finally:
-        quiet.setLevel(level)
+    v = _names()
+    with _quiet_gpu_like():
+        config = _engine_config(folder, block_size=block_size, enable_chunked_prefill=True,
+                                dtype=dtype)
+        config.scheduler_config.disable_hybrid_kv_cache_manager = False
+        # the engine core resolves it from the backends (resolve_kv_cache_layout); with one
+        # page size for every layer each layout gives the same bytes per block
+        config.cache_config.kv_cache_layout = "LBNHC"
+        with v.set_current_vllm_config(config):
+            _model_parallel(config)
+            cls, _ = v.get_model_architecture(config.model_config)
+            with torch.device("meta"):
+                cls(vllm_config=config, prefix="")
+            built = v.get_kv_cache_spec(config)
+        layer_of = {name: int(re.search(r"layers\.(\d+)\.", name).group(1))
+                    for name in built}
+        num_layers = config.model_config.hf_text_config.num_hidden_layers
+        return [_plan(case, config, built, layer_of, num_layers) for case in cases]
 
 
 def _names() -> SimpleNamespace:
@@ -221,3 +236,40 @@ def _plan(case: dict[str, Any], config: Any, built: dict[str, Any], layer_of: di
     facts["max_concurrency"] = v.get_max_concurrency_for_kv_cache_config(
         config, v.generate_scheduler_kv_cache_config(configs))
     return facts
+
+
+def vllm_classifier_facts(folder: str | os.PathLike, *, task: str = "token_classify",
+                          dtype: str = "auto", convert: str = "auto") -> dict[str, Any]:
+    """Where vLLM 0.33.0 puts a classify model's score head: the model class vLLM builds for
+    the folder (on the ``meta`` device, no weights) and its pooler for ``task``.
+
+    Returns:
+        ``model_class`` (vLLM's class name: an ``as_seq_cls_model`` adapter is
+        ``*ForSequenceClassification``), ``classifier_in_pooler_head`` (the pooler head's
+        ``classifier`` is the model's ``score``: ``TokenClassifierPoolerHead(classifier=...)``),
+        ``classifier_shape`` (``(in, out)`` of that classifier), ``classifier_dtype``, and
+        ``head_dtype``.
+    """
+    v = _names()
+    with _quiet_gpu_like():
+        config = _engine_config(folder, dtype=dtype, convert=convert)
+        with v.set_current_vllm_config(config):
+            _model_parallel(config)
+            cls, _ = v.get_model_architecture(config.model_config)
+            with torch.device("meta"):
+                model = cls(vllm_config=config, prefix="")
+    pooler = model.pooler
+    pooler = getattr(pooler, "poolers_by_task", {task: pooler})[task]
+    head = getattr(pooler, "head", None)
+    classifier = getattr(head, "classifier", None)
+    weight = getattr(classifier, "weight", None)
+    return {
+        "model_class": type(model).__name__,
+        "classifier_in_pooler_head": classifier is not None,
+        "classifier_is_score": classifier is not None and classifier is getattr(model, "score",
+                                                                                None),
+        "classifier_shape": None if weight is None else (int(weight.shape[1]),
+                                                         int(weight.shape[0])),
+        "classifier_dtype": None if weight is None else str(weight.dtype).removeprefix("torch."),
+        "head_dtype": str(config.model_config.head_dtype).removeprefix("torch."),
+    }
