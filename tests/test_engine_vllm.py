@@ -24,6 +24,7 @@ engine venv is missing (``make engine`` could not build it: no network, no wheel
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,14 @@ def test_the_preempting_run_s_rows_and_corruption_are_predicted(preempting):
     assert rows["duplicated_engine"] == rows["duplicated_tokpool"]
     assert rows["corrupted_engine"] == rows["corrupted_tokpool"] != []
     assert check.steps_equal == check.steps_compared, _first_differences(check)
+
+
+def test_cli_engine_check_memory_on_a_real_engine(engine_ready, capsys):
+    """``tokpool engine-check --memory``: one engine, the user's flags, every step compared."""
+    argv = ["engine-check", "smollm2-135m", "--memory", "--dtype", "bfloat16", "--budget", "64",
+            "--max-num-seqs", "8", "--chunk-sizes", "0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "per-step pooling bytes" in out
+    found = re.search(r"memory: (\d+) steps compared, (\d+) equal", out)
+    assert found and found[1] == found[2] and int(found[1]) >= 2, out
