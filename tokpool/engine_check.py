@@ -147,8 +147,8 @@ class EngineFlags:
         ``SimConfig.from_vllm_args`` reads it.
 
         Example:
-            >>> EngineFlags(max_num_batched_tokens=256).serve_line("/m", "token_embed")[:60]
-            'VLLM_CPU_KVCACHE_SPACE=1 vllm serve /m --runner pooling --poo'
+            >>> EngineFlags(max_num_batched_tokens=256).serve_line("/m", "token_embed")[:59]
+            'VLLM_CPU_KVCACHE_SPACE=1 vllm serve /m --runner pooling --p'
         """
         pooler = json.dumps({"task": task}, separators=(",", ":"))
         flags = [
