@@ -317,3 +317,27 @@ def test_the_committed_engine_memory_file_and_the_readme_agree():
         assert stated in readme, stated
     assert rows["rows_engine"] == rows["rows_tokpool"] and rows["corrupted_engine"] == rows[
         "corrupted_tokpool"]
+
+
+@pytest.mark.real_model
+def test_the_kept_engine_record_still_equals_tokpool_s_prediction_step_by_step():
+    """No engine: the engines' raw per-step record (benchmarks/results/engine_memory_record.json)
+    against TODAY's tp.simulate of the same serve lines. A rule change that breaks the agreement
+    fails here in `make test`, not only when engines run."""
+    import json
+
+    from benchmarks import engine_memory as em
+
+    kept = json.loads(em.RECORD.read_text())
+    total = equal = 0
+    for task in em.TASK_MODELS:
+        for budget in em.BUDGETS:
+            check = em.recheck(kept["engines"][f"{task} {budget}"], task, budget)
+            total, equal = total + check.steps_compared, equal + check.steps_equal
+    pre = em.recheck(kept["engines"]["preempting"], em.PREEMPTING_TASK, None)
+    rows = em.preempting_rows(pre)
+    assert rows["rows_engine"] == rows["rows_tokpool"] == [800, 1600, 1568, 2112]
+    assert rows["corrupted_engine"] == rows["corrupted_tokpool"] == [2, 3]
+    data = json.loads(ENGINE_MEMORY.read_text())
+    assert total + pre.steps_compared == data["steps_compared"]
+    assert equal + pre.steps_equal == data["steps_equal"] == data["steps_compared"]
