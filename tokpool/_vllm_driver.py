@@ -42,6 +42,7 @@ import os
 import sys
 import time
 import traceback
+import weakref
 from pathlib import Path
 
 #: What the driver sets before vLLM is imported (a caller's own values win).
@@ -92,8 +93,7 @@ class MemoryRecorder:
     """
 
     def __init__(self, torch, order: dict[str, int]) -> None:
-        import weakref
-
+        # torch is the caller's module: imported by main() only after the engine's environment
         from torch.utils._python_dispatch import TorchDispatchMode
 
         self.torch = torch

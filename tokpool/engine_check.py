@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
+import torch
 from torch import Tensor
 
 from . import _args as checks
@@ -489,8 +490,6 @@ def simulated_memory(model_dir: str | os.PathLike, task: str, prompt_lens: Seque
 def random_prompts(lengths: Sequence[int], seed: int) -> list[list[int]]:
     """Seeded token ids (from the first 32k ids: SmolLM2's and the PRM's vocabulary is 49,152),
     one prompt per length."""
-    import torch
-
     gen = torch.Generator().manual_seed(seed)
     return [torch.randint(0, 32_000, (n,), generator=gen).tolist() for n in lengths]
 
