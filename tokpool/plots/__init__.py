@@ -8,6 +8,7 @@ changes global rcParams or displays as a side effect. ``tokpool`` imports this p
 
 from ._style import figure_png, format_bytes, format_range, format_tokens
 from .embeddings import cosine_similarity_matrix, pca_2d, plot_similarity, plot_token_pca
+from .engine_memory import load_engine_memory, plot_engine_memory
 from .equivalence import plot_chunked_error
 from .gate import gate_categories, plot_task_gate
 from .memory import (
@@ -49,10 +50,12 @@ __all__ = [
     "format_range",
     "format_tokens",
     "gate_categories",
+    "load_engine_memory",
     "overwritten_requests",
     "pca_2d",
     "plot_buffer_rows",
     "plot_chunked_error",
+    "plot_engine_memory",
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
     "plot_ownership_schedule",
