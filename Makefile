@@ -62,7 +62,8 @@ engine: install
 	@PYTHON=$(PYTHON) sh scripts/build-engine-venv.sh $(ENGINE_VENV) $(ENGINE_SPEC)
 	@if [ -f $(ENGINE_VENV)/.tokpool-engine-installed ]; then $(PY) -m tokpool.engine_check prepare; fi
 
-# The engine layer: real vLLM engines (three starts) against tokpool. Not part of `make test`.
+# The engine layer: real vLLM engines (one start per configuration: outputs and schedules, then
+# pooling memory per step) against tokpool. Not part of `make test`: about 1 h on 2 busy cores.
 engine-test: engine
 	TOKPOOL_ENGINE_PYTHON=$(abspath $(ENGINE_VENV))/bin/python $(PY) -m pytest -m engine \
 		tests/test_engine_vllm.py $(PYTEST_ARGS)
