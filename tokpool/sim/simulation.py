@@ -137,7 +137,7 @@ def simulate(
                                prompt_token_ids=token_ids)
     else:
         steps = _scheduled_steps(lens, config, arrival_steps, scheduler, token_ids)
-    if config.model_runner == "v1":  # V1's persistent batch lays out the rows (runner)
+    if runner.lays_rows_in_persistent_batch(config.model_runner):
         steps = runner.v1_batch_rows(steps)
     engine_checks.check_step_pooling_sees_whole_prompts(
         steps, lens, step_tag_id=config.pooling_kind.row_tag(config),

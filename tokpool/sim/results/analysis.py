@@ -16,7 +16,7 @@ from ..._args import whole
 from ..._text import format_range
 from ..backends.source import default_source
 from ..vllm_rules.prefix_cache import TOKEN_TASK_SKIP_REASON, reads_prefix_cache
-from ..vllm_rules.runner import STALE_CACHE_SOURCE
+from ..vllm_rules.runner import STALE_CACHE_SOURCE, keeps_pooling_state_on_preemption
 
 if TYPE_CHECKING:
     from .result import SimResult
@@ -127,7 +127,8 @@ def explain(result: SimResult) -> list[str]:
                     f"was delivered with {int(rec.delivered_rows):,} rows for a "
                     f"{rec.prompt_len:,}-token prompt ({duplicated:,} duplicated rows) → "
                     f"CORRUPTED ({STALE_CACHE_SOURCE})")
-            elif cfg.model_runner == "v1" and cfg.pooling_kind.token_level:
+            elif (keeps_pooling_state_on_preemption(cfg.model_runner)
+                  and cfg.pooling_kind.token_level):
                 verdict += (f"; preempted {times} (KV cache full) under vLLM's V1 model "
                             f"runner, which keeps its pooling state "
                             f"(GPUModelRunner._update_states), but nothing was cached yet: its "

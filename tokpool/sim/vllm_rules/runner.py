@@ -104,6 +104,12 @@ def select_model_runner(device: Hardware, *, use_v2: bool | None = None) -> Mode
     return "v2"
 
 
+def lays_rows_in_persistent_batch(runner: ModelRunner) -> bool:
+    """Are a step's rows in V1's persistent-batch order (``InputBatch``; see
+    ``v1_batch_rows``)? V2 orders them as scheduled."""
+    return runner == "v1"
+
+
 def keeps_pooling_state_on_preemption(runner: ModelRunner) -> bool:
     """Does a preempted request keep its pooling state (stale chunks) until it resumes?
     V1: yes (``GPUModelRunner._update_states``); V2: no (``PoolingRunner.remove_request``)."""
