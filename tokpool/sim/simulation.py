@@ -142,6 +142,9 @@ def simulate(
     engine_checks.check_step_pooling_sees_whole_prompts(
         steps, lens, step_tag_id=config.pooling_kind.row_tag(config),
         enable_chunked_prefill=config.enable_chunked_prefill)
+    engine_checks.check_sequence_pooling_sees_whole_prompts(
+        steps, lens, seq_pooling_type=getattr(config.model, "seq_pooling_type", "LAST"),
+        token_level=config.pooling_kind.token_level)
     outputs = None
     if source is not None:
         check_source(source, width=config.width, dtype=config.dtype)

@@ -183,7 +183,10 @@ class CountingEngine(EngineLoop):
                 self._drop(t)
                 if isinstance(t, _View):
                     self._cache_pin(t.base, -1)
-            del self.states[r]  # cleaned on finish
+            if stop == self.lens[r]:
+                del self.states[r]  # cleaned on finish
+            else:  # unchunked, split anyway: the chunk is handed over, the state holds nothing
+                self.states[r] = _State()
             pooled[r] = out
         return self._select(pooled)
 

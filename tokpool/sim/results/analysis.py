@@ -100,7 +100,10 @@ def explain(result: SimResult) -> list[str]:
                        f"as views and rewritten from step {int(first['overwritten_at_step'])} "
                        f"before {reader} read them")
             verdict += " → CORRUPTED" if rec.request in corrupted else " (no delivered row hit)"
-        elif not result.config.enable_chunked_prefill and len(mine) > 1:
+        elif (not cfg.enable_chunked_prefill and cfg.pooling_kind.token_level
+              and int(mine.iloc[-1]["token_start"]) > 0):
+            # its last chunk (the one delivered) starts past token 0: the rows before it are
+            # missing (a sequence kind's last row is the prompt's own: nothing is missing)
             last = mine.iloc[-1]
             verdict = (f"; chunked prefill is off, yet long_prefill_token_threshold split it: "
                        "pooling keeps no chunk without chunked prefill and hands each over, and "

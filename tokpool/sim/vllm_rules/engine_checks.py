@@ -40,6 +40,9 @@ Request refusals:
   without a ``max_model_len``, refuses the prompt);
 - ``check_step_pooling_sees_whole_prompts``: without chunked prefill, STEP pooling with a step
   tag fails on a prompt the long-prefill threshold split (``StepPool.forward``, run);
+- ``check_sequence_pooling_sees_whole_prompts``: CLS and MEAN pooling fail on any step with a
+  partial prefill (``CLSPool.forward`` / ``MeanPool.forward``, run), which the long-prefill
+  threshold makes without chunked prefill;
 - ``check_prompts_fit_kv_cache``: a prompt whose blocks exceed the cache is never admitted
   (``Scheduler.schedule`` reserves the whole prompt, a sliding-window group its window's
   blocks; vLLM refuses such a ``max_model_len`` at start-up,
@@ -71,6 +74,7 @@ __all__ = [
     "check_prompts_fit",
     "check_prompts_fit_kv_cache",
     "check_scheduler_limits",
+    "check_sequence_pooling_sees_whole_prompts",
     "check_step_pooling_sees_whole_prompts",
     "check_tensor_parallel",
     "check_unchunked_prompts_schedulable",
@@ -328,6 +332,7 @@ def _gib(num_bytes: int) -> str:
 def check_kv_cache_holds_one_sequence(
     *, name: str, spec: KVCacheSpec | None, kv_cache_blocks: int, max_model_len: int | None,
     max_in_flight_tokens: int, available_bytes: int | None = None, given: bool = False,
+    block_size: int | None = None,
 ) -> None:
     """Refuse a KV cache that cannot hold one ``max_model_len`` request, as vLLM does:
     ``get_kv_cache_configs`` keeps the null block back (``available - bytes_per_block``, the
@@ -347,11 +352,28 @@ def check_kv_cache_holds_one_sequence(
         available_bytes: the KV memory vLLM found on that rank (default: the blocks').
         given: the block count was given (``kv_cache_blocks=``, vLLM's
             ``--num-gpu-blocks-override``) rather than sized from memory.
+        block_size: with ``spec=None``, a config without a model (one full-attention group
+            of unknown bytes): the rule is then a block count, ``ceil(max_model_len /
+            block_size)`` blocks against ``kv_cache_blocks - 1`` (vLLM's override sizes the
+            memory as ``blocks x bytes per block``, so the bytes cancel). ``None``: no KV
+            cache to check (an encoder-only model).
 
     Raises:
         EngineRefusal: with vLLM's message and its estimated longest ``max_model_len``.
+
+    Example:
+        >>> check_kv_cache_holds_one_sequence(name="m", spec=None, kv_cache_blocks=61,
+        ...     max_model_len=1024, max_in_flight_tokens=0, given=True, block_size=16)
+        Traceback (most recent call last):
+        ...
+        tokpool.sim.vllm_rules.engine_checks.EngineRefusal: vLLM refuses to start m: ...
     """
-    if max_model_len is None or spec is None:
+    if max_model_len is None:
+        return
+    if spec is None:
+        if block_size is not None:
+            _check_blocks_hold_one_sequence(name, kv_cache_blocks, block_size, max_model_len,
+                                            given=given)
         return
     flight = {"max_model_len": max_model_len, "max_in_flight_tokens": max_in_flight_tokens}
     if spec.fits_one_sequence(kv_cache_blocks, **flight):
@@ -391,6 +413,37 @@ def check_kv_cache_holds_one_sequence(
             f"({follows}; {blocks} blocks of {spec.block_size} tokens, one of them the null "
             f"block). {fix}, simulate it on purpose with as_if=True, or lower --max-model-len "
             f"(max_model_len=) to at most {longest}", follows=follows)
+
+
+def _check_blocks_hold_one_sequence(name: str, kv_cache_blocks: int, block_size: int,
+                                    max_model_len: int, *, given: bool) -> None:
+    """``check_kv_cache_holds_one_sequence`` for a config without a model: one full-attention
+    group, whose bytes per block are unknown and cancel out (``get_kv_cache_configs`` makes the
+    override's memory ``blocks x bytes per block``)."""
+    follows = "kv_cache_planning._check_enough_kv_cache_memory"
+    fix = ("Give more blocks (kv_cache_blocks=, vLLM's --num-gpu-blocks-override)" if given
+           else "Give the KV cache more memory")
+    usable = kv_cache_blocks - 1  # the null block the BlockPool holds back
+    if usable <= 0:
+        raise EngineRefusal(
+            f"vLLM refuses to start {name}: \"No available memory for the cache blocks. "
+            "Try increasing `gpu_memory_utilization` when initializing the engine\" "
+            f"({follows}: kv_cache_blocks={kv_cache_blocks} leaves no block besides vLLM's "
+            f"null block). {fix}, or simulate it on purpose with as_if=True", follows=follows)
+    needed = -(-max_model_len // block_size)  # full attention: ceil(len / block_size)
+    if needed <= usable:
+        return
+    longest = usable * block_size  # _estimate_max_model_len's binary search, in blocks
+    raise EngineRefusal(
+        f"vLLM refuses to start {name}: \"To serve at least one request with the model's max "
+        f"seq len ({max_model_len}), ({needed} blocks of KV cache are needed, which is larger "
+        f"than the available KV cache memory ({usable} blocks). Based on the available "
+        f"memory, the estimated maximum model length is {longest}. Try increasing "
+        "`gpu_memory_utilization` ... or decreasing `max_model_len`\" "
+        f"({follows}; {kv_cache_blocks} blocks of {block_size} tokens, one of them the null "
+        f"block; without a model the check counts blocks, vLLM's bytes per block cancel). "
+        f"{fix}, simulate it on purpose with as_if=True, or lower --max-model-len "
+        f"(max_model_len=) to at most {longest}", follows=follows)
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -540,3 +593,56 @@ def check_step_pooling_sees_whole_prompts(steps, prompt_lens: Sequence[int], *,
                     "(StepPool.forward). Enable chunked prefill (--enable-chunked-prefill) or "
                     "drop --long-prefill-token-threshold",
                     follows="StepPool.forward", can_look_past=False)
+
+
+#: The sequence poolers that refuse a step with a partial prefill (vllm/model_executor/layers/
+#: pooler/seqwise/methods.py): their vLLM class.
+_WHOLE_PROMPT_SEQUENCE_POOLERS = {"CLS": "CLSPool", "MEAN": "MeanPool"}
+
+
+def check_sequence_pooling_sees_whole_prompts(steps, prompt_lens: Sequence[int], *,
+                                              seq_pooling_type: str,
+                                              token_level: bool) -> None:
+    """Refuse a run vLLM's CLS or MEAN pooling fails on: ``CLSPool.forward`` and
+    ``MeanPool.forward`` raise ``RuntimeError`` on a step whose cursor is a partial prefill
+    (batch-wide: ANY request whose scheduled tokens are not its whole prompt,
+    ``PoolingCursor.is_partial_prefill``). Such models never chunk
+    (``ModelConfig.is_chunked_prefill_supported``), yet ``long_prefill_token_threshold`` still
+    splits a prompt while other requests wait (``Scheduler.schedule``), and the engine stops.
+    LAST pooling reads the last scheduled row, the prompt's own last one: it runs.
+
+    Args:
+        steps: the schedule (``ScheduledStep``s).
+        prompt_lens: per request, its prompt length.
+        seq_pooling_type: the model's sequence pooling (``"LAST"``, ``"CLS"``, ``"MEAN"``).
+        token_level: the run pools per token (ALL/STEP: the sequence pooler never runs).
+
+    Raises:
+        EngineRefusal: naming the first partial step, its request and what to change.
+
+    Example:
+        >>> from tokpool.sim.schedule.scheduler import ScheduledStep
+        >>> check_sequence_pooling_sees_whole_prompts(
+        ...     [ScheduledStep(0, ((0, 0, 16), (1, 0, 8)), (1,))], [24, 8],
+        ...     seq_pooling_type="CLS", token_level=False)
+        Traceback (most recent call last):
+        ...
+        tokpool.sim.vllm_rules.engine_checks.EngineRefusal: step 0 is a partial prefill ...
+    """
+    pooler = _WHOLE_PROMPT_SEQUENCE_POOLERS.get(seq_pooling_type)
+    if token_level or pooler is None:
+        return
+    for step in steps:
+        for r, start, stop in step.chunks:
+            if stop - start != prompt_lens[r]:
+                raise EngineRefusal(
+                    f"step {step.index} is a partial prefill (request {r}: tokens "
+                    f"{start}..{stop - 1} of {prompt_lens[r]}), and vLLM 0.33.0's {pooler} "
+                    f"fails on it: \"partial prefill is not supported with "
+                    f"{seq_pooling_type} pooling\" (RuntimeError, {pooler}.forward), which "
+                    "stops the engine. A model with CLS or MEAN pooling never chunks its "
+                    "prompts (ModelConfig.is_chunked_prefill_supported), but "
+                    "--long-prefill-token-threshold still splits one while others wait "
+                    "(Scheduler.schedule): drop --long-prefill-token-threshold "
+                    "(long_prefill_token_threshold=None), or serve it with LAST pooling",
+                    follows=f"{pooler}.forward", can_look_past=False)

@@ -257,7 +257,8 @@ def resolve_engine(config) -> ResolvedEngine:
     elif blocks is not None:  # given: vLLM's --num-gpu-blocks-override, checked the same way
         refuse(engine_checks.check_kv_cache_holds_one_sequence,
                name=name, spec=spec, kv_cache_blocks=blocks, max_model_len=max_model_len,
-               max_in_flight_tokens=in_flight, given=True)
+               max_in_flight_tokens=in_flight, given=True,
+               block_size=block_size if model is None else None)  # no model: blocks count
     prefix_caching = default_prefix_caching(
         config.enable_prefix_caching, model.attn_type if model else "decoder",
         seq_pooling_type=model.seq_pooling_type if model else "LAST",
