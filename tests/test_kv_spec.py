@@ -112,7 +112,7 @@ def test_qwen2_some_but_not_all_sliding_is_refused_as_vllm_refuses():
 
 
 @pytest.mark.parametrize("extra, layout", [
-    ({"kv_lora_rank": 512}, "multi-head latent attention"),
+    ({"kv_lora_rank": 512, "model_type": "deepseek_v3"}, "multi-head latent attention"),
     ({"ssm_state_size": 16}, "Mamba / linear-attention"),
     ({"attention_chunk_size": 8192}, "chunked local attention"),
     ({"layer_types": ["linear_attention"]}, r"layer_types \['linear_attention'\]"),

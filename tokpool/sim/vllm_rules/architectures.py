@@ -11,6 +11,9 @@ auto`` becomes, whether pipeline parallelism is supported, and which dtypes it r
   ModernBERT and ``Gemma3TextModel`` do not).
 - ``FLOAT16_UNSUPPORTED``: vllm/config/model.py, ``_FLOAT16_NOT_SUPPORTED_MODELS``; their
   float32 checkpoints are served in bfloat16 (``_resolve_auto_dtype``).
+- ``uses_mla``: ``ModelConfig.use_mla`` / ``ModelArchConfigConvertor.is_deepseek_mla``
+  (vllm/transformers_utils/model_arch_config_convertor.py): multi-head latent attention is a
+  property of the model types vLLM lists (DeepSeek-V2/V3, Kimi-K2, ...), not of a config key.
 
 The registry facts (which architectures vLLM registers, and whether their class is a pooling
 or a text-generation model) were read in vllm/model_executor/models/registry.py and are
@@ -29,6 +32,7 @@ __all__ = [
     "resolve_runner",
     "runs_on_transformers_backend",
     "supports_pipeline_parallel",
+    "uses_mla",
 ]
 
 RunnerType = Literal["generate", "pooling", "draft"]
@@ -192,3 +196,36 @@ def supports_pipeline_parallel(architecture: str, model_type: str) -> bool:
     ModernBERT and EmbeddingGemma's ``Gemma3TextModel`` do not."""
     return (model_type not in _NO_PIPELINE_PARALLEL_TYPES
             and architecture not in _NO_PIPELINE_PARALLEL_ARCHS)
+
+
+#: ``ModelArchConfigConvertor.is_deepseek_mla``'s model types (vLLM 0.33.0): the models vLLM
+#: builds with multi-head latent attention when their config has ``kv_lora_rank``.
+MLA_MODEL_TYPES = frozenset({
+    "axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41",
+    "dots3_note", "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa",
+    "glm4_moe_lite", "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash",
+    "pangu_ultra_moe", "pangu_ultra_moe_mtp", "bailing_hybrid", "bailing_hybrid_mtp",
+    "bailing_hybrid_v3_mtp", "hy_v4", "hy_v4_mtp",
+})
+
+
+def uses_mla(cfg) -> bool:
+    """Whether vLLM builds this config.json's model with multi-head latent attention
+    (``ModelConfig.use_mla``): its model type is one vLLM's DeepSeek-style classes serve and
+    it sets ``kv_lora_rank``; a bidirectional variant (``is_causal: false``) is not. A
+    ``kv_lora_rank`` in another model type's config is a key vLLM's class never reads
+    (``LlamaForCausalLM`` caches K and V per head as for any Llama). Not modelled: vLLM's
+    ``VLLM_MLA_DISABLE`` and the Transformers backend, which reads ``kv_lora_rank`` alone
+    (tokpool sizes only the families it counts, none of which is MLA).
+
+    Example:
+        >>> uses_mla({"model_type": "deepseek_v3", "kv_lora_rank": 512})
+        True
+        >>> uses_mla({"model_type": "llama", "kv_lora_rank": 512})
+        False
+    """
+    if not hasattr(cfg, "get") or cfg.get("is_causal", True) is False:
+        return False
+    model_type = cfg.get("model_type")
+    return (isinstance(model_type, str) and model_type in MLA_MODEL_TYPES
+            and cfg.get("kv_lora_rank") is not None)

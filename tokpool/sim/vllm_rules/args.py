@@ -229,13 +229,13 @@ def _ignored(name: str) -> bool:
 def _tokens(argv: str | Sequence[str]) -> list[str]:
     if isinstance(argv, str):
         try:
-            tokens = shlex.split(argv)
-        except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
-            why = ("a quote (' or \") is opened and never closed" if "quotation" in str(err)
-                   else "it ends with a backslash that escapes nothing")
+            tokens = shlex.split(shell_line(argv))
+        except ValueError as err:  # shlex: "No closing quotation"
+            quote = next((q for q in ("'", '"') if argv.count(q) % 2), "'")
             raise ValueError(f"cannot split the vLLM command line {argv[-80:]!r} as a shell "
-                             f"would ({err}: {why}); close the quotation, drop the trailing "
-                             "backslash, or pass the flags as a list of strings") from None
+                             f"would: a quote ({quote}) is opened and never closed ({err}); "
+                             f"close the quote, or pass the flags as a list of strings"
+                             ) from None
     elif isinstance(argv, Sequence) and all(isinstance(t, str) for t in argv):
         tokens = list(argv)
     else:
@@ -246,6 +246,22 @@ def _tokens(argv: str | Sequence[str]) -> list[str]:
     elif tokens[:1] == ["serve"]:
         tokens = tokens[1:]
     return _optimization_flags(tokens)
+
+
+def shell_line(line: str) -> str:
+    r"""A copied command line as bash reads it: each backslash-newline is a line continuation
+    and is removed (``vllm serve m \`` then ``--max-num-seqs 4`` on the next line), and a
+    backslash that ends the text continues into nothing (bash, reading a pasted line that
+    ends in ``\``, waits for the next line: an empty one runs the command without it).
+
+    Example:
+        >>> shell_line("vllm serve m --max-num-seqs 4 \\\n  --max-model-len 512 \\")
+        'vllm serve m --max-num-seqs 4   --max-model-len 512 '
+    """
+    line = re.sub(r"\\\r?\n", "", line)
+    if line.endswith("\\") and (len(line) - len(line.rstrip("\\"))) % 2:
+        line = line[:-1]  # an odd run of backslashes: the last one escapes the line's end
+    return line
 
 
 def _optimization_flags(tokens: list[str]) -> list[str]:

@@ -55,6 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...guard import ensure_fits
+from .architectures import uses_mla
 
 __all__ = [
     "KVCacheSpec",
@@ -112,14 +113,20 @@ def check_kv_layout(cfg: Mapping) -> None:
         cfg: the config.json as a dict.
 
     Raises:
-        ValueError: MLA (``kv_lora_rank``), Mamba / linear-attention state, chunked local
+        ValueError: MLA (``architectures.uses_mla``: the model type with ``kv_lora_rank``), Mamba / linear-attention state, chunked local
             attention (``attention_chunk_size``), an encoder-decoder model, KV sharing, or a
             ``layer_types`` entry other than full or sliding attention.
     """
     arch = (cfg.get("architectures") or [cfg.get("model_type") or "this model"])[0]
+    if uses_mla(cfg):  # the model type decides, as vLLM's ModelConfig.use_mla does
+        raise ValueError(
+            f"{arch} uses multi-head latent attention (MLA): vLLM caches one compressed "
+            f"latent per token (MLAAttentionSpec), not K and V per head (model_type "
+            f"{cfg.get('model_type')!r} with kv_lora_rank, ModelConfig.use_mla); tokpool "
+            "models full and sliding-window attention KV caches only, so it cannot size this "
+            "model's KV cache. Give a ModelPreset without a KV cache layout it cannot check, "
+            "or size it with vLLM itself")
     layouts = [
-        (("kv_lora_rank",), "multi-head latent attention (MLA): vLLM caches one compressed "
-         "latent per token (MLAAttentionSpec), not K and V per head"),
         (("ssm_state_size", "mamba_d_state", "mamba_expand", "attn_layer_period",
           "hybrid_override_pattern", "layers_block_type", "linear_num_value_heads"),
          "Mamba / linear-attention layers: vLLM keeps a fixed-size state per request "

@@ -12,6 +12,8 @@ cancels out and the check is vLLM's ``_check_enough_kv_cache_memory`` on block c
 oracle of ``engine_checks.check_kv_cache_holds_one_sequence`` for a config without a model.
 
 It returns vLLM's refusal text, or ``None`` when vLLM would start.
+``vllm_prompt_refusal(prompt_lens, ...)`` asks the input processor of that engine
+(``InputProcessor._validate_prompt_len``) about each prompt, as a request arrives.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import contextlib
 import io
 import logging
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 from .scheduler import _engine_config, _vllm
 
-__all__ = ["vllm_startup_refusal"]
+__all__ = ["vllm_prompt_refusal", "vllm_startup_refusal"]
 
 
 def vllm_startup_refusal(
@@ -90,4 +93,36 @@ def vllm_startup_refusal(
     finally:
         cache.num_gpu_blocks_override, cache.kv_cache_layout = saved
         quiet.setLevel(level)
+    return None
+
+
+def vllm_prompt_refusal(prompt_lens: Sequence[int], *, max_model_len: int,
+                        max_num_batched_tokens: int, max_num_seqs: int,
+                        enable_chunked_prefill: bool, block_size: int = 16,
+                        long_prefill_token_threshold: int | None = None,
+                        async_scheduling: bool = False) -> str | None:
+    """vLLM's refusal of the first prompt its input processor rejects (``None``: every prompt
+    is accepted): ``InputProcessor._validate_prompt_len`` of the engine these flags build (an
+    empty prompt, one over ``max_model_len``; a pooling runner needs no room for an output
+    token). Call it for an engine ``vllm_startup_refusal`` starts.
+
+    Raises:
+        VllmUnavailableError: vLLM cannot be imported (``make vllm``).
+    """
+    _vllm()
+    from vllm.exceptions import VLLMValidationError
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    config = _engine_config(max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
+                            long_prefill_token_threshold or 0, block_size, async_scheduling,
+                            False, max_model_len)
+    # the method reads these four attributes of its processor (a text-only model)
+    processor = SimpleNamespace(skip_prompt_length_check=False,
+                                model_config=config.model_config, mm_encoder_cache_size=0,
+                                supports_mm_inputs=False)
+    for n in prompt_lens:
+        try:
+            InputProcessor._validate_prompt_len(processor, int(n), "decoder")
+        except VLLMValidationError as err:  # a client error (not a ValueError)
+            return str(err)
     return None
