@@ -113,7 +113,8 @@ def check_kv_layout(cfg: Mapping) -> None:
         cfg: the config.json as a dict.
 
     Raises:
-        ValueError: MLA (``architectures.uses_mla``: the model type with ``kv_lora_rank``), Mamba / linear-attention state, chunked local
+        ValueError: MLA (``architectures.uses_mla``: the model type with
+            ``kv_lora_rank``), Mamba / linear-attention state, chunked local
             attention (``attention_chunk_size``), an encoder-decoder model, KV sharing, or a
             ``layer_types`` entry other than full or sliding attention.
     """
