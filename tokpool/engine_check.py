@@ -679,25 +679,36 @@ def engine_check(
     if name not in ENGINE_MODELS and not Path(name).expanduser().is_dir():
         raise EngineCheckError(f"{name!r} is not a built-in engine model "
                                f"({list(ENGINE_MODELS)}) or a model folder")
+    # Bad input is refused before any engine is looked for (naming the input): a folder that
+    # is not a model, a task it does not serve, token ids outside its vocabulary. A folder is
+    # loaded first (its config says all three); a built-in's vocabulary is known, and it is
+    # loaded first only when a task other than its own is asked for.
+    if name in ENGINE_MODELS:
+        _check_token_ids(prompts, ENGINE_VOCAB_SIZE[name], name)
+        task = task or ENGINE_MODELS[name]
+        tp_model = (None if task == ENGINE_MODELS[name]
+                    else _load_checked(engine_model_dir(name), name))
+    else:
+        folder = Path(name).expanduser()
+        if not (folder / "config.json").is_file():
+            raise EngineCheckError(f"model: {name!r} is a folder without a config.json, not a "
+                                   "transformers model folder; pass a built-in engine model "
+                                   f"({list(ENGINE_MODELS)}) or a folder both vLLM and "
+                                   "tp.load_model load")
+        tp_model = _load_checked(folder, name)
+        task = task or tp_model.task
+    texts = list(DEFAULT_PROMPTS if prompts is None else prompts)
+    if tp_model is not None:
+        ids = _checked_task_and_ids(tp_model, name, task, texts)
     reason = engine_unavailable_reason(python)
     if reason is not None:
         raise EngineCheckError(reason)
-    if name in ENGINE_MODELS:
+    if tp_model is None:  # a built-in with its own task: loaded now
         folder = engine_model_dir(name)
-        task = task or ENGINE_MODELS[name]
-    else:
-        folder = Path(name).expanduser()
-    tp_model = _quiet_load(load_model, folder)
-    task = task or tp_model.task
-    if task not in ENGINE_TASKS:
-        raise EngineCheckError(f"task {task!r} is not checked against the engine; use one of "
-                               f"{list(ENGINE_TASKS)}")
-    served = tp_model.served_tasks()
-    if task not in served:
-        raise EngineCheckError(f"{name} does not serve task {task!r} (it serves "
-                               f"{sorted(served)}); pick one of those")
-    texts = list(DEFAULT_PROMPTS if prompts is None else prompts)
-    ids = [t.tolist() for t in tp_model.token_ids(texts)]
+        tp_model = _load_checked(folder, name)
+        ids = _checked_task_and_ids(tp_model, name, task, texts)
+    elif name in ENGINE_MODELS:
+        folder = engine_model_dir(name)
     longest = max(len(p) for p in ids)
     # float32 on both sides: compared within ENGINE_ATOL; another engine dtype rounds every
     # activation, so its outputs are compared by shape only (max_abs_diff still reported)
@@ -779,6 +790,48 @@ def _check_arguments(model, prompts, task, chunk_sizes, max_num_batched_tokens, 
     except (TypeError, ValueError) as err:
         raise EngineCheckError(str(err)) from None
     return sizes  # type: ignore[return-value]
+
+
+#: The built-in engine models' vocabulary (SmolLM2's tokenizer, the PRM's base).
+ENGINE_VOCAB_SIZE = {"smollm2-135m": 49152, "smollm2-prm": 49152}
+
+
+def _check_token_ids(prompts, vocab_size: int, name: str) -> None:
+    """Token-id prompts within the model's vocabulary (texts are tokenized by the model)."""
+    for i, prompt in enumerate(prompts or ()):
+        if isinstance(prompt, str):
+            continue
+        outside = [int(t) for t in prompt if not 0 <= int(t) < vocab_size]
+        if outside:
+            raise EngineCheckError(
+                f"prompts[{i}] has token ids outside {name}'s vocabulary [0, {vocab_size}): "
+                f"{outside[:5]}{' ...' if len(outside) > 5 else ''}; pass ids below "
+                f"{vocab_size} or the prompt as text")
+
+
+def _load_checked(folder: Path, name: str):
+    """``load_model(folder)``; a folder it cannot load is named as the model input."""
+    try:
+        return _quiet_load(load_model, folder)
+    except (OSError, ValueError, TypeError) as err:
+        raise EngineCheckError(f"model: {name!r} is not a model tokpool can load ({err}); "
+                               "pass a transformers model folder") from None
+
+
+def _checked_task_and_ids(tp_model, name: str, task: str, texts: list) -> list[list[int]]:
+    """The task checked against what the model serves, and the prompts' token ids checked
+    against its vocabulary and length (``PoolingModel.token_ids``)."""
+    if task not in ENGINE_TASKS:
+        raise EngineCheckError(f"task {task!r} is not checked against the engine; use one of "
+                               f"{list(ENGINE_TASKS)}")
+    served = tp_model.served_tasks()
+    if task not in served:
+        raise EngineCheckError(f"task: {name} does not serve task {task!r} (it serves "
+                               f"{sorted(served)}); pick one of those")
+    try:
+        return [t.tolist() for t in tp_model.token_ids(texts)]
+    except (TypeError, ValueError) as err:  # ids outside the vocabulary, too long, empty
+        raise EngineCheckError(f"prompts: {err}") from None
 
 
 def _quiet_load(load_model: Callable, folder: Path):

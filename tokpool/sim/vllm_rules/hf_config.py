@@ -120,6 +120,30 @@ class HFModelPreset(ModelPreset):
         return super().kv_bytes_per_token(self.dtype_bytes if dtype_bytes is None else dtype_bytes)
 
 
+#: The largest config file read (config.json, tokenizer_config.json): real ones are a few
+#: KiB (a model's config.json with a long id2label table well under 1 MiB).
+MAX_CONFIG_FILE_BYTES = 16 << 20
+
+
+def read_small_text(file: Path) -> str:
+    """The text of a config file, its size checked BEFORE it is read: a file over
+    ``MAX_CONFIG_FILE_BYTES`` (a damaged or sparse 2 GB file named config.json) is refused at
+    once instead of being read and parsed for tens of seconds.
+
+    Raises:
+        ValueError: the file is larger than ``MAX_CONFIG_FILE_BYTES``, with its size.
+        UnicodeDecodeError: the file is not UTF-8 text.
+    """
+    size = file.stat().st_size
+    if size > MAX_CONFIG_FILE_BYTES:
+        raise ValueError(
+            f"{file} is {size:,} bytes, larger than any config file ({MAX_CONFIG_FILE_BYTES:,} "
+            "bytes at most; a model's config.json is a few KiB), so it is not read; pass the "
+            "model's own config.json (a damaged or unfinished download? fetch it again)")
+    with open(file, encoding="utf-8") as f:
+        return f.read(MAX_CONFIG_FILE_BYTES + 1)  # a file growing meanwhile: still bounded
+
+
 def _load(source: Any) -> tuple[dict, Path | None]:
     """The config as a dict, and the model directory when there is one."""
     if isinstance(source, Mapping):
@@ -136,7 +160,7 @@ def _load(source: Any) -> tuple[dict, Path | None]:
                 "or a transformers.PretrainedConfig (nothing is downloaded)"
             )
         try:
-            loaded = json.loads(file.read_text(encoding="utf-8"))
+            loaded = json.loads(read_small_text(file))
         except UnicodeDecodeError as err:
             raise ValueError(f"{file} is not a text file ({err.reason} at byte {err.start}); "
                              "pass the model's config.json") from None
@@ -448,7 +472,7 @@ def _tokenizer_max_length(cfg: Mapping, directory: Path | None) -> int | None:
     if not file.is_file():
         return None
     try:
-        value = json.loads(file.read_text(encoding="utf-8")).get("model_max_length")
+        value = json.loads(read_small_text(file)).get("model_max_length")
     except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
         raise ValueError(f"{file} is not a JSON object: {err}") from None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
