@@ -117,6 +117,11 @@ def default_max_cudagraph_capture_size(
     return size
 
 
+#: The largest ``max_capture_size`` whose sizes are listed (65,536 graphs): beyond it the
+#: list alone would take seconds to build and gigabytes to hold.
+MAX_CAPTURE_SIZE = 1 << 20
+
+
 def cudagraph_capture_sizes(max_capture_size: int) -> tuple[int, ...]:
     """vLLM's capture-size pattern up to ``max_capture_size`` (ascending).
 
@@ -131,6 +136,12 @@ def cudagraph_capture_sizes(max_capture_size: int) -> tuple[int, ...]:
         (1, 2, 4, 8, 16)
     """
     _positive_int("max_capture_size", max_capture_size, minimum=0)
+    if max_capture_size > MAX_CAPTURE_SIZE:
+        raise ValueError(
+            f"max_capture_size={max_capture_size:,}: vLLM would capture a CUDA graph every 16 "
+            f"tokens up to it ({max_capture_size // 16:,} graphs); tokpool lists sizes up to "
+            f"{MAX_CAPTURE_SIZE:,} tokens (vLLM's default is {DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE}"
+            "). Set a smaller --max-cudagraph-capture-size, or enforce_eager=True")
     sizes = [s for s in (1, 2, 4) if s <= max_capture_size]
     sizes += list(range(8, min(max_capture_size + 1, 256), 8))
     sizes += list(range(256, max_capture_size + 1, 16))

@@ -57,6 +57,7 @@ if" curve marks each point vLLM would refuse to start for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -146,8 +147,12 @@ def check_tensor_parallel(name: str, num_attention_heads: int, num_kv_heads: int
     if tp == 1:
         return
     if num_attention_heads % tp:
-        fits = [t for t in range(1, num_attention_heads + 1) if num_attention_heads % t == 0
-                and (num_kv_heads % t == 0 if t < num_kv_heads else t % num_kv_heads == 0)]
+        # the divisors of the heads, found up to their square root (heads may be huge)
+        small = [t for t in range(1, min(math.isqrt(num_attention_heads), 1 << 16) + 1)
+                 if num_attention_heads % t == 0]
+        divisors = sorted({*small, *(num_attention_heads // t for t in small)})
+        fits = [t for t in divisors
+                if (num_kv_heads % t == 0 if t < num_kv_heads else t % num_kv_heads == 0)][:32]
         raise EngineRefusal(
             f"vLLM refuses to start {name} with --tensor-parallel-size {tp}: \"Total number of "
             f"attention heads ({num_attention_heads}) must be divisible by tensor parallel size "

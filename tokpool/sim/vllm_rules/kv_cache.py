@@ -67,9 +67,26 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 _SPLIT_BYTES_PER_ENGINE, _SPLIT_BYTES_PER_REQUEST = 64, 36
 
 
+#: The most ranks or engines a function here LISTS (one entry each): a million GPUs is beyond
+#: any cluster, and the list is built in well under a second; more is refused at once rather
+#: than built for minutes (the memory guard alone would let 10**8 lists through).
+MAX_LISTED_RANKS = 1 << 20
+#: The most requests ``data_parallel_split`` lists (one index each, about a second to build).
+MAX_LISTED_REQUESTS = 1 << 24
+
+
 def _pos(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def _listed(name: str, value: object, *, cheaper: str) -> int:
+    """``_pos``, and at most ``MAX_LISTED_RANKS``: the answer lists one entry per rank."""
+    value = _pos(name, value)
+    if value > MAX_LISTED_RANKS:
+        raise ValueError(f"{name}={value:,} ranks would be listed one by one; at most "
+                         f"{MAX_LISTED_RANKS:,} are (no cluster has more GPUs). {cheaper}")
     return value
 
 
@@ -81,16 +98,22 @@ def pooler_ranks(tp: int = 1, pp: int = 1) -> tuple[int, ...]:
         >>> pooler_ranks(tp=4, pp=2)
         (4, 5, 6, 7)
     """
-    tp, pp = _pos("tp", tp), _pos("pp", pp)
+    tp = _listed("tp", tp, cheaper="The pooler ranks are pp_rank * tp + tp_rank of the last "
+                 "stage: range((pp - 1) * tp, pp * tp)")
+    pp = _pos("pp", pp)
     return tuple(range((pp - 1) * tp, pp * tp))
 
 
 def data_parallel_split(num_requests: int, dp: int = 1) -> list[list[int]]:
     """Request indices per data-parallel engine: round-robin, as the DP load balancer assigns
     a burst of new requests (``DPLBAsyncMPClient.get_core_engine_for_request``)."""
-    _pos("dp", dp)
+    _listed("dp", dp, cheaper="Request r goes to engine r % dp (round-robin): no list needed")
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 0:
         raise ValueError(f"num_requests must be an int >= 0, got {num_requests!r}")
+    if num_requests > MAX_LISTED_REQUESTS:
+        raise ValueError(f"num_requests={num_requests:,} would be listed one by one; at most "
+                         f"{MAX_LISTED_REQUESTS:,} are. Request r goes to engine r % dp "
+                         "(round-robin): no list needed")
     ensure_fits(dp * _SPLIT_BYTES_PER_ENGINE + num_requests * _SPLIT_BYTES_PER_REQUEST,
                 what=f"data_parallel_split(num_requests={num_requests:,}, dp={dp:,}): a list "
                      "per engine and an index per request",
@@ -107,7 +130,9 @@ def pipeline_layers(num_layers: int, pp: int = 1) -> tuple[int, ...]:
         >>> pipeline_layers(30, 4)
         (7, 8, 8, 7)
     """
-    num_layers, pp = _pos("num_layers", num_layers), _pos("pp", pp)
+    num_layers = _pos("num_layers", num_layers)
+    pp = _listed("pp", pp, cheaper="fullest_stage_layers(num_layers, pp) gives the fullest "
+                 "stage's layers without listing them")
     if pp > num_layers:
         raise ValueError(f"pipeline_parallel_size={pp} exceeds the model's {num_layers} layers")
     ensure_fits(8 * pp, what=f"pipeline_layers: a tuple of {pp:,} stages",
@@ -126,7 +151,9 @@ def fullest_stage_layers(num_layers: int, pp: int = 1) -> int:
         >>> fullest_stage_layers(30, 4)
         8
     """
-    num_layers, pp = _pos("num_layers", num_layers), _pos("pp", pp)
+    num_layers = _pos("num_layers", num_layers)
+    pp = _listed("pp", pp, cheaper="fullest_stage_layers(num_layers, pp) gives the fullest "
+                 "stage's layers without listing them")
     if pp > num_layers:
         raise ValueError(f"pipeline_parallel_size={pp} exceeds the model's {num_layers} layers")
     return num_layers // pp + (1 if num_layers % pp else 0)
