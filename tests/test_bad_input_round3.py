@@ -118,13 +118,18 @@ def test_2_31_layers_are_refused_up_front_and_stages_counted_by_formula(tmp_path
     assert estimate_num_parameters({**QWEN3_8B, "num_hidden_layers": 2**31}) > 2**31
     assert kv_cache.fullest_stage_layers(2**31, 2**30) == 2
     assert kv_cache.fullest_stage_layers(30, 4) == max(kv_cache.pipeline_layers(30, 4)) == 8
-    monkeypatch.setenv("TOKPOOL_MEMORY_LIMIT", "1G")
-    with pytest.raises(MemoryLimitError, match=r"pipeline_layers: a tuple of 2,147,483,647 "
-                                               r"stages.*fullest_stage_layers"):
+    # lists of ranks are bounded in words before the memory guard (issue 40: at once)
+    with pytest.raises(ValueError, match=r"num_layers=2,147,483,648 is more layers"):
         kv_cache.pipeline_layers(2**31, 2**31 - 1)
-    with pytest.raises(MemoryLimitError, match=r"data_parallel_split\(num_requests=3, "
-                                               r"dp=1,000,000,000,000\).*r % dp"):
+    with pytest.raises(ValueError, match=r"pp=2,147,483,647 ranks would be listed.*"
+                                         r"fullest_stage_layers"):
+        kv_cache.pipeline_layers(2**31 - 1, 2**31 - 1)
+    with pytest.raises(ValueError, match=r"dp=1,000,000,000,000 ranks would be listed.*r % dp"):
         kv_cache.data_parallel_split(3, 10**12)
+    monkeypatch.setenv("TOKPOOL_MEMORY_LIMIT", "256M")
+    with pytest.raises(MemoryLimitError, match=r"data_parallel_split\(num_requests=16,777,216, "
+                                               r"dp=1,048,576\).*r % dp"):
+        kv_cache.data_parallel_split(2**24, 2**20)
 
 
 @pytest.mark.parametrize("damage", ["empty", "short length", "header too large", "bad JSON",

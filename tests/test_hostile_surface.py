@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The areas the generator reports; each must be there with no unacceptable outcome.
 AREAS = ("round-2 leftovers", "given schedules", 'scheduler="vllm"', "engine_check",
          "explorers", "model folders", "configs", "export", "environment", "public API",
-         "CLI", "schedules (property)", "serve lines (property)", "configs (property)")
+         "CLI", "schedules (property)", "serve lines (property)", "configs (property)",
+         "round-5 edges")
 UNACCEPTABLE = ("raw", "wrong", "hang", "memory", "crash")
 
 

@@ -558,6 +558,139 @@ def _nan_prm_explorer(prm):
     return tp.step_reward_explorer(prm, "2+2?", ["4"])
 
 
+#: Issue 40's crash: chunked prefill off, a threshold, a KV cache that preempts.
+_ISSUE40 = {"max_num_seqs": 2, "max_num_batched_tokens": 161, "long_prefill_token_threshold": 64,
+            "max_model_len": 161, "kv_cache_blocks": 12, "block_size": 16,
+            "enable_chunked_prefill": False, "hidden_size": 16}
+_ISSUE40_LENS = [99, 89, 6, 119, 91, 44]
+_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 512,
+          "torch_dtype": "float32"}
+_BERT = {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 64,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+         "vocab_size": 1000, "max_position_embeddings": 512, "torch_dtype": "float32"}
+
+
+def _issue40_is_right(result) -> bool | str:
+    rows = result.requests["delivered_rows"].tolist()
+    if result.corrupted != [0, 1, 3, 4] or rows != [35, 25, 6, 55, 27, 44]:
+        return f"corrupted {result.corrupted}, delivered rows {rows}"
+    return True
+
+
+def _sparse_config_folder(w: World):
+    folder = w.tmp / "sparse-config"
+    folder.mkdir(exist_ok=True)
+    with open(folder / "config.json", "wb") as f:
+        f.truncate(2 << 30)  # a 2 GB sparse file: no disk used
+    return folder
+
+
+def _llama_kv(extra: dict) -> int:
+    return tp.SimConfig.from_hf_config({**_LLAMA, **extra}, runner="pooling",
+                                       max_num_batched_tokens=512).kv_bytes_per_token
+
+
+def round5_edges(w: World) -> list[Case]:
+    """Issue 40's edges: a schedule vLLM makes, a start-up refusal on the bare path, bad input
+    that waited or misnamed (each also a named test in ``tests/test_edges_round5.py``)."""
+    from tokpool.engine_check import engine_check as check
+    from tokpool.sim.vllm_rules import engine as rules_engine
+    from tokpool.sim.vllm_rules import engine_checks
+    from tokpool.sim.vllm_rules.args import shell_line
+
+    from .surface import _sweep
+
+    a = "round-5 edges"
+    cfg = tp.SimConfig(**_ISSUE40)
+    no_vllm = "/usr/bin/python3"  # a Python without vLLM: nothing may reach it
+    bert = tp.SimConfig.from_hf_config(_BERT, task="embed", max_num_batched_tokens=512,
+                                       max_num_seqs=4, long_prefill_token_threshold=64)
+    return [
+        answer(a, "unchunked split under preemption, analytic",
+               lambda: tp.simulate(_ISSUE40_LENS, cfg, mode="analytic"), _issue40_is_right),
+        answer(a, "unchunked split under preemption, tensor",
+               lambda: tp.simulate(_ISSUE40_LENS, cfg, mode="tensor"), _issue40_is_right),
+        answer(a, "unchunked split under preemption, given schedule",
+               lambda: tp.simulate(_ISSUE40_LENS, cfg, mode="analytic", schedule=tp.simulate(
+                   _ISSUE40_LENS, cfg, mode="analytic").schedule), _issue40_is_right),
+        answer(a, "unchunked split, one request (closed form = analytic)",
+               lambda: (tp.simulate([150], cfg.replace(max_model_len=None, kv_cache_blocks=None),
+                                    mode="closed_form").peak_pooling_bytes,
+                        tp.simulate([150], cfg.replace(max_model_len=None, kv_cache_blocks=None),
+                                    mode="analytic").peak_pooling_bytes),
+               lambda v: v[0] == v[1] or f"closed form {v[0]} vs analytic {v[1]}"),
+        refuse(a, "CLS encoder split by the threshold (vLLM's CLSPool fails)",
+               lambda: tp.simulate([300, 200, 100], bert, mode="analytic"),
+               "CLSPool", "long_prefill_token_threshold"),
+        refuse(a, "model-less KV cache below one max_model_len request",
+               lambda: tp.SimConfig(max_model_len=1024, block_size=16, kv_cache_blocks=61,
+                                    hidden_size=16), "kv_cache_blocks", "max_model_len"),
+        answer(a, "model-less KV cache below one request, as_if",
+               lambda: tp.SimConfig(max_model_len=1024, block_size=16, kv_cache_blocks=61,
+                                    hidden_size=16, as_if=True).looked_past,
+               lambda v: (len(v) == 1 and "960" in v[0]) or f"looked past {v}"),
+        refuse(a, "config.json a 2 GB sparse file", lambda: tp.SimConfig.from_hf_config(
+            _sparse_config_folder(w)), "config.json", time_cap=5),
+        refuse(a, "engine_check: a folder without config.json",
+               lambda: check(str(w.tmp), python=no_vllm), "model"),
+        refuse(a, "engine_check: token ids outside the vocabulary",
+               lambda: check(prompts=[[1, 2, 10**6]], python=no_vllm), "prompts", "vocabulary"),
+        refuse(a, "engine_check: a token id of -1",
+               lambda: check(prompts=[[-1]], python=no_vllm), "prompts"),
+        answer(a, "serve line continued with backslash-newline",
+               lambda: tp.SimConfig.from_vllm_args(f"{QWEN} \\\n  --max-num-seqs 4 \\\n"
+                                                   "  --max-model-len 4096"),
+               lambda c: (c.max_num_seqs, c.max_model_len) == (4, 4096) or repr(c)),
+        answer(a, "serve line ending in a backslash",
+               lambda: tp.SimConfig.from_vllm_args(f"{QWEN} --max-num-seqs 4 \\"),
+               lambda c: c == tp.SimConfig.from_vllm_args(f"{QWEN} --max-num-seqs 4")),
+        refuse(a, "serve line with an unclosed double quote",
+               lambda: tp.SimConfig.from_vllm_args(f'{QWEN} --max-num-seqs "4'), "quote"),
+        cli(a, "CLI --vllm-args with an unclosed quote", [
+            "simulate", "--prompt-lens", "100", "--vllm-args", f"{QWEN} --max-model-len '4k"],
+            "quote"),
+        answer(a, "LlamaForCausalLM with kv_lora_rank is a Llama",
+               lambda: (_llama_kv({"kv_lora_rank": 512}), _llama_kv({})),
+               lambda v: v[0] == v[1] or f"{v[0]} B/token vs {v[1]}"),
+        refuse(a, "DeepSeek-V3 model type with kv_lora_rank (MLA)",
+               lambda: tp.SimConfig.from_hf_config({**_LLAMA, "model_type": "deepseek_v3",
+                                                    "kv_lora_rank": 512}),
+               "multi-head latent attention"),
+        refuse(a, "data_parallel_split(10, dp=10**8)",
+               lambda: kv_cache.data_parallel_split(10, dp=10**8), "dp", time_cap=5),
+        refuse(a, "data_parallel_split(10**9)",
+               lambda: kv_cache.data_parallel_split(10**9, dp=2), "num_requests", time_cap=5),
+        refuse(a, "pooler_ranks with a billion TP ranks",
+               lambda: kv_cache.pooler_ranks(tp=10**9), "tp", time_cap=5),
+        refuse(a, "pipeline_layers(10**9, pp=10**8)",
+               lambda: kv_cache.pipeline_layers(10**9, 10**8), "pp", time_cap=5),
+        refuse(a, "cudagraph_capture_sizes(2**31 - 1)",
+               lambda: rules_engine.cudagraph_capture_sizes(2**31 - 1), "max_capture_size",
+               time_cap=5),
+        refuse(a, "check_tensor_parallel with 10**15 + 1 heads",
+               lambda: engine_checks.check_tensor_parallel("m", 10**15 + 1, 1, 2),
+               "tensor parallel", time_cap=5),
+        refuse(a, "shell_line of an int", lambda: shell_line(5), "line"),
+        *_sweep(a, "data_parallel_split", kv_cache.data_parallel_split,
+                {"num_requests": 10, "dp": 2}, {
+                    "num_requests": {"-1": -1, "1.5": 1.5, "'10'": "10", "10**30": 10**30,
+                                     "True": True},
+                    "dp": {"0": 0, "10**8": 10**8, "10**30": 10**30, "None": None,
+                           "2.0": 2.0}}),
+        *_sweep(a, "pooler_ranks", kv_cache.pooler_ranks, {"tp": 2, "pp": 2}, {
+            "tp": {"0": 0, "10**9": 10**9, "'2'": "2"}, "pp": {"0": 0, "1.5": 1.5}}),
+        *_sweep(a, "pipeline_layers", kv_cache.pipeline_layers, {"num_layers": 30, "pp": 2}, {
+            "num_layers": {"0": 0, "10**30": 10**30, "'30'": "30"},
+            "pp": {"10**8": 10**8, "31": 31, "None": None}}),
+        *_sweep(a, "cudagraph_capture_sizes", rules_engine.cudagraph_capture_sizes,
+                {"max_capture_size": 512}, {"max_capture_size": {
+                    "-1": -1, "10**30": 10**30, "1.5": 1.5, "'8'": "8"}}),
+    ]
+
+
 def all_cases(w: World) -> list[Case]:
     return [*round2_leftovers(w), *given_schedules(w), *vllm_scheduler(w), *engine_check(w),
-            *explorers(w), *model_folders(w), *configs(w), *export(w), *environment(w)]
+            *explorers(w), *model_folders(w), *configs(w), *export(w), *environment(w),
+            *round5_edges(w)]

@@ -233,7 +233,7 @@ def _tokens(argv: str | Sequence[str]) -> list[str]:
         except ValueError as err:  # shlex: "No closing quotation"
             quote = next((q for q in ("'", '"') if argv.count(q) % 2), "'")
             raise ValueError(f"cannot split the vLLM command line {argv[-80:]!r} as a shell "
-                             f"would: a quote ({quote}) is opened and never closed ({err}); "
+                             f"would ({err}: a quote ({quote}) is opened and never closed); "
                              f"close the quote, or pass the flags as a list of strings"
                              ) from None
     elif isinstance(argv, Sequence) and all(isinstance(t, str) for t in argv):
@@ -258,6 +258,8 @@ def shell_line(line: str) -> str:
         >>> shell_line("vllm serve m --max-num-seqs 4 \\\n  --max-model-len 512 \\")
         'vllm serve m --max-num-seqs 4   --max-model-len 512 '
     """
+    if not isinstance(line, str):
+        raise TypeError(f"line must be a command line string, got {line!r}")
     line = re.sub(r"\\\r?\n", "", line)
     if line.endswith("\\") and (len(line) - len(line.rstrip("\\"))) % 2:
         line = line[:-1]  # an odd run of backslashes: the last one escapes the line's end

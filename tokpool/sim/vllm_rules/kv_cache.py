@@ -40,6 +40,7 @@ from ...guard import ensure_fits
 from .args import KV_CACHE_DTYPES
 from .kv_spec import KVCacheSpec, check_layer_table, kv_element_bytes, kv_head_bytes
 from .models import ModelPreset
+from .sizes import INT32_MAX
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -131,10 +132,15 @@ def pipeline_layers(num_layers: int, pp: int = 1) -> tuple[int, ...]:
         (7, 8, 8, 7)
     """
     num_layers = _pos("num_layers", num_layers)
+    if num_layers > INT32_MAX:
+        raise ValueError(f"num_layers={num_layers:,} is more layers than vLLM's layer indices "
+                         f"hold (at most {INT32_MAX:,}); the model's config.json has the real "
+                         "num_hidden_layers")
     pp = _listed("pp", pp, cheaper="fullest_stage_layers(num_layers, pp) gives the fullest "
                  "stage's layers without listing them")
     if pp > num_layers:
-        raise ValueError(f"pipeline_parallel_size={pp} exceeds the model's {num_layers} layers")
+        raise ValueError(f"pp (pipeline_parallel_size)={pp} exceeds the model's {num_layers} "
+                         "layers: a stage needs at least one layer")
     ensure_fits(8 * pp, what=f"pipeline_layers: a tuple of {pp:,} stages",
                 cheaper="fullest_stage_layers(num_layers, pp), the layers of the fullest stage")
     parts = [num_layers // pp] * pp
@@ -152,10 +158,10 @@ def fullest_stage_layers(num_layers: int, pp: int = 1) -> int:
         8
     """
     num_layers = _pos("num_layers", num_layers)
-    pp = _listed("pp", pp, cheaper="fullest_stage_layers(num_layers, pp) gives the fullest "
-                 "stage's layers without listing them")
+    pp = _pos("pp", pp)  # a formula: nothing is listed, any size answers at once
     if pp > num_layers:
-        raise ValueError(f"pipeline_parallel_size={pp} exceeds the model's {num_layers} layers")
+        raise ValueError(f"pp (pipeline_parallel_size)={pp} exceeds the model's {num_layers} "
+                         "layers: a stage needs at least one layer")
     return num_layers // pp + (1 if num_layers % pp else 0)
 
 
