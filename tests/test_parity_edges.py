@@ -211,3 +211,30 @@ def test_model_less_configs_start_and_schedule_as_vllm(parity_count):
     # each outcome is exercised (a layer that cannot fail would not reach them)
     assert kinds.get(("ran", "ran"), 0) >= 300 and kv_refusals >= 100, (kinds, kv_refusals)
     assert kinds.get(("request", "request"), 0) >= 5, kinds
+
+
+# --- a kv_lora_rank key on a model vLLM builds without MLA -----------------------------------
+
+
+def test_a_llama_with_kv_lora_rank_caches_k_and_v_as_vllm_builds_it(tmp_path, parity_count):
+    """vLLM's ``LlamaForCausalLM`` reads no ``kv_lora_rank``: its layers' KV spec (built on the
+    meta device) is a Llama's, and tokpool's spec of the same folder is the same, layer by
+    layer (``architectures.uses_mla`` follows ``ModelConfig.use_mla``)."""
+    import json
+
+    from tokpool.sim.vllm_rules.hf_config import preset_from_hf_config
+    from tokpool.sim.vllm_rules.kv_cache import kv_cache_spec
+    from tokpool.sim.vllm_run.kv_spec import vllm_kv_cache_facts
+
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 512,
+           "torch_dtype": "float32", "kv_lora_rank": 512}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    case = {"available_bytes": 1 << 24, "max_model_len": 512, "max_num_batched_tokens": 512}
+    theirs = vllm_kv_cache_facts(tmp_path, [case], block_size=16)[0]
+    spec = kv_cache_spec(preset_from_hf_config(tmp_path), block_size=16)
+    ours = [(x.sliding_window, x.num_kv_heads, x.page_size_bytes(16)) for x in spec.layers]
+    assert theirs["error"] is None and ours == theirs["layers"]
+    assert theirs["num_blocks"] == spec.num_blocks(case["available_bytes"])
+    parity_count("kv_lora_rank on a Llama: layers equal to vLLM's", len(ours))
