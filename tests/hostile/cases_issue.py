@@ -127,7 +127,7 @@ def round2_leftovers(w: World) -> list[Case]:
                                                        data_parallel_size=10**12),
                                    mode="analytic"), "data_parallel_size"),
         refuse(a, "CLI-sized pipeline split of 2^31 layers",
-               lambda: kv_cache.pipeline_layers(2**31, 2**31 - 1), "pipeline_layers"),
+               lambda: kv_cache.pipeline_layers(2**31, 2**31 - 1), "num_layers"),
         answer(a, "the fullest stage of 2^31 layers over 2^31 - 1 stages",
                lambda: kv_cache.fullest_stage_layers(2**31, 2**31 - 1), lambda n: n == 2),
     ]
