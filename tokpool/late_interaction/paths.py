@@ -22,7 +22,8 @@ The head (``late_interaction_head``) follows vllm/model_executor/models/colbert.
 Dense layers of ``modules.json``, ``adapters._load_st_projector``), roberta.py
 (``BgeM3EmbeddingModel``: a ``colbert_linear`` hidden -> hidden, and ``BOSEOSFilter`` drops
 the BOS row of ``token_embed`` outputs) and jina.py (``JinaForRanking``: a projector to
-``embedding_size`` inside the pooling method, no head: the model dtype is delivered).
+``embedding_size`` — 512, set by ``JinaForRankingConfig`` — inside the pooling method, no
+head: the model dtype is delivered).
 
 This module imports nothing from the simulator: ``tokpool.sim.vllm_rules.architectures`` and
 ``hf_config`` read ``LATE_INTERACTION_TASKS`` from here (the one table).
@@ -59,6 +60,9 @@ LATE_INTERACTION_TASKS: dict[str, tuple[str, ...]] = {
 }
 #: Architectures ``ServingScores`` serves with the listwise ``jina-reranking-scoring`` flow.
 LISTWISE_ARCHITECTURES = frozenset({"JinaForRanking"})
+#: vllm/model_executor/models/config.py ``JinaForRankingConfig.verify_and_update_model_config``
+#: sets ``hf_config.embedding_size = 512``: the projector's output width.
+JINA_EMBEDDING_SIZE = 512
 #: vllm/tasks.py ``SCORE_TYPE_MAP``.
 SCORE_TYPE_MAP = {"embed": "bi-encoder", "classify": "cross-encoder",
                   "token_embed": "late-interaction"}
@@ -220,7 +224,7 @@ def late_interaction_head(source: Any, *, hidden_size: int | None = None,
         ...                        "dim": 128}).dim
         128
         >>> h = late_interaction_head({"architectures": ["JinaForRanking"],
-        ...                            "hidden_size": 1024, "embedding_size": 512})
+        ...                            "hidden_size": 1024})
         >>> h.dim, h.head_dtype, h.marker_rows
         (512, False, (151670, 151671))
     """
@@ -230,7 +234,7 @@ def late_interaction_head(source: Any, *, hidden_size: int | None = None,
     hidden = _positive(cfg.get("hidden_size", hidden_size), "hidden_size")
     if arch in LISTWISE_ARCHITECTURES:
         from .listwise import DOC_TOKEN_ID, QUERY_TOKEN_ID  # torch only; no cycle
-        dim = _positive(cfg.get("embedding_size"), "embedding_size")
+        dim = JINA_EMBEDDING_SIZE  # JinaForRankingConfig sets it, whatever config.json says
         return LateInteractionHead(arch, dim, f"projector Linear({hidden}, {hidden // 2}) -> "
                                    f"ReLU -> Linear({hidden // 2}, {dim}) in the pooling "
                                    "method, no head", head_dtype=False,

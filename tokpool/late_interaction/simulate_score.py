@@ -363,15 +363,16 @@ def _check_prompts(entries, config: SimConfig) -> None:
                                  "rejects them (tokenize with the model's tokenizer)")
     if any(ids_form) and not all(ids_form):
         raise TypeError("give every prompt as lengths or every one as token ids, not a mix")
-    if config.max_model_len is not None and not config.as_if:
-        for r, p in entries:
-            n = p if isinstance(p, int) else len(p)
-            if n > config.max_model_len:
-                raise engine_checks.EngineRefusal(
-                    f"{r.role} {r.request} has {n:,} tokens, over max_model_len="
-                    f"{config.max_model_len:,}: vLLM rejects the request "
-                    "(InputProcessor._validate_prompt_len); truncate it "
-                    "(truncate_prompt_tokens) or raise --max-model-len")
+    if not config.as_if:  # as_if: tp.simulate looks past it and says so
+        lens = [p if isinstance(p, int) else len(p) for _, p in entries]
+        try:
+            engine_checks.check_prompts_fit(lens, config.max_model_len, name=config.model_name)
+        except engine_checks.EngineRefusal as err:
+            first = next(r for (r, _), n in zip(entries, lens, strict=True)
+                         if n > (config.max_model_len or n))
+            raise engine_checks.EngineRefusal(
+                f"{first.role} {first.request}: {err} (the score call's requests are numbered "
+                "queries first, then documents)", follows=err.follows) from None
 
 
 class _Ledger:
@@ -384,6 +385,7 @@ class _Ledger:
         self.rows: list[dict] = []
         self.reqs: list[dict] = []
         self.maxsim: list[pd.DataFrame] = []
+        self.host_base = 0  # host bytes delivered by earlier stages (the API process keeps them)
         self.query_rows: dict[int, int] = {}  # query -> rows it caches / MaxSim reads
         self.out_size = config.output_dtype.itemsize
         self.copies = host_copy_copies(config.hardware)
@@ -445,14 +447,16 @@ class _Ledger:
                 step=s + offset, engine=self.engine, stage=stage,
                 pool_bytes=int(row.pool_bytes) + end_shift + self.cache.nbytes,
                 pool_peak_bytes=peak,
-                host_bytes=int(row.host_bytes) - sum(i["sim_host"] - i["host"]
-                                                     for i in delivered_so_far),
+                host_bytes=self.host_base + int(row.host_bytes)
+                - sum(i["sim_host"] - i["host"] for i in delivered_so_far),
                 d2h_bytes=int(row.d2h_bytes) - (sum(i["sim_host"] - i["host"]
                                                     for i in delivered_now)
                                                 if self.copies else 0),
                 copy_bytes=int(row.copy_bytes) + written,
                 query_cache_bytes=self.cache.nbytes, maxsim_scratch_bytes=scratch)
             self.rows.append(values)
+        if self.rows:
+            self.host_base = self.rows[-1]["host_bytes"]
         for local, i in info.items():
             rec = reqs.iloc[local].to_dict()
             r = i["req"]
