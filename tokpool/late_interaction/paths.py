@@ -133,10 +133,10 @@ def scoring_path(config, *, flash_late_interaction: bool = True) -> ScoringPath:
     how = _selection_words(task, declared)
     if task == "classify":
         raise ValueError(
-            f"task 'classify' scores as a cross-encoder (one prompt per query/document pair, "
-            f"one logit each; vLLM enables it only with num_labels == 1): simulate_score "
-            f"models the bi-encoder, late-interaction and listwise paths; simulate the pair "
-            f"prompts with tp.simulate(..., config.replace(task='classify'))")
+            "task 'classify' scores as a cross-encoder (one prompt per query/document pair, "
+            "one logit each; vLLM enables it only with num_labels == 1): simulate_score "
+            "models the bi-encoder, late-interaction and listwise paths; simulate the pair "
+            "prompts with tp.simulate(..., config.replace(task='classify'))")
     if task not in SCORE_TYPE_MAP:
         raise ValueError(
             f"vLLM enables no /score or /rerank for the selected task {task!r} "

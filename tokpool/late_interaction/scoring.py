@@ -32,10 +32,10 @@ def check_pairing(n_queries: int, n_docs: int) -> None:
 
     Example:
         >>> check_pairing(1, 5); check_pairing(3, 3)
-        >>> check_pairing(3, 1)
+        >>> check_pairing(3, 1)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: Input lengths must be either 1:1, 1:N or N:N (vLLM's _validate_score_input_lens): got 3 queries and 1 document; N:1 is refused (give the one document once per query, or swap the roles)
+        ValueError: Input lengths must be either 1:1, 1:N or N:N (vLLM's ...
     """
     if n_queries > 1 and n_queries != n_docs:
         hint = ("N:1 is refused (give the one document once per query, or swap the roles)"

@@ -327,8 +327,8 @@ def _notes(config: SimConfig, head: LateInteractionHead, path: ScoringPath) -> l
 
 
 def _items(prompts, name: str) -> list:
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) and not hasattr(
-            prompts, "__len__"):
+    if isinstance(prompts, (str, bytes)) or (not isinstance(prompts, Sequence) and not hasattr(
+            prompts, "__len__")):
         raise TypeError(f"{name} must be a list of lengths (ints) or of token-id lists, got "
                         f"{type(prompts).__name__}")
     return list(prompts)
@@ -345,7 +345,7 @@ def _check_prompts(entries, config: SimConfig) -> None:
     vocab = getattr(config.model, "vocab_size", None)
     for r, p in entries:
         who = f"{r.role} {r.request}"
-        if isinstance(p, bool) or not (isinstance(p, int) or isinstance(p, (list, tuple))
+        if isinstance(p, bool) or not (isinstance(p, (int, list, tuple))
                                        or getattr(p, "ndim", 0) == 1):
             raise TypeError(f"{who} is {type(p).__name__}: give a length (int) or token ids")
         if isinstance(p, int):
@@ -428,7 +428,7 @@ class _Ledger:
             if r.role == "query":
                 self.query_rows[r.request] = rows
         async_ = cfg.async_scheduling
-        for pos, row in enumerate(frame.itertuples(index=False)):
+        for row in frame.itertuples(index=False):
             s = int(row.step)
             step = by_step.get(s)
             fin = [info[r] for r in (step.finished if step is not None else ())]
