@@ -81,6 +81,9 @@ class ScoreResult:
             then ``tokpool.sim.REQUEST_COLUMNS`` (steps global per engine; ``output_bytes``
             and ``delivered_rows`` as vLLM delivers them).
         stages: the ``SimResult`` of every (engine, stage) run, as ``tp.simulate`` gave it.
+        stage_requests: for each of ``stages``, the score call's request number of each of
+            its requests (its ``prompt_lens`` order).
+        stage_offsets: for each of ``stages``, the ``steps.step`` of its first iteration.
         maxsim: one ``tp.maxsim_plan`` frame per step that scored documents in the worker
             (``engine``, ``step`` columns added); empty in one stage.
         head: the late-interaction head the delivered rows follow.
@@ -100,6 +103,8 @@ class ScoreResult:
     steps: pd.DataFrame
     requests: pd.DataFrame
     stages: list[SimResult] = field(repr=False)
+    stage_requests: list[list[int]] = field(repr=False)
+    stage_offsets: list[int] = field(repr=False)
     maxsim: pd.DataFrame = field(repr=False)
     head: LateInteractionHead = field(repr=False)
     peak_pooling_bytes: int = 0
@@ -140,7 +145,7 @@ class ScoreResult:
                          + ("; the BOS row is dropped (BOSEOSFilter)" if self.head.drops_bos
                             else ""))
         stories = {}
-        for res, local_to_global in self._stage_maps:
+        for res, local_to_global in zip(self.stages, self.stage_requests, strict=True):
             for local, line in enumerate(res.explain()):
                 stories[local_to_global[local]] = line.split(": ", 1)[-1]
         for rec in self.requests.itertuples(index=False):
@@ -161,8 +166,6 @@ class ScoreResult:
                          "score matrix for the largest pair (compute_maxsim_score)")
         lines.extend(f"note: {n}" for n in self.notes)
         return lines
-
-    _stage_maps: list = field(default_factory=list, repr=False)
 
 
 def _fate(result: ScoreResult, rec) -> str:
@@ -265,7 +268,7 @@ def simulate_score(
     else:
         entries = list(zip(plan, [*q_items, *d_items], strict=True))
     _check_prompts(entries, config)
-    stages_out, maps, step_frames, req_frames, maxsim_frames = [], [], [], [], []
+    stages_out, maps, offsets, step_frames, req_frames, maxsim_frames = [], [], [], [], [], []
     for engine in sorted({r.engine for r, _ in entries}):
         mine = [(r, p) for r, p in entries if r.engine == engine]
         groups = ([[e for e in mine if e[0].role == "query"],
@@ -277,7 +280,8 @@ def simulate_score(
                 continue
             res = simulate([p for _, p in group], config, mode=mode, scheduler=scheduler)
             stages_out.append(res)
-            maps.append((res, [r.request for r, _ in group]))
+            maps.append([r.request for r, _ in group])
+            offsets.append(offset)
             ledger.add_stage(res, [r for r, _ in group], stage, offset)
             offset += len(res.steps)
         step_frames.append(ledger.steps_frame())
@@ -291,14 +295,13 @@ def simulate_score(
         api = max(rows[r.query] * rows[r.request] * 4 for r, _ in entries if r.role == "doc")
     out = ScoreResult(
         path=path, config=config, mode=mode, steps=steps, requests=requests,
-        stages=stages_out,
+        stages=stages_out, stage_requests=maps, stage_offsets=offsets,
         maxsim=pd.concat(maxsim_frames, ignore_index=True) if maxsim_frames else pd.DataFrame(),
         head=head, peak_pooling_bytes=int(steps["pool_peak_bytes"].max()),
         peak_query_cache_bytes=int(steps["query_cache_bytes"].max()),
         peak_maxsim_scratch_bytes=int(steps["maxsim_scratch_bytes"].max()),
         host_bytes=int(requests["output_bytes"].sum()), api_maxsim_bytes=api, prompts=prompts,
         notes=_notes(config, head, path))
-    out._stage_maps = maps
     return out
 
 
