@@ -230,3 +230,20 @@ def test_other_bad_input(tmp_path):
         tp.simulate_score([[1, 49152]], [[3]], cfg, mode="analytic")
     with pytest.raises(ValueError, match="doc 2: request 2 has 600 prompt tokens, longer than"):
         tp.simulate_score([10], [20, 600], cfg, mode="analytic")
+
+
+def test_the_score_memory_plot_draws_the_query_cache():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    r = tp.simulate_score([200], [300] * 5, small(), mode="analytic")
+    ax = tp.viz.plot_score_memory(r)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(t.startswith("query cache (cloned rows, peak 50 KiB)") for t in labels)
+    assert any(t.startswith("documents scored in the worker") for t in labels)
+    assert ax.get_ylim()[1] >= r.peak_pooling_bytes
+    plt.close(ax.figure)
+    with pytest.raises(TypeError, match="simulate_score"):
+        tp.viz.plot_score_memory(tp.simulate([10], small(), mode="analytic"))
+    with pytest.raises(ValueError, match="engine 3 ran nothing"):
+        tp.viz.plot_score_memory(r, engine=3)

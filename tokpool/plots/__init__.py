@@ -18,6 +18,7 @@ from .memory import (
     plot_time_vs_prompt_length,
 )
 from .rewards import plot_step_rewards
+from .score_memory import plot_score_memory
 from .schedule import (
     CHUNK_KINDS,
     overwritten_requests,
@@ -58,6 +59,7 @@ __all__ = [
     "plot_engine_memory",
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
+    "plot_score_memory",
     "plot_ownership_schedule",
     "plot_pooling_share_of_kv",
     "plot_similarity",
