@@ -139,7 +139,7 @@ def scoring_path(config, *, flash_late_interaction: bool = True) -> ScoringPath:
             "prompts with tp.simulate(..., config.replace(task='classify'))")
     if task not in SCORE_TYPE_MAP:
         raise ValueError(
-            f"vLLM enables no /score or /rerank for the selected task {task!r} "
+            f"config.task={task!r}: vLLM enables no /score or /rerank for this selected task "
             "(entrypoints/pooling/utils.py enable_scoring_api: embed, token_embed, or classify "
             "with num_labels == 1); start the model with --pooler-config "
             "'{\"task\": \"token_embed\"}' (late interaction) or '{\"task\": \"embed\"}'")

@@ -250,6 +250,7 @@ def simulate_score(
                          "lives across them); use 'tensor' or 'analytic' (closed forms solve "
                          "one request without steps)")
     path = scoring_path(config, flash_late_interaction=flash_late_interaction)
+    _check_options(flash_maxsim_kernel, tokenize, template_tokens)
     head = _head(config, head)
     if not path.two_stage and num_engines != 1:
         raise ValueError(f"num_engines={num_engines!r} with the {path.io_processor!r} flow: "
@@ -330,11 +331,22 @@ def _notes(config: SimConfig, head: LateInteractionHead, path: ScoringPath) -> l
 
 
 def _items(prompts, name: str) -> list:
-    if isinstance(prompts, (str, bytes)) or (not isinstance(prompts, Sequence) and not hasattr(
-            prompts, "__len__")):
-        raise TypeError(f"{name} must be a list of lengths (ints) or of token-id lists, got "
-                        f"{type(prompts).__name__}")
+    if not isinstance(prompts, (list, tuple)) and getattr(prompts, "ndim", None) != 1:
+        raise TypeError(f"{name} must be a list of lengths (ints) or of token-id lists, in "
+                        f"order, got {type(prompts).__name__}")
     return list(prompts)
+
+
+def _check_options(flash_maxsim_kernel, tokenize, template_tokens) -> None:
+    if not isinstance(flash_maxsim_kernel, bool):
+        raise TypeError(f"flash_maxsim_kernel must be True or False, got "
+                        f"{flash_maxsim_kernel!r}")
+    if tokenize is not None and not callable(tokenize):
+        raise TypeError(f"tokenize must be a function text -> token ids (or None), got "
+                        f"{type(tokenize).__name__}")
+    if isinstance(template_tokens, bool) or not isinstance(template_tokens, int) \
+            or template_tokens < 0:
+        raise ValueError(f"template_tokens must be an int >= 0, got {template_tokens!r}")
 
 
 def _check_prompts(entries, config: SimConfig) -> None:
