@@ -36,6 +36,7 @@ import pandas as pd
 
 from ..sim import SimConfig, SimResult, simulate
 from ..sim.backends.loop import copies_at_finish
+from ..sim.memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 from ..sim.vllm_rules import engine_checks
 from ..sim.vllm_rules.cpu_platform import host_copy_copies, is_cpu
 from .listwise import listwise_prompts, marker_rows, projector_allocations
@@ -543,13 +544,11 @@ class _Ledger:
         return peak, clones, scratch
 
     def steps_frame(self) -> pd.DataFrame:
-        from ..sim.memory.ledger import STEP_COLUMNS
         cols = ["engine", "stage", *STEP_COLUMNS, "query_cache_bytes", "maxsim_scratch_bytes"]
         frame = pd.DataFrame(self.rows)[cols]
         return frame.astype({c: "int64" for c in cols if not c.startswith("est_")})
 
     def requests_frame(self) -> pd.DataFrame:
-        from ..sim.memory.ledger import REQUEST_COLUMNS
         cols = ["request", "role", "query", "engine", "stage", "key", "pooled_rows",
                 *[c for c in REQUEST_COLUMNS if c != "request"]]
         return pd.DataFrame(self.reqs)[cols]
