@@ -247,3 +247,18 @@ def test_the_score_memory_plot_draws_the_query_cache():
         tp.viz.plot_score_memory(tp.simulate([10], small(), mode="analytic"))
     with pytest.raises(ValueError, match="engine 3 ran nothing"):
         tp.viz.plot_score_memory(r, engine=3)
+
+
+def test_on_vllms_cpu_platform():
+    """The CPU platform: V1 runner, no flash kernel (the reference MaxSim path), and the host
+    copy copies nothing (d2h 0); tensor and analytic agree."""
+    cfg = tp.SimConfig.for_model("SmolLM2-135M", hardware="CPU", task="token_embed",
+                                 cpu_kvcache_space=1, max_num_batched_tokens=256)
+    a = tp.simulate_score([40], [300, 200], cfg, mode="analytic")
+    t = tp.simulate_score([40], [300, 200], cfg, mode="tensor")
+    pd.testing.assert_frame_equal(byte_columns(a.steps), byte_columns(t.steps))
+    assert (a.steps["d2h_bytes"] == 0).all() and a.host_bytes == 12
+    assert not a.maxsim["estimate"].any()
+    assert a.peak_maxsim_scratch_bytes == maxsim_plan([40, 40], [300, 200], 576).attrs[
+        "peak_scratch_bytes"]
+    assert list(a.steps["query_cache_bytes"]) == [40 * 576 * 4] * 2 + [0]
