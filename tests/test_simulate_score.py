@@ -148,6 +148,9 @@ def test_async_scheduling_keeps_scalars_pending():
     plain = tp.simulate([32], cfg, mode="analytic")
     assert plain.steps.loc[0, "pool_bytes"] == 32 * W * 4
     assert r.steps.loc[0, "pool_bytes"] == 4 + 32 * W * 4  # the zero + the cache
+    assert r.steps.loc[0, "pool_head_bytes"] == 4  # what awaits the copy: the 0-d zero
+    parts = ["pool_cache_bytes", "pool_output_bytes", "pool_head_bytes", "query_cache_bytes"]
+    assert (r.steps[parts].sum(axis=1) <= r.steps["pool_bytes"]).all()
 
 
 def test_data_parallel_pinning_with_given_keys():

@@ -405,6 +405,9 @@ class _Ledger:
         self.query_rows: dict[int, int] = {}  # query -> rows it caches / MaxSim reads
         self.out_size = config.output_dtype.itemsize
         self.copies = host_copy_copies(config.hardware)
+        # the ledger category of an output awaiting its host copy (the head's, or pooling's)
+        self.output_column = ("pool_head_bytes" if config.head_casts or config.use_activation
+                              else "pool_output_bytes")
         self.cuda = not is_cpu(config.hardware)
 
     # --- what vLLM keeps and delivers of one finished request ----------------------------
@@ -470,6 +473,7 @@ class _Ledger:
                                                 if self.copies else 0),
                 copy_bytes=int(row.copy_bytes) + written,
                 query_cache_bytes=self.cache.nbytes, maxsim_scratch_bytes=scratch)
+            values[self.output_column] = int(values[self.output_column]) + end_shift
             self.rows.append(values)
         if self.rows:
             self.host_base = self.rows[-1]["host_bytes"]
