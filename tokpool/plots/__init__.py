@@ -18,7 +18,6 @@ from .memory import (
     plot_time_vs_prompt_length,
 )
 from .rewards import plot_step_rewards
-from .score_memory import plot_score_memory
 from .schedule import (
     CHUNK_KINDS,
     overwritten_requests,
@@ -26,6 +25,7 @@ from .schedule import (
     plot_ownership_schedule,
     schedule_frame,
 )
+from .score_memory import plot_score_memory
 from .token_text import (
     CONTINUATION,
     ColourScale,
@@ -59,9 +59,9 @@ __all__ = [
     "plot_engine_memory",
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
-    "plot_score_memory",
     "plot_ownership_schedule",
     "plot_pooling_share_of_kv",
+    "plot_score_memory",
     "plot_similarity",
     "plot_step_rewards",
     "plot_task_gate",
