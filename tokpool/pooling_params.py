@@ -178,6 +178,8 @@ class PoolingParams:
         Raises:
             EngineRefusal: vLLM refuses the request (its words and the rule it follows).
         """
+        # engine_checks imports the simulator's config; importing it at module level would
+        # load the simulator with `import tokpool` and close an import circle
         from .sim.vllm_rules.engine_checks import check_pooling_params
 
         check_pooling_params(self, config)

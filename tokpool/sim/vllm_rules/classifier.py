@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from ...late_interaction.late_chunking import (
     LATE_CHUNK_DTYPE,
     late_chunk_rows,
@@ -219,8 +221,6 @@ def head_peak(made: list[HeadTensor]) -> tuple[Any, Any]:
 
 
 def _max(a, b):
-    import numpy as np
-
     return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else \
         max(a, b)
 
