@@ -265,15 +265,84 @@ def test_buffer_rows_draws_one_box_per_chunk() -> None:
 # --- memory -----------------------------------------------------------------------------------
 
 
-def test_memory_timeline_stacks_categories_and_draws_the_peak() -> None:
+def _peak_stairs(ax):
+    return next(p for p in ax.patches if p.get_gid() == "pool_peak_bytes")
+
+
+def _peak_bars(ax) -> list[tuple[float, str, int]]:
+    """``(step, part, bytes)`` of each drawn segment of a peak's stacked bar."""
+    return [(p.get_x() + p.get_width() / 2, p.get_gid().removeprefix("peak part: "),
+             int(p.get_height())) for p in ax.patches
+            if (p.get_gid() or "").startswith("peak part: ")]
+
+
+def test_memory_timeline_legend_lists_only_what_is_drawn() -> None:
     result = tp.simulate([20], SMALL.replace(head_dtype="float32"))
     ax = plots.plot_memory_timeline(result)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels[:4] == [
-        "chunk cache (clones / prealloc buffer)", "pooled output awaiting host copy",
-        "head output (cast / activation)", "peak during the step"]
-    peak = next(p for p in ax.patches if p.get_label() == "peak during the step")
-    np.testing.assert_array_equal(peak.get_data().values, result.steps["pool_peak_bytes"])
+    drawn = {part for _, part, _ in _peak_bars(ax)}
+    assert drawn == {"pooled output", "float32 cast"}  # SMALL: no activation
+    assert labels == [
+        "chunk cache (clones / prealloc buffer)", "pooled output (model dtype)",
+        "float32 cast (head)", "peak during the step (bar: what it is made of)",
+        "host memory (outputs, offload)"]
+    np.testing.assert_array_equal(_peak_stairs(ax).get_data().values,
+                                  result.steps["pool_peak_bytes"])
+
+
+def test_readme_first_example_draws_the_peak_as_its_parts_to_the_byte() -> None:
+    # the README's first example: one 32K token_embed prompt, vLLM's defaults (float32 head
+    # and its activation, sync): the 1.25 GiB step is output + float32 cast + activation
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H200")
+    run = tp.simulate([32_768], cfg, mode="analytic")
+    ax = plots.plot_memory_timeline(run)
+    bars = _peak_bars(ax)
+    assert [part for _, part, _ in bars] == ["pooled output", "float32 cast", "activation"]
+    assert sum(n for _, _, n in bars) == run.peak_pooling_bytes == 5 * 2**28  # 1.25 GiB
+    assert {step for step, _, _ in bars} == {1.0}
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "head output (cast / activation)" not in labels  # never drawn: not promised
+    assert {"pooled output (model dtype)", "float32 cast (head)",
+            "activation (the head's output)"} <= set(labels)
+
+
+@pytest.mark.parametrize("policy", ["legacy", "clone", "prealloc", "offload"])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("head", [True, False])
+def test_every_drawn_peak_bar_sums_to_the_ledgers_peak(policy: str, async_scheduling: bool,
+                                                       head: bool) -> None:
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-0.6B", max_num_batched_tokens=1024,
+                                 policy=policy, async_scheduling=async_scheduling,
+                                 **({} if head else {"head_dtype": None,
+                                                     "use_activation": False}))
+    run = tp.simulate([3000], cfg, mode="analytic")
+    ax = plots.plot_memory_timeline(run)
+    steps = run.steps.set_index("step")
+    totals: dict[float, int] = {}
+    for step, part, nbytes in _peak_bars(ax):
+        assert part != tp.sim.peak_parts.__globals__["NOT_BROKEN_DOWN"]
+        totals[step] = totals.get(step, 0) + nbytes
+    for step, total in totals.items():
+        assert total == steps.loc[int(step), "pool_peak_bytes"]
+    # a bar wherever the peak is above the end-of-step bytes
+    above = steps.index[steps["pool_peak_bytes"] > steps["pool_bytes"]]
+    assert sorted(totals) == [float(s) for s in above]
+
+
+def test_prealloc_inset_sits_above_the_data_and_the_peak_label() -> None:
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", head_dtype=None, use_activation=False,
+                                 policy="prealloc", async_scheduling=True,
+                                 max_model_len=1 << 20, as_if=True)
+    run = tp.simulate([1 << 20], cfg, mode="analytic")
+    ax = plots.plot_memory_timeline(run)
+    inset = ax.child_axes[0]
+    box = inset.get_position()  # figure fractions
+    top = ax.get_ylim()[1]
+    ax_box = ax.get_position()
+    inset_bottom_bytes = (box.y0 - ax_box.y0) / ax_box.height * top
+    assert run.steps["pool_peak_bytes"].max() < 0.95 * inset_bottom_bytes
+    (label,) = [t for t in ax.texts if t.get_text().startswith("peak ")]
+    assert label.xy[0] > run.steps["step"].iloc[-1] - 1  # labelled at the right, clear of it
 
 
 def _sweep() -> pd.DataFrame:
@@ -345,8 +414,7 @@ def test_long_timeline_gets_a_zoom_inset_on_its_last_steps() -> None:
     (inset,) = ax.child_axes
     lo, hi = inset.get_xlim()
     assert (lo, hi) == (long.steps["step"].iloc[-5] - 0.5, long.steps["step"].iloc[-1] + 0.5)
-    peak = next(p for p in inset.patches if p.get_label() == "peak during the step")
-    np.testing.assert_array_equal(peak.get_data().values,
+    np.testing.assert_array_equal(_peak_stairs(inset).get_data().values,
                                   long.steps["pool_peak_bytes"].iloc[-5:])
     short = plots.plot_memory_timeline(tp.simulate([20], SMALL))
     assert short.child_axes == []
