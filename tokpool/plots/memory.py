@@ -66,7 +66,12 @@ def _bytes_axis(axis: Any, *, log: bool, vmax: float | None = None) -> None:
 
 
 def _tokens_axis(axis: Any) -> None:
-    at_least_ticks(axis, ticker.LogLocator(base=4, numticks=30), log=True)
+    """Prompt lengths on a log axis: every power of two over a range of up to 6 doublings
+    (1K … 32K: the longest gets its tick), every power of four over a wider one."""
+    lo, hi = sorted(axis.get_data_interval())
+    doublings = np.log2(hi / lo) if lo > 0 and np.isfinite(hi / lo) else 99.0
+    base = 2 if doublings <= 6 else 4
+    at_least_ticks(axis, ticker.LogLocator(base=base, numticks=30), log=True)
     axis.set_minor_locator(ticker.NullLocator())
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_tokens(v)))
 
@@ -370,24 +375,29 @@ def _mark_refused(ax: Axes, g: pd.DataFrame, y: np.ndarray, colour: Any) -> None
 
 
 def _refusal_legend(df: pd.DataFrame) -> list[Any]:
-    """Legend entries for the refused points' markers, naming vLLM's check."""
+    """Legend entries for the refused points' markers, in plain words: the full refusal (its
+    vLLM message and the function that raises it) is in the sweep's ``refusal`` column and
+    ``tp.sim.refusal_summary``, never in the figure."""
     context, hard = _refused(df)
     entries = []
     if context.any():
         entries.append(Line2D([], [], ls="", marker="o", mfc="white", mec="black",
-                              label="past the model's context: vLLM\nrefuses it unless "
-                                    "VLLM_ALLOW_LONG_\nMAX_MODEL_LEN=1 (_get_and_verify_\n"
-                                    "max_len); drawn as if"))
+                              label="past the model's context:\nvLLM refuses it; drawn as if"))
     if hard.any():
         from ..sim.startup import REFUSAL_REASONS  # the simulator's words, one place
 
         checks = sorted(set(df.loc[hard, "refused_by"]))
-        reasons = "; ".join(REFUSAL_REASONS.get(c, c) for c in checks)
-        where = ", ".join(c.rsplit(".", 1)[-1] for c in checks)
+        reasons = "; ".join(REFUSAL_REASONS.get(c, "another start-up check") for c in checks)
         entries.append(Line2D([], [], ls="", marker="s", mfc="white", mec="black",
-                              label=f"vLLM refuses to start:\n{reasons}\n({where});\n"
-                                    "drawn as if"))
+                              label=f"vLLM refuses to start:\n{_wrap(reasons)}; drawn as if"))
     return entries
+
+
+def _wrap(text: str, width: int = 30) -> str:
+    """``text`` in lines of at most ``width`` characters (a legend entry stays narrow)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 @styled
@@ -408,9 +418,9 @@ def plot_memory_vs_prompt_length(
         df: a ``tp.sweep(...)`` DataFrame (``prompt_len``, ``policy``, ``async_scheduling``,
             the ``y`` column, optionally ``corrupted``). Marked with vLLM's start-up verdict
             (``tp.sim.mark_startup_refusals``), the points vLLM would refuse to start for get
-            open markers and a legend entry naming the check: ○ past the model's context
-            (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` lifts it), □ any other (its KV cache), each
-            drawn as if vLLM started.
+            open markers and a legend entry saying why in plain words: ○ past the model's
+            context (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` lifts it), □ any other (its KV cache),
+            each drawn as if vLLM started; the full refusal is the ``refusal`` column.
         y: a bytes column: ``peak_pooling_bytes`` (default), ``peak_device_bytes``,
             ``copy_bytes``, ``host_bytes``, ...
         hardware: a hardware preset name (``tp.HARDWARE_PRESETS``), a ``Hardware`` or a byte

@@ -31,7 +31,7 @@ from ..vllm_rules.classifier import head_allocations, head_element_bytes
 if TYPE_CHECKING:
     from .result import SimResult
 
-__all__ = ["NOT_BROKEN_DOWN", "peak_parts", "what_sets_the_peak"]
+__all__ = ["NOT_BROKEN_DOWN", "peak_parts", "single_request_peak_parts", "what_sets_the_peak"]
 
 #: The one part of a peak ``peak_parts`` cannot break down (a step with several requests).
 NOT_BROKEN_DOWN = "pooling (several requests, not broken down)"
@@ -138,26 +138,77 @@ def what_sets_the_peak(result: SimResult) -> str:
         >>> r = tp.simulate([32_768], tp.SimConfig.for_model("Qwen3-Embedding-8B"))
         >>> print(tp.sim.what_sets_the_peak(r))  # doctest: +NORMALIZE_WHITESPACE
         peak 1.25 GiB in step 1 = pooled output 256 MiB + float32 cast 512 MiB + activation
-        512 MiB: the head sets it (its float32 tensors), not the chunk cache
+        512 MiB: the head sets it, not the chunk cache
     """
+    steps = result.steps
+    step = int(steps["step"].iloc[int(steps["pool_peak_bytes"].to_numpy().argmax())]) \
+        if len(steps) else None
+    return peak_words(peak_parts(result), step=step)
+
+
+def peak_words(parts: dict[str, int], *, step: int | None = None) -> str:
+    """``peak_parts``' answer in words: the total, the parts, and what sets the peak."""
     from ...plots._style import format_bytes
 
-    parts = peak_parts(result)
     if not parts:
         return "pooling holds nothing on the device"
-    steps = result.steps
-    step = int(steps["step"].iloc[int(steps["pool_peak_bytes"].to_numpy().argmax())])
     total = sum(parts.values())
     sum_text = " + ".join(f"{name} {format_bytes(n)}" for name, n in parts.items())
     head = [name for name in parts if name.endswith(" cast") or name in
             ("classifier logits", "activation")]
     if head:
-        why = "the head sets it (its float32 tensors), not the chunk cache" if any(
-            "float32" in name for name in head) else "the head sets it, not the chunk cache"
+        why = "the head sets it, not the chunk cache"
     elif "chunk cache" in parts and "pooled output" in parts:
-        why = "the cat beside the cached chunks sets it: the chunk budget moves it"
+        why = "the cat beside the cached chunks sets it"
     elif NOT_BROKEN_DOWN in parts:
         why = "several requests share the step"
     else:
-        why = f"{next(iter(parts))} sets it"
-    return f"peak {format_bytes(total)} in step {step} = {sum_text}: {why}"
+        why = f"the {next(iter(parts))} sets it"
+    where = f" in step {step}" if step is not None else ""
+    return f"peak {format_bytes(total)}{where} = {sum_text}: {why}"
+
+
+def single_request_peak_parts(config, prompt_len: int) -> dict[str, int] | None:
+    """``peak_parts`` of one ``prompt_len``-token request without running its steps: the
+    closed form's peak (``backends.closed_form.single_request``) split into the same parts,
+    for a token-level pooler without a selection (ALL: ``token_embed``); ``None`` where it
+    cannot say (a STEP selection, LAST, a split the moments do not match), so the caller
+    runs ``tp.simulate`` and asks ``peak_parts``. The tests check both give the same parts.
+
+    Example:
+        >>> cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", max_model_len=1 << 20, as_if=True)
+        >>> parts = single_request_peak_parts(cfg, 1 << 20)  # 64 steps, none of them run
+        >>> {part: n // 2**30 for part, n in parts.items()}  # GiB
+        {'pooled output': 8, 'float32 cast': 16, 'activation': 16}
+    """
+    import numpy as np
+
+    from ..backends.closed_form import single_request
+
+    kind = config.pooling_kind
+    if not kind.token_level or kind.selects(config):
+        return None
+    T = int(prompt_len)
+    peak = int(single_request(np.array([T]), config)["peak_pooling_bytes"][0])
+    if peak == 0:
+        return {}
+    C = config.max_num_batched_tokens if config.enable_chunked_prefill else T
+    last = T - (-(-T // C) - 1) * C  # the last chunk's tokens
+    row = config.width * config.dtype_size
+    size = head_element_bytes(config)
+    head = dict(zip(_head_names(config), (n * w * size for n, w in
+                                          head_allocations(config, T, config.width)),
+                    strict=True))
+    from ...keep_rule import keep_rule
+
+    buffered = T > C and keep_rule(config.policy, chunked=config.enable_chunked_prefill,
+                                   async_scheduling=config.async_scheduling, finished=False,
+                                   first_chunk=True).keep == "buffer"
+    candidates = [{"pooled output": T * row, **head}, head,
+                  {"chunk cache": (T - last) * row, "pooled output": T * row}]
+    if buffered and not head:  # a prealloc buffer's peak is first reached at the first chunk
+        candidates.insert(0, {"chunk cache": T * row})
+    for parts in candidates:
+        if sum(parts.values()) == peak:
+            return {name: n for name, n in parts.items() if n}
+    return None
