@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -451,3 +452,68 @@ def test_pooling_share_of_kv_plot() -> None:
     assert "the whole KV cache of a rank" in lines
     with pytest.raises(ValueError, match="kv_cache_bytes must be > 0"):
         plots.plot_pooling_share_of_kv(df, kv_cache_bytes=0)
+
+
+# --- no private vLLM names in a figure's legend --------------------------------------------
+
+#: A private name in code: ``_get_and_verify_max_len``, ``kv_cache_planning._check_...``, a
+#: call ``_name(``, or a snake_case identifier of three or more parts (``check_enough_kv``).
+PRIVATE_NAME = re.compile(r"_[a-z]+\(|\._|(?<![\w-])_[a-z]\w*|\b[a-z]+(?:_[a-z0-9]+){2,}\b")
+
+
+def _legend_texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for legend in [ax.get_legend()] if legend
+            for t in legend.get_texts()]
+
+
+def test_the_private_name_pattern_catches_what_the_legends_used_to_say() -> None:
+    for old in ("(_get_and_verify_\nmax_len); drawn as if".replace("\n", ""),
+                "(_check_enough_kv_cache_memory);", "kv_cache_planning._check_enough"):
+        assert PRIVATE_NAME.search(old), old
+    for plain in ("past the model's context:\nvLLM refuses it; drawn as if",
+                  "Qwen3-Embedding-8B · token_embed", "float32 cast (head)",
+                  "H100 SXM memory (80 GiB)", "math-shepherd-mistral-7b-prm · token_classify"):
+        assert not PRIVATE_NAME.search(plain), plain
+
+
+def test_refusal_legends_say_plain_words() -> None:
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM",
+                                    max_model_len=1 << 20, as_if=True)
+    lens = tp.viz.prompt_grid(1024, 1 << 20, points_per_doubling=1)
+    swept = tp.sim.mark_startup_refusals(tp.sweep(lens, config, async_scheduling=[False]),
+                                         config)
+    assert set(swept["refused_by"].dropna()) == {
+        tp.sim.startup.CONTEXT_CHECK, tp.sim.startup.KV_CHECK}  # both kinds are drawn
+    figures = [plots.plot_memory_vs_prompt_length(swept, hardware="H100 SXM").figure,
+               tp.viz.plot_time_vs_prompt_length(swept, forward=True).figure,
+               tp.viz.plot_pooling_share_of_kv(swept, 60 * 2**30).figure]
+    for fig in figures:
+        texts = _legend_texts(fig)
+        assert any("vLLM refuses to start" in t for t in texts)
+        assert any("past the model's context" in t for t in texts)
+        assert not [t for t in texts if PRIVATE_NAME.search(t)]
+    assert swept["refusal"].str.contains("_check_enough_kv_cache_memory").any()  # in the table
+
+
+@pytest.mark.notebook
+def test_no_legend_of_notebook_05_names_a_private_function(monkeypatch) -> None:
+    """Run notebook 05's code (quick mode, in this process) and walk every legend it drew."""
+    import json
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "05_memory_vs_prompt_length.ipynb"
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    source = "\n".join(line for c in cells for line in "".join(c["source"]).splitlines()
+                       if not line.lstrip().startswith("%"))
+    monkeypatch.setenv("TOKPOOL_QUICK", "1")
+    monkeypatch.chdir(path.parent)
+    plt.close("all")
+    exec(compile(source, str(path), "exec"), {"__name__": "nb05"})
+    figures = [plt.figure(n) for n in plt.get_fignums()]
+    assert len(figures) >= 9  # every plot cell drew one
+    texts = [t for fig in figures for t in _legend_texts(fig)]
+    assert texts and not [t for t in texts if PRIVATE_NAME.search(t)], \
+        [t for t in texts if PRIVATE_NAME.search(t)]
+    plt.close("all")
