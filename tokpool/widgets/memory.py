@@ -126,7 +126,7 @@ def render_memory(
     df = mark_startup_refusals(df, config)
     device = resolve_hardware(hardware)  # names resolve in one place
     share = memory_share_applies(device)
-    title = (f"{model} · {config.task} · {dtype} (head: {head_words}) · "
+    title = (f"{model} · {config.task} · {dtype}\nhead: {head_words} · "  # 2 lines: fits
              f"{'async' if async_scheduling else 'sync'} · "
              + (f"chunk {format_tokens(config.max_num_batched_tokens)} tokens"
                 if config.enable_chunked_prefill else "not chunked (vLLM)")
@@ -265,10 +265,10 @@ def what_sets_the_peak_text(config: SimConfig, policy: str, prompt_len: int) -> 
     if head_parts and config.enable_chunked_prefill:
         bare = sum(_parts(config.replace(head_dtype=None, use_activation=False), policy,
                           prompt_len).values())
-        text += (f". Without the head (not vLLM's default) it would be {format_bytes(bare)}, "
-                 "set by the chunk cache and the cat: that is what the chunk budget moves, so "
-                 "under vLLM's head the budget changes nothing here. Set the activation off "
-                 "and the head dtype to 'same as dtype' to see it move")
+        text += (f". Without the head (not vLLM's default) it would be {format_bytes(bare)}: "
+                 "the chunk cache and the cat, the part the chunk budget moves, so under vLLM's "
+                 "head the budget changes nothing here (to see it move: activation off, head "
+                 "dtype 'same as dtype')")
     elif "chunk cache" in parts and config.enable_chunked_prefill:
         text += ": the chunk budget moves it"
     return text
