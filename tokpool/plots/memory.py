@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -395,8 +396,6 @@ def _refusal_legend(df: pd.DataFrame) -> list[Any]:
 
 def _wrap(text: str, width: int = 30) -> str:
     """``text`` in lines of at most ``width`` characters (a legend entry stays narrow)."""
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width)) or text
 
 

@@ -937,6 +937,7 @@ class MemoryExplorer(Explorer):
                              f"everything) has not; choose one of {list(MEMORY_HARDWARE)}, or "
                              "call tp.viz.render_memory(hardware='CPU') for the bytes alone")
         if async_scheduling is None:
+            # (imported here: only this explorer asks; the file's imports are shared)
             from ..sim.vllm_rules.engine import default_async_scheduling
 
             # vLLM's default for a pooling model: off (vllm/config/vllm.py,

@@ -26,6 +26,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from ...keep_rule import keep_rule
+from ..backends.closed_form import single_request
 from ..vllm_rules.classifier import head_allocations, head_element_bytes
 
 if TYPE_CHECKING:
@@ -148,7 +152,7 @@ def what_sets_the_peak(result: SimResult) -> str:
 
 def peak_words(parts: dict[str, int], *, step: int | None = None) -> str:
     """``peak_parts``' answer in words: the total, the parts, and what sets the peak."""
-    from ...plots._style import format_bytes
+    from ...plots._style import format_bytes  # plots load matplotlib: only when words are asked
 
     if not parts:
         return "pooling holds nothing on the device"
@@ -181,10 +185,6 @@ def single_request_peak_parts(config, prompt_len: int) -> dict[str, int] | None:
         >>> {part: n // 2**30 for part, n in parts.items()}  # GiB
         {'pooled output': 8, 'float32 cast': 16, 'activation': 16}
     """
-    import numpy as np
-
-    from ..backends.closed_form import single_request
-
     kind = config.pooling_kind
     if not kind.token_level or kind.selects(config):
         return None
@@ -199,8 +199,6 @@ def single_request_peak_parts(config, prompt_len: int) -> dict[str, int] | None:
     head = dict(zip(_head_names(config), (n * w * size for n, w in
                                           head_allocations(config, T, config.width)),
                     strict=True))
-    from ...keep_rule import keep_rule
-
     buffered = T > C and keep_rule(config.policy, chunked=config.enable_chunked_prefill,
                                    async_scheduling=config.async_scheduling, finished=False,
                                    first_chunk=True).keep == "buffer"
