@@ -461,7 +461,7 @@ def test_pooling_share_of_kv_plot() -> None:
 PRIVATE_NAME = re.compile(r"_[a-z]+\(|\._|(?<![\w-])_[a-z]\w*|\b[a-z]+(?:_[a-z0-9]+){2,}\b")
 
 
-def _legend_texts(fig) -> list[str]:
+def _figure_legend_texts(fig) -> list[str]:
     return [t.get_text() for ax in fig.axes for legend in [ax.get_legend()] if legend
             for t in legend.get_texts()]
 
@@ -488,7 +488,7 @@ def test_refusal_legends_say_plain_words() -> None:
                tp.viz.plot_time_vs_prompt_length(swept, forward=True).figure,
                tp.viz.plot_pooling_share_of_kv(swept, 60 * 2**30).figure]
     for fig in figures:
-        texts = _legend_texts(fig)
+        texts = _figure_legend_texts(fig)
         assert any("vLLM refuses to start" in t for t in texts)
         assert any("past the model's context" in t for t in texts)
         assert not [t for t in texts if PRIVATE_NAME.search(t)]
@@ -513,7 +513,7 @@ def test_no_legend_of_notebook_05_names_a_private_function(monkeypatch) -> None:
     exec(compile(source, str(path), "exec"), {"__name__": "nb05"})
     figures = [plt.figure(n) for n in plt.get_fignums()]
     assert len(figures) >= 9  # every plot cell drew one
-    texts = [t for fig in figures for t in _legend_texts(fig)]
+    texts = [t for fig in figures for t in _figure_legend_texts(fig)]
     assert texts and not [t for t in texts if PRIVATE_NAME.search(t)], \
         [t for t in texts if PRIVATE_NAME.search(t)]
     plt.close("all")
