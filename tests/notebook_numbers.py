@@ -88,6 +88,14 @@ _g = df[(df["policy"] == "prealloc") & df["async_scheduling"]
         & (df["prompt_len"] > 2 * embedding.max_num_batched_tokens)]
 _slope = _np.polyfit(_np.log(_g["prompt_len"]), _np.log(_g["peak_pooling_bytes"]), 1)[0]
 _chunk = embedding.max_num_batched_tokens * embedding.hidden_size * embedding.dtype_size
+def _shepherd(async_scheduling):  # math-shepherd's clone peak at the longest prompt
+    g = per_model[per_model["model"].str.startswith("math-shepherd")
+                  & (per_model["async_scheduling"] == async_scheduling)]
+    return float(g.loc[g["prompt_len"] == lens[-1], "peak_pooling_bytes"].iloc[0])
+_g8 = per_model[per_model["model"].str.startswith("Qwen3-Embedding-8B")
+                & ~per_model["async_scheduling"]]
+_q8_at_longest = float(_g8.loc[_g8["prompt_len"] == lens[-1], "peak_pooling_bytes"].iloc[0])
+assert abs(_q8_at_longest / _shepherd(True) - 5) < 0.01, "a fifth"  # the prose says a fifth
 """,
 }
 
@@ -172,9 +180,26 @@ CLAIMS: dict[str, dict[str, str]] = {
         "a hidden size of 4096 in bfloat16 that is 8 GiB":
             "(embedding.hidden_size, (1 << 20) * embedding.hidden_size * embedding.dtype_size "
             "/ 2**30)",
-        "0 on the device (T·W·s on the host)":
+        "0 on the device (T·W·s on the host, allocated at the first chunk)":
             "int(df.loc[df['policy'] == 'offload', 'peak_pooling_bytes'].max())",
-        "adds another T·W·4 at the finish": "_f32",
+        "its float32 cast takes T·W·4 and the activation's float32 output another T·W·4":
+            "(_f32, _f32)",
+        "`clone` at 32,768 tokens holds 1.25 GiB":
+            "(run_32k.prompt_lens[0], first_table.loc[32_768, 'clone'] / 2**30)",
+        "pooling's bfloat16 output (T·W·2) is alive with the float32 cast (T·W·4) and the "
+        "activation's float32 output (T·W·4)":
+            "(peak_32k['pooled output'] // (32_768 * vllm_default.width), "
+            "peak_32k['float32 cast'] // (32_768 * vllm_default.width), "
+            "peak_32k['activation'] // (32_768 * vllm_default.width))",
+        "Steps of 16,384 tokens run eagerly": "embedding.max_num_batched_tokens",
+        "vLLM's head adds T·W·4 bytes for the cast and another T·W·4": "(_f32, _f32)",
+        "only the selected columns are owned: 20 MiB at a million tokens":
+            "_shepherd(False) / 2**20",
+        "clone the whole hidden rows first: 8 GiB, the bfloat16 rows of a 4,096-wide model":
+            "(_shepherd(True) / 2**30, tp.MODEL_PRESETS['math-shepherd-mistral-7b-prm']"
+            ".hidden_size)",
+        "a fifth of the 40 GiB Qwen3-Embedding-8B holds":
+            "_q8_at_longest / 2**30",
         "Qwen3-Embedding-8B (hidden size 4096)": "embedding.hidden_size",
         "on an H100 (80 GiB)": "hbm / 2**30",
         "chunks of 16,384 tokens": "embedding.max_num_batched_tokens",
@@ -183,8 +208,6 @@ CLAIMS: dict[str, dict[str, str]] = {
         "every policy is a straight line of slope 1": "_slope",
         "with 16,384-token eager steps": "embedding.max_num_batched_tokens",
         "Below one chunk (16,384 tokens)": "embedding.max_num_batched_tokens",
-        "the cast adds T·W·4 bytes at the finish and the normalised output another T·W·4":
-            "(_f32, _f32)",
         "hidden sizes 576, 1024 and 4096":
             "tuple(sorted(p.hidden_size for p in tp.MODEL_PRESETS.values() "
             "if p.default_task == 'token_embed'))",
@@ -192,7 +215,6 @@ CLAIMS: dict[str, dict[str, str]] = {
             "tp.MODEL_PRESETS['Qwen2.5-Math-PRM-7B'].num_labels",
         "backbone's **4,096-wide hidden rows**":
             "tp.MODEL_PRESETS['math-shepherd-mistral-7b-prm'].hidden_size",
-        "as a 4,096-wide embedding model's": "embedding.hidden_size",
         "(16,384 × 4096 × 2 bytes = 128 MiB)":
             "(embedding.max_num_batched_tokens, embedding.hidden_size, embedding.dtype_size, "
             "_chunk / 2**20)",

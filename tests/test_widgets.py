@@ -295,7 +295,7 @@ def test_table_html_prints_counts_as_integers_and_no_nan() -> None:
 def test_memory_explorer_defaults_are_visible_and_budget_is_a_control() -> None:
     ex = tp.memory_explorer(prompt_len=(1024, 1 << 16), policies=("clone", "prealloc"))
     assert ex.task.label == "default (token_embed)" and ex.task.value == "default"
-    assert ex.head_dtype.label.startswith("default (")
+    assert ex.head_dtype.label == "default: float32 (vLLM's)"
     assert ex.prompt_len.label == ("1K", "64K")
     ex.prompt_len.value = (1024, 1 << 20)
     assert ex.prompt_len.label[1] == "1M"
@@ -304,13 +304,67 @@ def test_memory_explorer_defaults_are_visible_and_budget_is_a_control() -> None:
     assert ex.view.data["config"].max_num_batched_tokens == budget
     ex.budget.value = 256  # clone's (2T - L) peak follows the chunk budget; prealloc's T does not
     assert ex.view.data["config"].max_num_batched_tokens == 256
-    assert ex.view.data["peaks"].loc["prealloc"].equals(peaks.loc["prealloc"])
+    # (past both budgets: shorter prompts are one step, whose output is a view under sync)
+    long = [1 << 17, 1 << 20]
+    assert ex.view.data["peaks"].loc["prealloc", long].equals(peaks.loc["prealloc", long])
     ex.head_dtype.value = "float32"
     assert ex.view.data["config"].head_casts
     ex.model.value = "Qwen2.5-Math-PRM-7B"  # labels name the new preset's defaults
     assert ex.task.label == "default (token_classify)" and ex.head_dtype.value == "float32"
     with pytest.raises(ValueError, match="powers of two"):
         tp.memory_explorer(prompt_len=(1000, 1 << 20))
+
+
+def test_memory_explorer_opens_with_vllms_defaults_as_tp_simulate_gives_them() -> None:
+    # a researcher's first number: 32K tokens of token_embed on Qwen3-Embedding-8B, vLLM's
+    # defaults (sync for a pooling model, float32 head and its activation, vLLM's budget)
+    ex = tp.memory_explorer()
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
+    assert ex.async_scheduling.value is False is cfg.async_scheduling
+    assert ex.budget.value == cfg.max_num_batched_tokens
+    shown = ex.view.data["config"]
+    assert (shown.async_scheduling, shown.head_dtype, shown.use_activation,
+            shown.max_num_batched_tokens) == (cfg.async_scheduling, cfg.head_dtype,
+                                              cfg.use_activation, cfg.max_num_batched_tokens)
+    longest = ex.prompt_len.value[1]
+    assert longest == 32_768
+    for policy in ex.policies.value:
+        run = tp.simulate([longest], cfg.replace(policy=policy), mode="analytic")
+        assert ex.view.data["peaks"].loc[policy, longest] == run.peak_pooling_bytes
+    clone = tp.simulate([longest], cfg, mode="analytic")
+    assert clone.peak_pooling_bytes == 5 * 2**28  # 1.25 GiB, the README's number
+    assert ex.view.data["peak_parts"] == tp.sim.peak_parts(clone)
+    assert ex.view.settings["vllm_defaults"] == dict.fromkeys(
+        ("async_scheduling", "head_dtype", "use_activation", "max_num_batched_tokens"), True)
+    assert "sync scheduling (vLLM&#x27;s default)" in ex.html.value
+    assert "What sets the peak" in ex.html.value and "the head sets it" in ex.html.value
+
+
+def test_memory_explorer_says_why_the_budget_changes_nothing_under_vllms_head() -> None:
+    ex = tp.memory_explorer(policies=("clone",))
+    peaks = ex.view.data["peaks"].copy()
+    ex.budget.value = 1024  # the head's cast and activation set the peak: the budget is hidden
+    assert ex.view.data["peaks"][32_768].equals(peaks[32_768])
+    assert "the chunk budget moves" in ex.html.value and "changes nothing" in ex.html.value
+    ex.activation.value = "off"
+    ex.head_dtype.value = "same"  # neither is vLLM's default, and the readout says so
+    assert "activation off (not vLLM&#x27;s default)" in ex.html.value
+    assert not ex.view.data["config"].use_activation and not ex.view.data["config"].head_casts
+    small = ex.view.data["peaks"].loc["clone"].iloc[-1]
+    ex.budget.value = 8192  # now the chunk cache and the cat set the peak: the budget moves it
+    assert ex.view.data["peaks"].loc["clone"].iloc[-1] != small
+    assert set(ex.view.data["peak_parts"]) == {"chunk cache", "pooled output"}
+    assert sum(ex.view.data["peak_parts"].values()) == ex.view.data["peaks"].loc["clone"].iloc[-1]
+
+
+def test_memory_explorer_readouts_keep_a_gap_before_the_next_label() -> None:
+    ex = tp.memory_explorer()
+    row = ex.children[1].children
+    import ipywidgets as W
+
+    boxes = [b for b in row if isinstance(b, W.HBox)
+             and any(isinstance(c, W.SelectionSlider) for c in b.children)]
+    assert boxes and all(b.layout.margin == "0 18px 0 0" for b in boxes)
 
 
 def test_memory_policies_are_toggle_buttons() -> None:

@@ -48,6 +48,7 @@ from .results.analysis import (
     schedule_frame,
 )
 from .results.kv_share import pooling_share_of_kv, pooling_takes_kv_from
+from .results.peak_parts import peak_parts, what_sets_the_peak
 from .results.result import SimResult
 from .schedule.scheduler import ScheduledStep, schedule
 from .simulation import simulate
@@ -85,6 +86,7 @@ __all__ = [
     "mark_startup_refusals",
     "overwritten_requests",
     "ownership_table",
+    "peak_parts",
     "pooling_share_of_kv",
     "pooling_takes_kv_from",
     "prompt_grid",
@@ -95,4 +97,5 @@ __all__ = [
     "startup_refusal",
     "startup_refusals",
     "sweep",
+    "what_sets_the_peak",
 ]

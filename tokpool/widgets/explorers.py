@@ -908,13 +908,17 @@ class MemoryExplorer(Explorer):
         task: ``Dropdown``: ``"default"`` (the model's task, named in the label), then the
             tasks the model declares (``declared_tasks()``; vLLM refuses any other).
         dtype: ``Dropdown`` of hidden-state dtypes.
-        head_dtype: ``Dropdown``: ``"default"`` (the simulator's, named in the label),
-            ``"same"`` (no cast: the head runs in ``dtype``) or ``"float32"``.
-        budget: ``SelectionSlider``, the chunk budget (``max_num_batched_tokens``), which sets
-            the clone policy's (2T − L) peak.
+        head_dtype: ``Dropdown``: ``"default"`` (vLLM's, named in the label), ``"same"`` (no
+            cast: the head runs in ``dtype``) or ``"float32"``.
+        activation: ``Dropdown``: ``"default"`` (vLLM's: on) or ``"off"``: the head's
+            activation (normalise / softmax), whose float32 output is alive with the cast.
+        budget: ``SelectionSlider``, the chunk budget (``max_num_batched_tokens``; starts at
+            vLLM's for the model and GPU), which sets the clone policy's (2T − L) peak — unless
+            the head sets the peak, as under vLLM's float32 head and activation: the "What sets
+            the peak" line above the table says which part does.
         prompt_len: ``SelectionRangeSlider`` over 256 … 1M tokens (value: ``(low, high)``).
         policies: ``MultiToggle`` of the retention policies (value: a tuple of names).
-        async_scheduling: ``ToggleButton``.
+        async_scheduling: ``ToggleButton`` (starts off: vLLM's default for a pooling model).
         your_model: ``Text``: a config.json path, a model directory or a config as JSON; when
             set it replaces the ``model`` preset (``SimConfig.from_hf_config``).
         tensor_parallel_size: ``IntSlider`` 1 … 8, GPUs the model is split over (weights and
@@ -922,7 +926,8 @@ class MemoryExplorer(Explorer):
     """
     def __init__(self, *, model: Any = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
                  prompt_len: tuple[int, int] | None = None, budget: int | None = None,
-                 policies: Sequence[str] | None = None, async_scheduling: bool = True) -> None:
+                 policies: Sequence[str] | None = None,
+                 async_scheduling: bool | None = None) -> None:
 
         preset, own = _memory_model(model)  # a preset name, or what "your model" takes
         if hardware not in MEMORY_HARDWARE:
@@ -931,6 +936,14 @@ class MemoryExplorer(Explorer):
                              "of a device's memory, which a CPU's RAM (the host's, shared with "
                              f"everything) has not; choose one of {list(MEMORY_HARDWARE)}, or "
                              "call tp.viz.render_memory(hardware='CPU') for the bytes alone")
+        if async_scheduling is None:
+            # (imported here: only this explorer asks; the file's imports are shared)
+            from ..sim.vllm_rules.engine import default_async_scheduling
+
+            # vLLM's default for a pooling model: off (vllm/config/vllm.py,
+            # VllmConfig.__post_init__: "Disabling asynchronous scheduling by default for
+            # pooling model"), as tokpool's rule room says (engine.default_async_scheduling)
+            async_scheduling = default_async_scheduling("pooling")
         checks.flag("async_scheduling", async_scheduling)
         if policies is not None:
             checks.each("policies", checks.items("policies", policies, what="a list of "
@@ -953,7 +966,9 @@ class MemoryExplorer(Explorer):
             raise ValueError(f"prompt_len runs backwards: {prompt_len!r}; give (shortest, "
                              "longest)")
         prompt_len = (int(bounds[0]), int(bounds[1]))
-        budget = SimConfig().max_num_batched_tokens if budget is None else budget
+        if budget is None:  # vLLM's budget for the model and GPU (LLM class), where offered
+            default = SimConfig.for_model(preset, hardware=hardware).max_num_batched_tokens
+            budget = default if default in MEMORY_BUDGETS else SimConfig().max_num_batched_tokens
         if as_whole(budget) not in MEMORY_BUDGETS:
             raise ValueError(f"budget must be one of {list(MEMORY_BUDGETS)}; got {budget!r}")
         self.model = W.Dropdown(options=list(MODEL_PRESETS), value=preset, description="model",
@@ -979,6 +994,12 @@ class MemoryExplorer(Explorer):
                                      description="head dtype", style=_WIDE,
                                      tooltip="the pooling head's dtype (vLLM's pooling heads: "
                                              "float32)")
+        self.activation = W.Dropdown(options=[("default: on (vLLM's)", "default"),
+                                              ("off (not vLLM's default)", "off")],
+                                     value="default", description="activation", style=_WIDE,
+                                     tooltip="the head's activation (normalise / softmax): "
+                                             "its float32 output is alive with the cast, so "
+                                             "with it the head sets the peak")
         self.budget = W.SelectionSlider(
             options=[(format_tokens(n), n) for n in MEMORY_BUDGETS], value=budget,
             description="chunk budget (tokens/step)", continuous_update=False, style=_WIDE,
@@ -996,23 +1017,39 @@ class MemoryExplorer(Explorer):
                                                description="async scheduling", icon="bolt",
                                                layout=W.Layout(width="auto"))
         _mark_toggle(self.async_scheduling,
-                     on="async scheduling is on: click for sync scheduling",
-                     off="async scheduling is off (sync): click to turn it on")
+                     on="async scheduling is on (not vLLM's default for a pooling model): "
+                        "click for sync scheduling",
+                     off="async scheduling is off (sync: vLLM's default for a pooling model): "
+                         "click to turn it on")
         self.tensor_parallel_size = W.IntSlider(value=1, min=1, max=8, continuous_update=False,
                                                 description="tensor-parallel GPUs", style=_WIDE,
                                                 tooltip="GPUs the model is split over (1 to 8)",
                                                 layout=_slider_layout())
         super().__init__([self.model, self.hardware, self.task, self.dtype, self.head_dtype,
-                          self.budget, self.prompt_len, self.policies, self.async_scheduling,
-                          self.your_model, self.tensor_parallel_size])
+                          self.activation, self.budget, self.prompt_len, self.policies,
+                          self.async_scheduling, self.your_model, self.tensor_parallel_size])
+        self._space_readouts()
         self.task.__dict__["_tokpool_refuse"] = self._refuse_task  # says why, not only what
         self.model.observe(self._relabel, names="value")
         self.your_model.observe(self._relabel, names="value")
         self.prompt_len.observe(self._widen, names="value")
         self._watch(self.model, self.hardware, self.task, self.dtype, self.head_dtype,
-                    self.budget, self.prompt_len, self.policies, self.async_scheduling,
-                    self.your_model, self.tensor_parallel_size)
+                    self.activation, self.budget, self.prompt_len, self.policies,
+                    self.async_scheduling, self.your_model, self.tensor_parallel_size)
         self.update()
+
+    def _space_readouts(self) -> None:
+        """A slider's readout ("16K") and the next control's label ("prompt length") ran into
+        each other ("16Kprompt length"): each slider row keeps a gap after its readout."""
+        row = self.children[1]
+        for box in row.children:
+            if isinstance(box, W.HBox) and any(isinstance(c, W.SelectionSlider |
+                                                          W.SelectionRangeSlider)
+                                               for c in box.children):
+                box.layout.margin = "0 18px 0 0"
+                for label in box.children:
+                    if isinstance(label, W.Label):
+                        label.layout.margin = "0 0 0 6px"
 
     def _own_config(self) -> SimConfig | None:
         """The "your model" box's config as the simulator reads it (``None``: empty, or not
@@ -1052,7 +1089,8 @@ class MemoryExplorer(Explorer):
     def _head_options(model: str) -> list[tuple[str, str]]:
 
         default = _dtype_name(SimConfig.for_model(model).head_dtype)
-        return [(f"default ({default})", "default"), ("same as dtype (no cast)", "same"),
+        return [(f"default: {default} (vLLM's)", "default"),
+                ("same as dtype, no cast (not vLLM's default)", "same"),
                 ("float32", "float32")]
 
     def _relabel(self, change: dict[str, Any]) -> None:
@@ -1124,13 +1162,14 @@ class MemoryExplorer(Explorer):
             dtype=self.dtype.value, head_dtype=head, prompt_len=self.prompt_len.value,
             policies=self.policies.value, async_scheduling=self.async_scheduling.value,
             max_num_batched_tokens=self.budget.value,
+            use_activation=None if self.activation.value == "default" else False,
         )
 
 
 def memory_explorer(*, model: Any = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
                     prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                     policies: Sequence[str] | None = None,
-                    async_scheduling: bool = True) -> MemoryExplorer:
+                    async_scheduling: bool | None = None) -> MemoryExplorer:
     """Explore peak pooling memory against prompt length for model and hardware presets.
 
     Args:
@@ -1141,9 +1180,15 @@ def memory_explorer(*, model: Any = "Qwen3-Embedding-8B", hardware: str = "H100 
             the host's, means nothing).
         prompt_len: initial ``(shortest, longest)`` prompt; powers of two from 256 to 1M
             (default: 1K up to the model's context, ``context_range``).
-        budget: initial chunk budget (a power of two, 256 … 16K; default: the simulator's).
+        budget: initial chunk budget (a power of two, 256 … 16K; default: vLLM's for the
+            model and GPU).
         policies: the retention policies shown at first (default: all four).
-        async_scheduling: start with async scheduling on.
+        async_scheduling: start with async scheduling on or off (default: off, vLLM's default
+            for a pooling model).
+
+    The explorer opens with vLLM 0.33.0's defaults (sync scheduling, float32 head with its
+    activation, vLLM's chunk budget): its first table is what ``tp.simulate`` gives for
+    ``SimConfig.for_model(model, hardware=hardware)``.
 
     Returns:
         The explorer widget; e.g. ``ex.prompt_len.value = (1024, 65536)`` redraws it.
