@@ -5,7 +5,8 @@ That is the reader's copy and stays as it is; this filter runs where git reads t
 commit (``git add``, ``git diff``, ``git status``), as nbstripout does. It reads a notebook on
 stdin and writes it on stdout without outputs, execution counts, the stored widget state and the
 per-run metadata JupyterLab adds (collapsed/scrolled state, execution times, the kernel's full
-``language_info``). A notebook that is already clean comes out byte for byte as it went in.
+``language_info``), in nbformat's own layout. A clean notebook comes out byte for byte as it
+went in.
 
 ``.gitattributes`` names the filter (``notebooks/*.ipynb filter=tokpool-strip``); ``make
 install`` and ``make lab`` register it in the checkout's git config::
@@ -35,8 +36,8 @@ SESSION_NOTEBOOK_METADATA = ("widgets", "signature")
 def strip(text: str) -> str:
     """The notebook ``text`` (nbformat 4 JSON) without outputs; other text is returned as is.
 
-    Keys keep their order and the JSON is written as nbformat writes it (one-space indent,
-    non-ASCII kept, a final newline), so a clean notebook is unchanged.
+    The JSON is written as nbformat (and so JupyterLab) writes it: keys sorted, one-space
+    indent, non-ASCII kept, a final newline; a clean notebook so written is unchanged.
 
     Example:
         >>> cell = {"cell_type": "code", "execution_count": 3, "metadata": {"scrolled": True},
@@ -70,7 +71,7 @@ def strip(text: str) -> str:
         info = meta.get("language_info")
         if isinstance(info, dict) and "name" in info:  # version, mimetype...: the kernel's
             meta["language_info"] = {"name": info["name"]}
-    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def main(argv: list[str]) -> int:

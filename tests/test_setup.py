@@ -1,5 +1,7 @@
 """The project's set-up files agree with each other."""
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -120,3 +122,106 @@ def test_the_editable_install_shows_no_setuptools_warning(tmp_path):
         (pth,) = [n for n in whl.namelist() if n.endswith(".pth")]
         assert whl.read(pth).decode().strip() == str(tmp_path.resolve())
         assert not [n for n in whl.namelist() if "finder" in n]
+
+
+# --- notebooks: outputs stay in the working copy, out of commits -------------------------------
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(repo.parent), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True,
+                          check=check, timeout=60)
+
+
+def _project_copy(base: Path) -> Path:
+    """A git checkout with what the filter needs: Makefile, .gitattributes, the script, one
+    clean notebook."""
+    repo = base / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "notebooks").mkdir()
+    for name in ("Makefile", ".gitattributes", "scripts/strip_notebook_outputs.py",
+                 f"notebooks/{NOTEBOOK}"):
+        shutil.copy2(ROOT / name, repo / name)
+    _git(repo, "init", "-q")
+    return repo
+
+
+NOTEBOOK = "02_chunked_prefill_ownership.ipynb"
+
+
+def _with_outputs(clean: str) -> str:
+    """The notebook as JupyterLab saves it after a session: outputs, counts, widget state,
+    the kernel's language_info, a scrolled cell."""
+    nb = json.loads(clean)
+    for n, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        cell["execution_count"] = n + 1
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": [f"run {n}\n"]}]
+        cell["metadata"]["scrolled"] = True
+    nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    nb["metadata"]["language_info"] = {"name": "python", "version": "3.11.9",
+                                       "mimetype": "text/x-python"}
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+@pytest.mark.skipif(not (shutil.which("git") and shutil.which("make")), reason="needs git, make")
+def test_a_notebook_saved_with_outputs_is_committed_without_them(tmp_path):
+    """`make install`/`make lab` register the clean filter; a notebook JupyterLab saved with its
+    outputs keeps them in the working copy, but what `git add` stores has none, byte for byte
+    the clean notebook, and neither `git diff` nor (once added) `git status` shows a change."""
+    repo = _project_copy(tmp_path)
+    subprocess.run(["make", "-s", "notebook-filter"], cwd=repo, check=True, timeout=60,
+                   env={**os.environ, "HOME": str(tmp_path)})
+    assert "strip_notebook_outputs.py" in _git(repo, "config", "filter.tokpool-strip.clean").stdout
+    path = repo / "notebooks" / NOTEBOOK
+    _git(repo, "add", "-A")
+    clean = _git(repo, "show", f":notebooks/{NOTEBOOK}").stdout  # nbformat's layout
+    assert json.loads(clean) == json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(clean, encoding="utf-8")
+    _git(repo, "commit", "-qm", "clean")
+    assert _git(repo, "show", f"HEAD:notebooks/{NOTEBOOK}").stdout == clean  # unchanged
+
+    path.write_text(_with_outputs(clean), encoding="utf-8")  # a JupyterLab session, autosaved
+    assert _git(repo, "diff").stdout == ""  # nothing to commit (status lists it until `add`)
+    _git(repo, "add", "-A")
+    assert _git(repo, "show", f":notebooks/{NOTEBOOK}").stdout == clean
+    assert _git(repo, "status", "--porcelain").stdout == ""
+    assert '"run 0' in path.read_text(encoding="utf-8")  # the reader's outputs stay
+
+
+@pytest.mark.skipif(not (shutil.which("git") and shutil.which("make")), reason="needs git, make")
+def test_without_the_filter_git_still_works_and_the_check_sees_outputs(tmp_path):
+    """A clone that never ran `make install` has the attribute but no filter: git ignores it
+    (no error) and stores the file as it is, which the committed-notebook check then reads. A
+    copy outside git: `make notebook-filter` does nothing and succeeds."""
+    repo = _project_copy(tmp_path)
+    path = repo / "notebooks" / NOTEBOOK
+    path.write_text(_with_outputs(path.read_text(encoding="utf-8")), encoding="utf-8")
+    added = _git(repo, "add", "-A")
+    assert added.stderr == ""
+    assert '"run 0' in _git(repo, "show", f":notebooks/{NOTEBOOK}").stdout
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copy2(ROOT / "Makefile", plain / "Makefile")
+    shutil.copy2(ROOT / ".gitattributes", plain / ".gitattributes")
+    done = subprocess.run(["make", "-s", "notebook-filter"], cwd=plain, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "HOME": str(tmp_path)})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_every_committed_notebook_passes_the_filter_unchanged():
+    """Each notebook as git holds it is a fixed point of the filter: registering the filter
+    marks no notebook modified, and a commit through it changes no byte of a clean one."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from strip_notebook_outputs import strip
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    listed = _git(ROOT, "ls-files", "notebooks/*.ipynb", check=False)
+    if listed.returncode != 0 or not listed.stdout.strip():
+        pytest.skip("not a git checkout")
+    for name in listed.stdout.split():
+        text = _git(ROOT, "show", f":{name}").stdout
+        assert json.loads(strip(text)) == json.loads(text), f"{name}: the filter changes it"
