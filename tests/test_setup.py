@@ -82,7 +82,7 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make lab" in readme
-    assert "\nmake test\n" in ci
+    assert '\nstage "make test" make test\n' in ci
     assert 'TORCH_SPEC="torch==2.13.0"' in ci
 
 
@@ -225,3 +225,67 @@ def test_every_committed_notebook_passes_the_filter_unchanged():
     for name in listed.stdout.split():
         text = _git(ROOT, "show", f":{name}").stdout
         assert json.loads(strip(text)) == json.loads(text), f"{name}: the filter changes it"
+
+
+# --- CI: stage times, failures that stop it, the closing line ------------------------------------
+
+FAKE_MAKE = """#!/bin/sh
+echo "$* TOKPOOL_FULL=$TOKPOOL_FULL" >> "$CALLS"
+case "$1" in
+  test) echo "==== 3 passed, 1 skipped in 1.00s ===="
+        if [ -n "$FAIL_TEST" ]; then
+          echo "make: *** [Makefile:93: test] Error $FAIL_TEST"; exit 2
+        fi ;;
+  hostile-test) echo "2 passed in 0.50s" ;;
+  engine-test) echo "===== 1 passed, 4 skipped in 2.00s =====" ;;
+esac
+"""
+
+
+def _ci(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``bash .ci/run`` in a copy of the project, with a ``make`` that only answers."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / "scripts").mkdir()
+    shutil.copy2(ROOT / ".ci" / "run", repo / ".ci" / "run")
+    shutil.copy2(ROOT / "scripts" / "ci_summary.py", repo / "scripts" / "ci_summary.py")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text(FAKE_MAKE)
+    (bin_dir / "make").chmod(0o755)
+    calls = tmp_path / "calls"
+    run_env = {k: v for k, v in os.environ.items() if k != "TOKPOOL_FULL"} | {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls), "CI": "true", **env}
+    done = subprocess.run(["bash", ".ci/run"], cwd=repo, env=run_env, capture_output=True,
+                          text=True, timeout=60)
+    return done, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_ci_times_each_stage_and_closes_with_counts_and_times(tmp_path):
+    done, calls = _ci(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c.split()[0] for c in calls] == ["install", "test", "hostile-test", "engine",
+                                             "engine-test"]
+    assert all(c.endswith("TOKPOOL_FULL=1") for c in calls)  # the sweeps in full
+    lines = done.stdout.splitlines()
+    staged = [line.split(":")[1].strip() for line in lines if line.startswith("CI stage: ")]
+    assert staged == ["install", "make test", "hostile-test", "engine-venv", "engine-test",
+                      "total"]
+    assert re.fullmatch(r"ci: 6 passed, 0 failed, 5 skipped; install \d+ s, make test \d+ s, "
+                        r"hostile-test \d+ s, engine-venv \d+ s, engine-test \d+ s, total \d+ s",
+                        lines[-1]), lines[-1]
+
+
+def test_ci_stops_at_a_failing_stage_with_its_exit_status(tmp_path):
+    done, calls = _ci(tmp_path, FAIL_TEST="1")
+    assert done.returncode == 2
+    assert [c.split()[0] for c in calls] == ["install", "test"]  # nothing after the failure
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("ci: 3 passed, 0 failed, 1 skipped; install ") and "(exit 2)" in last
+
+
+def test_ci_fails_loudly_when_pytest_collects_nothing(tmp_path):
+    done, calls = _ci(tmp_path, FAIL_TEST="5")
+    assert done.returncode == 1
+    assert "pytest collected no tests (exit code 5)" in done.stderr
+    assert [c.split()[0] for c in calls] == ["install", "test"]
