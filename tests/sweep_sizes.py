@@ -4,13 +4,14 @@ The parity sweeps against vLLM's own code (random schedule workloads, configurat
 cases) are the same test code either way; only their size changes. `make test` (a user's check
 that the install works, ≤ 20 minutes on 2 cores) runs the sample; ``.ci/run`` sets
 ``TOKPOOL_FULL=1`` (or pass ``pytest --full``) and every sweep runs at its full size. A sample is
-the start of the full run's seeded stream (or evenly spread over an exhaustive product), so a
+the start of the full run's seeded stream (or a seeded draw from an exhaustive product), so a
 difference the sample finds, the full run finds too.
 """
 
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -37,21 +38,24 @@ def sample_size(full: int, sample: int) -> int:
     return full if full_run() else sample
 
 
-def sample_cases(cases: Sequence[T], sample: int) -> list[T]:
-    """Every case in a full run, else ``sample`` of them spread evenly over the sequence (an
-    exhaustive product keeps cases from each of its corners): ``spread(cases, sample)``."""
+def sample_cases(cases: Sequence[T], sample: int, seed: int = 0) -> list[T]:
+    """Every case in a full run, else ``sample`` of them drawn once with ``seed`` and kept in
+    their order (``pick``): an exhaustive product keeps cases from each of its corners, where
+    every k-th case would fix its fastest-changing factors."""
     cases = list(cases)
-    return spread(cases, sample_size(len(cases), min(sample, len(cases))))
+    return pick(cases, sample_size(len(cases), min(sample, len(cases))), seed)
 
 
-def spread(cases: Sequence[T], n: int) -> list[T]:
-    """``n`` of ``cases``, evenly spaced from the first.
+def pick(cases: Sequence[T], n: int, seed: int = 0) -> list[T]:
+    """``n`` of ``cases``, a seeded draw in their order (all of them when ``n`` is their count).
 
     Example:
-        >>> spread(list(range(10)), 4)
-        [0, 2, 5, 7]
+        >>> pick(list(range(10)), 4)
+        [0, 2, 6, 9]
+        >>> pick("abc", 3)
+        ['a', 'b', 'c']
     """
-    return [cases[i * len(cases) // n] for i in range(n)]
+    return [cases[i] for i in sorted(random.Random(seed).sample(range(len(cases)), n))]
 
 
 def scaled(threshold: int, full: int, size: int) -> int:
