@@ -8,7 +8,8 @@ The generator runs once per session in its own process (``python -m tests.hostil
 ``OMP_NUM_THREADS=1`` set before torch starts: forking after OpenMP has started its threads
 can hang). ``make test`` runs a sample of every parameter's hostile values and 40 examples
 per property (about a minute on this project's 2-core machine); ``-m hostile_full`` (``make
-hostile-test``, run by CI) every value and 300 examples per property.
+hostile-test``) every value and 300 examples per property. With ``TOKPOOL_FULL=1`` (CI's ``make
+test``) the generator runs once, in full, for every test here.
 """
 
 from __future__ import annotations

@@ -286,3 +286,43 @@ def test_ci_fails_loudly_when_pytest_collects_nothing(tmp_path):
     assert done.returncode == 1
     assert "pytest collected no tests (exit code 5)" in done.stderr
     assert [c.split()[0] for c in calls] == ["install", "test"]
+
+
+# --- sample and full sizes of the long sweeps ---------------------------------------------------
+
+
+def test_the_sweeps_are_a_sample_by_default_and_full_with_tokpool_full(monkeypatch):
+    import itertools
+
+    import sweep_sizes as sizes
+
+    product = list(itertools.product((0, 1), (0, 1), (0, 1), (0, 1), (0, 1), (0, 1)))
+    for value, full in (("", False), ("0", False), ("1", True), ("true", True)):
+        monkeypatch.setenv("TOKPOOL_FULL", value)
+        assert sizes.sample_size(full=1200, sample=300) == (1200 if full else 300)
+        picked = sizes.sample_cases(product, 16)
+        assert picked == (product if full else sorted(picked)) and len(picked) == (
+            64 if full else 16)
+        assert len(set(picked)) == len(picked)
+        # the sample reaches both values of every factor (every 4th case would not)
+        assert all({case[i] for case in picked} == {0, 1} for i in range(6))
+    assert sizes.scaled(20, 1200, 300) == 5 and sizes.scaled(1, 300, 75) == 1
+    with pytest.raises(ValueError, match="want 0 < sample <= full"):
+        sizes.sample_size(full=10, sample=20)
+
+
+def test_pytest_full_selects_the_full_sizes(monkeypatch):
+    import conftest as tests_conftest  # tests/conftest.py: tests/ comes first on sys.path
+
+    monkeypatch.setenv("TOKPOOL_FULL", "0")  # recorded: restored (or removed) afterwards
+
+    class Config:
+        def getoption(self, name, default=None):
+            return name == "--full"
+
+    if Path(tests_conftest.__file__).parent != ROOT / "tests":
+        pytest.skip("the root conftest.py was imported as `conftest`")
+    tests_conftest.pytest_configure(Config())
+    import sweep_sizes
+
+    assert sweep_sizes.full_run() and os.environ["TOKPOOL_FULL"] == "1"
