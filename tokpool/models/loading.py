@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import socket
-import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -229,7 +228,7 @@ def _load_converted(gguf: Path, *, name: str, entry_name: str, dtype: torch.dtyp
         if not problems:
             raise
         print(f"tokpool: the cached {entry_name} at {converted} failed to load ({err}); "
-              f"{'; '.join(problems[:3])}; rebuilding it", file=sys.stderr)
+              f"{'; '.join(problems[:3])}; rebuilding it")
         shutil.rmtree(converted, ignore_errors=True)
         converted, _ = convert_gguf(gguf, name=entry_name, cache_dir=cache_dir)
         return _load_pretrained(converted, name=name, dtype=dtype, task=task,

@@ -51,9 +51,9 @@ from .ownership import check_workload, parse_prompt_lens, render_ownership
 from .rewards import carry_labels, render_step_rewards
 from .tokens import (
     TOKEN_METRICS,
+    TokenHeatmap,
     TokenMetric,
     all_hidden_states,
-    render_token_heatmap,
     render_tokens,
 )
 from .view import View
@@ -460,6 +460,7 @@ class TokenExplorer(Explorer):
                                  tooltip="the number each token is coloured by")
         self._states: dict[str, Any] = {}  # text -> [num_layers + 1, n, hidden], last few texts
         self._heatmaps: dict[tuple[str, int], bytes] = {}
+        self._canvases: dict[str, TokenHeatmap] = {}  # text -> its heatmap, labels drawn
         self._tokens: dict[str, list[str]] = {}
         super().__init__([self.text_input, self.layer, self.metric])
         self._watch(self.text_input, self.layer, self.metric)
@@ -502,6 +503,7 @@ class TokenExplorer(Explorer):
             old = next(iter(self._states))
             self._states.pop(old)
             self._heatmaps = {k: v for k, v in self._heatmaps.items() if k[0] != old}
+            self._canvases.pop(old, None)
         self._states[text] = states
         self._tokens[text] = token_strings(self.model.tokenizer, ids)
         return states
@@ -514,9 +516,10 @@ class TokenExplorer(Explorer):
         n = self.model.num_layers
         label = f"layer {layer} of {n}" + (" (final, after norm)" if layer == n else "")
         tokens = self._tokens[text]
-        if (text, layer) not in self._heatmaps:
-            self._heatmaps[text, layer] = render_token_heatmap(tokens, hidden,
-                                                               layer_label=label)
+        if (text, layer) not in self._heatmaps:  # the labels are drawn once per text
+            if text not in self._canvases:
+                self._canvases[text] = TokenHeatmap(tokens)
+            self._heatmaps[text, layer] = self._canvases[text].png(hidden, layer_label=label)
         return render_tokens(tokens, hidden, metric=self.metric.value, layer_label=label,
                              heatmap=self._heatmaps[text, layer],
                              settings={"model": getattr(self.model, "name", None)
