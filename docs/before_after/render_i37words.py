@@ -16,10 +16,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-import tokpool as tp  # noqa: E402
+import tokpool as tp
 
 TEXT = ("Token-level pooling keeps one vector per token. A long prompt is split into chunks, "
         "and every chunk must survive until the last one arrives. Process reward models score "
@@ -64,9 +64,10 @@ def main() -> None:
 
     # 01: the task table as the notebook shows it
     table = tp.task_table()
-    cell3 = (table.pipe(tp.viz.gate_table) if hasattr(tp.viz, "gate_table") else
-             table[["example", "attn_type", "model_tasks", "default_task", "served_pre_50931",
-                    "served_current"]])
+    cell3 = table[["example", "attn_type", "model_tasks", "default_task", "served_pre_50931",
+                   "served_current"] if sfx == "before" else
+                  ["served_current", "served_pre_50931", "default_task", "model_tasks",
+                   "attn_type", "example"]]
     _table_png(cell3, out / f"01_task_table_{sfx}.png")
 
     # 03: similarity heatmap, PCA, the explorer's heatmap
@@ -111,8 +112,12 @@ def main() -> None:
             peak_device_MiB=memory["peak_device_bytes"] / 2**20,
         )[["model", "convention", "prompt_len", "num_steps", "pooled_width", "peak_pooling_MiB",
            "peak_device_MiB"]].round(3)
-    else:
-        shown = tp.prm.memory_frame(memory)
+    else:  # the notebook's cell: whole bytes with thousands separators
+        memory = memory.reset_index(drop=True)
+        shown = memory.rename(columns={"num_steps": "reasoning_steps"})[
+            ["model", "convention", "prompt_len", "reasoning_steps", "pooled_width",
+             "peak_pooling_bytes", "peak_device_bytes"]].style.format(
+            "{:,}", subset=["prompt_len", "peak_pooling_bytes", "peak_device_bytes"])
     _table_png(shown, out / f"04_memory_table_{sfx}.png", height=300)
 
 

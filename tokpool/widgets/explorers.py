@@ -48,7 +48,7 @@ from ..sim.vllm_rules.serve_line import declared_tasks
 from .guards import guard_controls, label_of, show_tooltip
 from .memory import memory_share_applies, render_memory
 from .ownership import check_workload, parse_prompt_lens, render_ownership
-from .rewards import carry_labels, render_step_rewards
+from .rewards import StepRewardChart, carry_labels, render_step_rewards, step_reward_chart
 from .tokens import (
     TOKEN_METRICS,
     TokenHeatmap,
@@ -586,6 +586,21 @@ def _check_reward_inputs(prm: Any, problem: Any, steps: Any, true_first_error: A
         checks.each("step_labels", labels, checks.flag)
 
 
+#: Characters a 48 %-wide text box shows per line in a ~900 px notebook cell (monospace).
+_AREA_CHARS_PER_LINE = 40
+
+
+def _text_rows(texts: Sequence[str], *, most: int = 14) -> int:
+    """Lines the problem box or the steps box needs (the larger), at least 4, at most
+    ``most`` (beyond that the box scrolls). ``texts[0]`` is the problem, the rest are steps,
+    one line each, wrapped at ``_AREA_CHARS_PER_LINE``."""
+    def lines(text: str) -> int:
+        return max(1, -(-len(text) // _AREA_CHARS_PER_LINE))
+
+    problem, steps = texts[0], texts[1:]
+    return max(4, min(most, max(lines(problem), sum(lines(s) for s in steps)) + 1))
+
+
 class StepRewardExplorer(Explorer):
     """A process reward model's step rewards for one solution; edit the steps, move the cut.
 
@@ -603,11 +618,15 @@ class StepRewardExplorer(Explorer):
         self._original = (problem, tuple(steps))
         self._truth = (true_first_error, step_labels)
         self._cache: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._chart: tuple[Any, StepRewardChart] | None = None  # (what it drew, the chart)
         self.threshold = W.FloatSlider(value=float(getattr(prm, "threshold", 0.5)), min=0.0,
                                        max=1.0, step=0.01, continuous_update=False,
                                        description="threshold", layout=_slider_layout(),
                                        tooltip="rewards below it count as errors (0 to 1)")
-        area = {"continuous_update": False, "layout": W.Layout(width="48%", height="7em")}
+        # tall enough for the whole problem and every step as they open (a box that cut the
+        # problem's last line hid part of the question); longer texts scroll
+        height = f"{_text_rows([problem, *steps]) * 1.45 + 0.9:.1f}em"
+        area = {"continuous_update": False, "layout": W.Layout(width="48%", height=height)}
         self.problem = W.Textarea(value=problem, description="problem", **area,
                                   tooltip="the question the steps solve (edit it and leave "
                                           "the box to score again)")
@@ -648,9 +667,15 @@ class StepRewardExplorer(Explorer):
         if self._truth != (None, None) and edited_problem:
             note = "; ".join(filter(None, ["the labels are those of the original problem",
                                            note]))
+        # the bars are drawn once per solution: a threshold repaints only its lines
+        drawn = (key, truth, None if labels is None else tuple(labels))
+        if self._chart is None or self._chart[0] != drawn:
+            self._chart = (drawn, step_reward_chart(self.scores.rewards, true_first_error=truth,
+                                                    step_labels=labels))
         return render_step_rewards(list(steps), self.scores.rewards,
                                    threshold=self.threshold.value, problem=self.problem.value,
-                                   true_first_error=truth, step_labels=labels, note=note)
+                                   true_first_error=truth, step_labels=labels, note=note,
+                                   chart=self._chart[1])
 
     def settings(self) -> list[tuple[str, str]]:
         n = len([s for s in self.steps.value.splitlines() if s.strip()])
