@@ -117,7 +117,8 @@ def main() -> None:
         shown = memory.rename(columns={"num_steps": "reasoning_steps"})[
             ["model", "convention", "prompt_len", "reasoning_steps", "pooled_width",
              "peak_pooling_bytes", "peak_device_bytes"]].style.format(
-            "{:,}", subset=["prompt_len", "peak_pooling_bytes", "peak_device_bytes"])
+            "{:,}", subset=["prompt_len", "pooled_width", "peak_pooling_bytes",
+                            "peak_device_bytes"])
     _table_png(shown, out / f"04_memory_table_{sfx}.png", height=300)
 
 

@@ -101,6 +101,8 @@ def plot_similarity(
     """Heatmap of the cosine similarity between every pair of token vectors.
 
     Similarity is signed, so it is drawn with ``RdBu_r`` centred at 0 on a fixed ``[-1, 1]``.
+    A new figure is at most ``MAX_HEATMAP_HEIGHT_IN`` (7 in) tall, so it fits a screen; a long
+    text then gets every k-th label.
 
     Args:
         embeddings: ``[n_tokens, dim]`` tensor or array.

@@ -173,7 +173,7 @@ class StepRewardChart:
 
     Example:
         >>> chart = StepRewardChart([0.9, 0.2, 0.7], true_first_error=1)
-        >>> chart.png(0.5)[:4] == b"\x89PNG" and chart.predicted(0.5) == 1
+        >>> chart.png(0.5)[1:4] == b"PNG" and chart.predicted(0.5) == 1
         True
     """
 

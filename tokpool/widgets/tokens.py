@@ -113,7 +113,7 @@ class TokenHeatmap:
     Example:
         >>> import torch
         >>> heat = TokenHeatmap(["a", "b", "c"])
-        >>> heat.png(torch.eye(3), layer_label="layer 1")[:4] == b"\x89PNG"
+        >>> heat.png(torch.eye(3), layer_label="layer 1")[1:4] == b"PNG"
         True
     """
 
