@@ -498,9 +498,6 @@ class TokenExplorer(Explorer):
         layers = self.model.num_layers + 1
         ensure_fits(layers * n * self.model.hidden_size * 4 * 2,  # kept + transformers' copy
                     what=f"every layer of {n:,} tokens", cheaper="a shorter text")
-        tokens = token_strings(self.model.tokenizer, ids)
-        heatmap = TokenHeatmap(tokens)
-        heatmap.start()  # its labels are drawn while the model runs
         states = all_hidden_states(self.model, ids)  # [layers, n, hidden]
         if len(self._states) >= 4:  # keep the last few texts only
             old = next(iter(self._states))
@@ -508,8 +505,7 @@ class TokenExplorer(Explorer):
             self._heatmaps = {k: v for k, v in self._heatmaps.items() if k[0] != old}
             self._canvases.pop(old, None)
         self._states[text] = states
-        self._tokens[text] = tokens
-        self._canvases[text] = heatmap
+        self._tokens[text] = token_strings(self.model.tokenizer, ids)
         return states
 
     def render(self) -> View:

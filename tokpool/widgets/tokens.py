@@ -9,7 +9,6 @@ from __future__ import annotations
 import html as _html
 import io
 import textwrap
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -123,31 +122,6 @@ class TokenHeatmap:
         self.max_heatmap_tokens = max_heatmap_tokens
         self._fig: Figure | None = None
         self._background: Any = None
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def start(self) -> None:
-        """Draw the labels now, in a background thread; ``png`` waits for it.
-
-        The labels need only the tokens, so the explorer starts them as soon as a new text is
-        tokenized and runs the model's forward meanwhile (torch releases the GIL while it
-        computes): a new text then costs about the longer of the two, not their sum. The
-        figure is this object's own (no pyplot), and nothing else draws until ``png`` joins.
-        """
-        if self._fig is not None or self._thread is not None:
-            return
-        placeholder = np.zeros((len(self.tokens), 1))  # the image is hidden while drawing
-
-        def work() -> None:
-            try:
-                with mpl.rc_context(RC):
-                    self._prepare(placeholder)
-            except BaseException as err:  # re-raised by png, in the caller's thread
-                self._error = err
-
-        self._thread = threading.Thread(target=work, name="tokpool-heatmap-labels",
-                                        daemon=True)
-        self._thread.start()
 
     def _prepare(self, hidden: Any) -> Figure:
         from .view import PNG_DPI
@@ -175,12 +149,6 @@ class TokenHeatmap:
         if h.shape[0] != len(self.tokens):
             raise ValueError(f"got {h.shape[0]} hidden rows for {len(self.tokens)} tokens; "
                              "pass one row per token")
-        if self._thread is not None:  # labels started by start(): wait for them
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
         with mpl.rc_context(RC):
             fig = self._prepare(h) if self._fig is None else self._fig
             ax = fig.axes[0]
