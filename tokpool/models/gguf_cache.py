@@ -267,8 +267,6 @@ def _dequantize_into(gguf_path: Path, work: Path, *, name: str) -> None:
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .loading import no_transformers_bars
-
     with no_transformers_bars(), _no_gguf_reader_bar():
         model = AutoModelForCausalLM.from_pretrained(
             gguf_path.parent, gguf_file=gguf_path.name, dtype="float32",
@@ -306,3 +304,21 @@ def _no_gguf_reader_bar() -> Iterator[None]:
         yield
     finally:
         reader.tqdm = original
+
+
+@contextlib.contextmanager
+def no_transformers_bars() -> Iterator[None]:
+    """Hide transformers' "Loading weights" bar for the block, then restore the setting.
+
+    The bar is a notebook widget (``tqdm.auto``) that reads "Error displaying widget" once the
+    notebook is saved and reopened; loading a local model takes about a second anyway.
+    """
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()

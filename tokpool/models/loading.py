@@ -12,7 +12,6 @@ How a checkpoint becomes a pooling model (vLLM's defaults):
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
 import re
@@ -20,7 +19,6 @@ import shutil
 import socket
 import threading
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -29,7 +27,7 @@ import torch
 from .._args import path as args_path
 from ..heads import resolve_dtype
 from ..st_config import SentenceTransformersConfig, read_sentence_transformers_config
-from .gguf_cache import convert_gguf
+from .gguf_cache import convert_gguf, no_transformers_bars
 from .integrity import (
     DamagedModelError,
     directory_problems,
@@ -313,21 +311,3 @@ def _load_hub(name: str, dtype: torch.dtype, task: str | None) -> PoolingModel:
         name, f"{why} (transformers: {str(local_error).splitlines()[0]}). Download it where "
         "the hub is reachable and pass the local directory"
     ) from local_error
-
-
-@contextlib.contextmanager
-def no_transformers_bars() -> Iterator[None]:
-    """Hide transformers' "Loading weights" bar for the block, then restore the setting.
-
-    The bar is a notebook widget (``tqdm.auto``) that reads "Error displaying widget" once the
-    notebook is saved and reopened; loading a local model takes about a second anyway.
-    """
-    from transformers.utils import logging as hf_logging
-
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()

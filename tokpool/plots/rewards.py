@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import Any
 
@@ -225,9 +226,7 @@ class StepRewardChart:
     @styled
     def png(self, threshold: float) -> bytes:
         """PNG bytes (200 dpi) of the chart at ``threshold``."""
-        import io
-
-        from PIL import Image
+        from PIL import Image  # on use: only the explorer's repaint encodes the canvas itself
 
         number("threshold", threshold)
         fig = self._prepare() if self._fig is None else self._fig

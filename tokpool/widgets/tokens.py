@@ -124,7 +124,7 @@ class TokenHeatmap:
         self._background: Any = None
 
     def _prepare(self, hidden: Any) -> Figure:
-        from .view import PNG_DPI
+        from .view import PNG_DPI  # view imports plots; here on use like the rest of widgets
 
         fig = _heatmap_figure(self.tokens, hidden, layer_label="",
                               max_heatmap_tokens=self.max_heatmap_tokens)
@@ -142,7 +142,7 @@ class TokenHeatmap:
     def png(self, hidden: Any, *, layer_label: str = "") -> bytes:
         """PNG (at ``PNG_DPI``) of the similarity of ``[n, hidden]`` states, titled with
         ``layer_label``."""
-        from PIL import Image
+        from PIL import Image  # on use: only a heatmap's repaint encodes the canvas itself
 
         n = min(len(self.tokens), self.max_heatmap_tokens)
         h = as_numpy(hidden, name="hidden", ndim=2)
