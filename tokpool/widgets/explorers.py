@@ -48,12 +48,12 @@ from ..sim.vllm_rules.serve_line import declared_tasks
 from .guards import guard_controls, label_of, show_tooltip
 from .memory import memory_share_applies, render_memory
 from .ownership import check_workload, parse_prompt_lens, render_ownership
-from .rewards import carry_labels, render_step_rewards
+from .rewards import StepRewardChart, carry_labels, render_step_rewards, step_reward_chart
 from .tokens import (
     TOKEN_METRICS,
+    TokenHeatmap,
     TokenMetric,
     all_hidden_states,
-    render_token_heatmap,
     render_tokens,
 )
 from .view import View
@@ -460,6 +460,7 @@ class TokenExplorer(Explorer):
                                  tooltip="the number each token is coloured by")
         self._states: dict[str, Any] = {}  # text -> [num_layers + 1, n, hidden], last few texts
         self._heatmaps: dict[tuple[str, int], bytes] = {}
+        self._canvases: dict[str, TokenHeatmap] = {}  # text -> its heatmap, labels drawn
         self._tokens: dict[str, list[str]] = {}
         super().__init__([self.text_input, self.layer, self.metric])
         self._watch(self.text_input, self.layer, self.metric)
@@ -502,6 +503,7 @@ class TokenExplorer(Explorer):
             old = next(iter(self._states))
             self._states.pop(old)
             self._heatmaps = {k: v for k, v in self._heatmaps.items() if k[0] != old}
+            self._canvases.pop(old, None)
         self._states[text] = states
         self._tokens[text] = token_strings(self.model.tokenizer, ids)
         return states
@@ -514,9 +516,10 @@ class TokenExplorer(Explorer):
         n = self.model.num_layers
         label = f"layer {layer} of {n}" + (" (final, after norm)" if layer == n else "")
         tokens = self._tokens[text]
-        if (text, layer) not in self._heatmaps:
-            self._heatmaps[text, layer] = render_token_heatmap(tokens, hidden,
-                                                               layer_label=label)
+        if (text, layer) not in self._heatmaps:  # the labels are drawn once per text
+            if text not in self._canvases:
+                self._canvases[text] = TokenHeatmap(tokens)
+            self._heatmaps[text, layer] = self._canvases[text].png(hidden, layer_label=label)
         return render_tokens(tokens, hidden, metric=self.metric.value, layer_label=label,
                              heatmap=self._heatmaps[text, layer],
                              settings={"model": getattr(self.model, "name", None)
@@ -583,6 +586,21 @@ def _check_reward_inputs(prm: Any, problem: Any, steps: Any, true_first_error: A
         checks.each("step_labels", labels, checks.flag)
 
 
+#: Characters a 48 %-wide text box shows per line in a ~900 px notebook cell (monospace).
+_AREA_CHARS_PER_LINE = 40
+
+
+def _text_rows(texts: Sequence[str], *, most: int = 14) -> int:
+    """Lines the problem box or the steps box needs (the larger), at least 4, at most
+    ``most`` (beyond that the box scrolls). ``texts[0]`` is the problem, the rest are steps,
+    one line each, wrapped at ``_AREA_CHARS_PER_LINE``."""
+    def lines(text: str) -> int:
+        return max(1, -(-len(text) // _AREA_CHARS_PER_LINE))
+
+    problem, steps = texts[0], texts[1:]
+    return max(4, min(most, max(lines(problem), sum(lines(s) for s in steps)) + 1))
+
+
 class StepRewardExplorer(Explorer):
     """A process reward model's step rewards for one solution; edit the steps, move the cut.
 
@@ -600,11 +618,15 @@ class StepRewardExplorer(Explorer):
         self._original = (problem, tuple(steps))
         self._truth = (true_first_error, step_labels)
         self._cache: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._chart: tuple[Any, StepRewardChart] | None = None  # (what it drew, the chart)
         self.threshold = W.FloatSlider(value=float(getattr(prm, "threshold", 0.5)), min=0.0,
                                        max=1.0, step=0.01, continuous_update=False,
                                        description="threshold", layout=_slider_layout(),
                                        tooltip="rewards below it count as errors (0 to 1)")
-        area = {"continuous_update": False, "layout": W.Layout(width="48%", height="7em")}
+        # tall enough for the whole problem and every step as they open (a box that cut the
+        # problem's last line hid part of the question); longer texts scroll
+        height = f"{_text_rows([problem, *steps]) * 1.45 + 0.9:.1f}em"
+        area = {"continuous_update": False, "layout": W.Layout(width="48%", height=height)}
         self.problem = W.Textarea(value=problem, description="problem", **area,
                                   tooltip="the question the steps solve (edit it and leave "
                                           "the box to score again)")
@@ -645,9 +667,15 @@ class StepRewardExplorer(Explorer):
         if self._truth != (None, None) and edited_problem:
             note = "; ".join(filter(None, ["the labels are those of the original problem",
                                            note]))
+        # the bars are drawn once per solution: a threshold repaints only its lines
+        drawn = (key, truth, None if labels is None else tuple(labels))
+        if self._chart is None or self._chart[0] != drawn:
+            self._chart = (drawn, step_reward_chart(self.scores.rewards, true_first_error=truth,
+                                                    step_labels=labels))
         return render_step_rewards(list(steps), self.scores.rewards,
                                    threshold=self.threshold.value, problem=self.problem.value,
-                                   true_first_error=truth, step_labels=labels, note=note)
+                                   true_first_error=truth, step_labels=labels, note=note,
+                                   chart=self._chart[1])
 
     def settings(self) -> list[tuple[str, str]]:
         n = len([s for s in self.steps.value.splitlines() if s.strip()])
