@@ -66,6 +66,44 @@ def overwritten_requests(result: SimResult) -> list[int]:
     return sorted(int(r) for r in np.unique(result.chunks.loc[hit, "request"]))
 
 
+def lucky_requests(result: SimResult) -> dict[int, str]:
+    """Requests delivered intact only because no step wrote far enough into the buffer.
+
+    A view that pooling keeps of the persistent buffer past its own step is safe only while
+    every later write stops short of its rows; a request whose views all survived that way is
+    intact *by luck*: one more token scheduled in the next step and it is corrupted. Read from
+    ``result.chunks`` (``widest_write``: the most rows a step wrote while the view was kept,
+    the view tracker's record).
+
+    Returns:
+        request -> why, e.g. ``"step 2 wrote only rows 0–2"`` (inclusive rows; ``"nothing
+        wrote the buffer before step 3 read it"`` when no step wrote it meanwhile), for every
+        intact request with such a view; empty when none.
+    """
+    _check_result(result, "lucky_requests")
+    kept = _kept_views(result.chunks)
+    corrupted = set(result.corrupted)
+    out: dict[int, str] = {}
+    for r, mine in kept.groupby("request", sort=True):
+        if int(r) in corrupted or (mine["overwritten_rows"] > 0).any():
+            continue
+        wrote = mine["widest_write"].dropna()
+        if len(wrote):  # the widest write that reached one of its views
+            i = wrote.astype("int64").idxmax()
+            w, at = int(mine.at[i, "widest_write"]), int(mine.at[i, "widest_write_step"])
+            out[int(r)] = f"step {at} wrote only row{'s' * (w > 1)} {format_range(0, w)}"
+        else:
+            out[int(r)] = (f"nothing wrote the buffer before step "
+                           f"{int(mine['read_at_step'].max())} read it")
+    return out
+
+
+def _kept_views(chunks: pd.DataFrame) -> pd.DataFrame:
+    """Chunks kept as views of the persistent output memory past their own step."""
+    read = chunks["read_at_step"].fillna(-1).astype("int64")
+    return chunks[(~chunks["owned"]) & (~chunks["eager"]) & (read > chunks["step"])]
+
+
 def explain(result: SimResult) -> list[str]:
     """One sentence per request: how its chunks were kept, and what went wrong if anything.
 
@@ -80,6 +118,7 @@ def explain(result: SimResult) -> list[str]:
     recomputed = (TOKEN_TASK_SKIP_REASON if cfg.enable_prefix_caching
                   and not reads_prefix_cache(cfg.task) else None)
     shared = _shares_a_block(result.prompt_token_ids, cfg.block_size)
+    lucky = lucky_requests(result)
     lines = []
     for rec in result.requests.itertuples(index=False):
         mine = chunks[chunks["request"] == rec.request]
@@ -110,6 +149,14 @@ def explain(result: SimResult) -> list[str]:
                        "delivered → CORRUPTED")
         elif int(getattr(rec, "duplicated_rows", 0)):
             verdict = ""  # said with its preemption below
+        elif rec.request in lucky:
+            views = _kept_views(mine)
+            rows = ", ".join(format_range(int(c.buffer_row_start),
+                                          int(c.buffer_row_start + c.token_end - c.token_start))
+                             for c in views.itertuples(index=False))
+            verdict = (f" → intact by luck ({lucky[rec.request]}; its view{'s' * (len(views) > 1)}"
+                       f" of the reused buffer: rows {rows}, which a longer step would have "
+                       "rewritten)")
         else:
             verdict = " → corrupted" if rec.request in corrupted else " → intact"
         restarts = int(getattr(rec, "num_preemptions", 0))
