@@ -685,9 +685,10 @@ class OwnershipExplorer(Explorer):
         prompt_len: ``IntSlider``, request 0's prompt length.
         more_requests: ``Text``, the other requests' prompt lengths (``"6, 9"``; may be empty).
         budget: ``IntSlider``, ``max_num_batched_tokens`` (tokens per step = buffer rows).
-        async_scheduling: ``ToggleButton``.
+        async_scheduling: ``Checkbox``, ``async_scheduling``.
         policy: ``ToggleButtons`` over ``tp.RETENTION_POLICIES``.
         chunked: ``Checkbox``, ``enable_chunked_prefill``.
+        vllm_head: ``Checkbox``, run vLLM's default head after pooling.
         view: the last ``View``; ``view.data['result']`` is the ``SimResult``.
     """
     def __init__(self, prompt_lens: list[int] | None = None, *, budget: int = 16,
@@ -723,14 +724,13 @@ class OwnershipExplorer(Explorer):
                                   tooltip="tokens the engine computes per step (vLLM's "
                                           "max_num_batched_tokens), 2 to 64",
                                   layout=_slider_layout())
-        self.async_scheduling = W.ToggleButton(value=async_scheduling,
-                                               description="async scheduling", icon="bolt",
-                                               layout=W.Layout(width="auto"))
-        _mark_toggle(self.async_scheduling,
-                     on="async scheduling is on: step N+1 starts before step N's host copy; "
-                        "click for sync scheduling",
-                     off="async scheduling is off (sync): each step's output is copied before "
-                         "the next step starts; click to turn it on")
+        # on/off settings are all checkboxes, one style (async, chunked prefill, vLLM's head)
+        self.async_scheduling = W.Checkbox(
+            value=async_scheduling, description="async scheduling", indent=False,
+            layout=W.Layout(width="auto"),
+            tooltip="async scheduling: the engine starts step N+1 before step N's output is "
+                    "copied to the host (vLLM's async_scheduling); off: each step's output is "
+                    "copied before the next step starts")
         self.chunked = W.Checkbox(value=enable_chunked_prefill, description="chunked prefill",
                                   tooltip="split a prompt longer than tokens per step over "
                                           "several steps (vLLM's enable_chunked_prefill)",

@@ -226,25 +226,39 @@ def prompt_grid(low: int, high: int, *, points_per_doubling: int = 2) -> np.ndar
 
 
 
-def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.DataFrame:
-    """What each row of a request's delivered output actually holds, with real numbers.
+def corruption_table(result: SimResult, request: int, *, column: int = 0,
+                     values: bool = False) -> pd.DataFrame:
+    """What each row of a request's delivered output actually holds, in tokens.
 
     Every row of the default synthetic source identifies its token exactly, so each delivered
-    row can be traced back to the (request, position) whose hidden state it really is.
+    row can be traced back to the (request, position) whose hidden state it really is: the
+    table says "expected token 3, found token 16" where the raw numbers differ only in
+    decimals.
 
     Args:
         result: a tensor-mode ``tp.simulate(...)`` result run with the default synthetic source,
             one row per position (ALL pooling) and no activation (``use_activation=False``).
         request: which request's output to inspect.
-        column: which hidden-state column to print the values of.
+        column: which hidden-state column ``values`` prints.
+        values: add the raw numbers (``expected_value`` / ``delivered_value``, column
+            ``column``) and the old ``expected`` / ``holds`` labels (``"r0 t5"``).
 
     Returns:
-        DataFrame, one row per position: ``position``, ``expected`` (``"r0 t5"`` = request 0,
-        token 5), ``holds`` (the token whose row was delivered there, ``"?"`` if none),
-        ``expected_value`` / ``delivered_value`` (column ``column``), ``ok``.
+        DataFrame, one row per position: ``position``, ``expected_token`` (the position's
+        own token), ``found_request`` / ``found_token`` (whose row was delivered there; NA when
+        the row is no token of the run), ``ok``, and ``reads``, the row in words
+        (``"token 3 ✓"``, ``"expected token 3, found token 16"``, ``"… found request 1's token
+        2"``); with ``values=True`` also the columns above.
 
     Raises:
         ValueError: an analytic result, another pooling or an activation, or a bad request.
+
+    Example:
+        >>> cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, policy="legacy",
+        ...                    head_dtype=None, use_activation=False)
+        >>> table = tp.corruption_table(tp.simulate([20], cfg), 0)
+        >>> table.loc[0, "reads"]
+        'expected token 0, found token 16'
     """
     import torch  # imported on use: the frames above need no torch
 
@@ -261,26 +275,41 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
           why=f" (the result has {len(result.prompt_lens)} requests)")
     whole("column", column, minimum=0, maximum=cfg.width - 1,
           why=f" (the hidden states are {cfg.width} wide)")
+    if not isinstance(values, bool):
+        raise TypeError(f"values must be True or False, got {values!r}")
     source = default_source(cfg)  # the source simulate used for this config
     source.prepare(result.prompt_lens)
 
     def key(row: torch.Tensor) -> bytes:  # exact bit pattern of one row
         return row.contiguous().view(torch.uint8).numpy().tobytes()
 
-    owner: dict[bytes, str] = {}
+    owner: dict[bytes, tuple[int, int]] = {}
     for r in range(len(result.prompt_lens)):
         ref = source.reference(r).to(cfg.output_dtype)  # [prompt_len, W]
         for p in range(ref.shape[0]):
-            owner[key(ref[p])] = f"r{r} t{p}"
+            owner[key(ref[p])] = (r, p)
     expected = source.reference(request).to(cfg.output_dtype)  # [prompt_len, W]
     delivered = result.outputs[request]  # [prompt_len, W]
     rows = []
     for p in range(expected.shape[0]):
-        holds = owner.get(key(delivered[p]), "?")
-        rows.append({
-            "position": p, "expected": f"r{request} t{p}", "holds": holds,
-            "expected_value": float(expected[p, column]),
-            "delivered_value": float(delivered[p, column]),
-            "ok": bool(torch.equal(expected[p], delivered[p])),
-        })
-    return pd.DataFrame(rows)
+        found = owner.get(key(delivered[p]))
+        ok = bool(torch.equal(expected[p], delivered[p]))
+        if ok:
+            reads = f"token {p} ✓"
+        elif found is None:
+            reads = f"expected token {p}, found no token of this run"
+        elif found[0] == request:
+            reads = f"expected token {p}, found token {found[1]}"
+        else:
+            reads = f"expected token {p}, found request {found[0]}'s token {found[1]}"
+        row = {"position": p, "expected_token": p,
+               "found_request": None if found is None else found[0],
+               "found_token": None if found is None else found[1], "ok": ok, "reads": reads}
+        if values:
+            row |= {"expected": f"r{request} t{p}",
+                    "holds": "?" if found is None else f"r{found[0]} t{found[1]}",
+                    "expected_value": float(expected[p, column]),
+                    "delivered_value": float(delivered[p, column])}
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.astype({"found_request": "Int64", "found_token": "Int64"})
