@@ -357,8 +357,8 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
     notes = [f"✗ step {panel.step} wrote rows {format_range(r0, r1)}: req {v.request} "
              f"tok {format_range(t0, t1)} still points here"
              for v in panel.views for r0, r1, t0, t1 in v.rewritten_now]
-    bottom = max(rows, *(cy + card_h / 2 for cy in centres), *(cy + clone_h / 2
-                                                              for cy in c_centres))
+    bottom = max([rows, *(cy + card_h / 2 for cy in centres),
+                  *(cy + clone_h / 2 for cy in c_centres)])
     for i, note in enumerate(notes):
         ax.text(_CARD[0], bottom + (0.55 + i * 0.9) * label_rows, note, ha="left", va="top",
                 fontsize=7, color=REWRITTEN, fontweight="bold")
@@ -454,7 +454,7 @@ def plot_buffer_reuse(
     Example:
         >>> cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, policy="legacy")
         >>> axes = tp.viz.plot_buffer_reuse(tp.simulate([20], cfg))
-        >>> len(axes), axes[1].get_title()
+        >>> len(axes), axes[1].get_title(loc="left")
         (3, 'step 1: writes rows 0–7')
     """
     import matplotlib.pyplot as plt
