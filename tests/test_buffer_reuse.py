@@ -136,3 +136,21 @@ def test_intact_by_luck_names_the_short_write() -> None:
     late = tp.simulate([5, 12, 3], _config(policy="legacy", async_scheduling=True))
     assert tp.sim.lucky_requests(late) == {2: "nothing wrote the buffer before step 3 read it"}
     assert tp.sim.lucky_requests(tp.simulate([5, 12, 3], _config())) == {}
+
+
+def test_step_slider_walks_the_run() -> None:
+    result = tp.simulate([20], _config(policy="legacy"))
+    ex = tp.viz.buffer_reuse_explorer(result)
+    assert (ex.step.min, ex.step.max, ex.step.continuous_update) == (0, 2, False)
+    first = ex.image.value
+    assert "its rows are still intact" in ex.html.value
+    ex.step.value = 1
+    assert ex.image.value != first
+    assert ("request 0's view of tokens 0–7 (rows 0–7, kept in step 0): step 1 wrote other "
+            "tokens into rows 0–7") in ex.html.value
+    ex.step.value = 2
+    assert ex.view.data["panel"] == tp.viz.buffer_reuse_panels(result)[2]
+    assert "read now, so the output is corrupted" in ex.html.value
+    with pytest.raises(ValueError, match="engine steps 0 to 2"):
+        tp.viz.buffer_reuse_explorer(result, step=5)
+    mpl.pyplot.close("all")

@@ -41,12 +41,11 @@ from .token_text import (
 
 __all__ = [
     "CHUNK_KINDS",
-    "BufferPanel",
-    "buffer_reuse_panels",
-    "plot_buffer_reuse",
     "CONTINUATION",
+    "BufferPanel",
     "ColourScale",
     "HTMLText",
+    "buffer_reuse_panels",
     "colour_scale",
     "cosine_similarity_matrix",
     "figure_png",
@@ -57,6 +56,7 @@ __all__ = [
     "load_engine_memory",
     "overwritten_requests",
     "pca_2d",
+    "plot_buffer_reuse",
     "plot_buffer_rows",
     "plot_chunked_error",
     "plot_engine_memory",
