@@ -73,7 +73,7 @@ def render_buffer_reuse(result: SimResult, step: int) -> View:
 
     png = figure_png(draw())
     sentences = _sentences(result, step) or ["pooling keeps no view of the buffer in this step."]
-    body = "".join(f"<li>{html.escape(s)}</li>" for s in sentences)
+    body = "".join(f"<li>{html.escape(s, quote=False)}</li>" for s in sentences)
     text = (f'<div style="font-family:sans-serif"><b>Engine step {step} of '
             f"{len(panels) - 1}</b> (one pass of the engine's loop: schedule, write the buffer, "
             f'pool, copy out)<ul style="margin:4px 0">{body}</ul></div>')
