@@ -468,7 +468,7 @@ def test_toggle_states_are_unmistakable() -> None:
 def test_ownership_switches_share_one_style() -> None:
     own = tp.ownership_explorer([5], budget=8, hidden_size=8)
     switches = (own.async_scheduling, own.chunked, own.vllm_head)
-    assert {type(w) for w in switches} == {W.Checkbox}  # one style for every on/off setting
+    assert all(isinstance(w, W.Checkbox) for w in switches)  # one style for every switch
     assert all(w.tooltip for w in switches)
     own.async_scheduling.value = True
     assert own.view.settings["async_scheduling"] is True
@@ -647,3 +647,17 @@ def test_view_saves_svg_pdf_and_every_table_carries_its_settings(tmp_path, tiny_
     assert "tokpool-settings" in page and "vllm_rules 0.33.0" in page
     with pytest.raises(ValueError, match="only as a PNG"):
         widgets.View(html="x", png=views["memory"].png).save(tmp_path / "x.svg")
+
+
+def test_ownership_explorer_says_intact_by_luck_and_reuses_views() -> None:
+    ex = tp.ownership_explorer([20, 6, 9], budget=16, policy="legacy", hidden_size=8)
+    assert ex.view.data["lucky"] == [2]
+    assert "request 2 intact only by luck" in ex.html.value
+    assert "intact by luck (step 2 wrote only rows 0–3;" in ex.html.value
+    assert "request 1 (6 tokens, 1 chunk in step 1): view → intact." in ex.html.value
+    first = ex.view
+    ex.budget.value = 12
+    ex.budget.value = 16  # back: the same settings show the same view, not a redraw
+    assert ex.view is first
+    ex.policy.value = "clone"
+    assert ex.view.data["lucky"] == [] and "by luck" not in ex.html.value

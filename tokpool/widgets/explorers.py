@@ -710,6 +710,7 @@ class OwnershipExplorer(Explorer):
                      why=" (the view simulates real tensors of that width)")
         check_workload(lens, budget)  # a workload the view can draw, before any work
         self.hidden_size = hidden_size
+        self._views: dict[tuple, View] = {}  # see CACHED_VIEWS
         self.prompt_len = W.IntSlider(value=lens[0], min=1, max=96, continuous_update=False,
                                       description="request 0 tokens", style=_WIDE,
                                       tooltip="request 0's prompt length in tokens (1 to 96)",
@@ -758,16 +759,29 @@ class OwnershipExplorer(Explorer):
             raise ValueError(f"other requests: {err}") from err
         return [self.prompt_len.value, *others]
 
+    #: Views kept per explorer (settings -> View): a setting revisited while a slider is
+    #: dragged back and forth, or a toggle flipped twice, is shown without redrawing.
+    CACHED_VIEWS = 32
+
     def render(self) -> View:
         lens = self.prompt_lens
         if not self.chunked.value:
             self._check_unchunked(lens)
-        return render_ownership(
-            lens, max_num_batched_tokens=self.budget.value,
-            async_scheduling=self.async_scheduling.value, policy=self.policy.value,
-            enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
-            vllm_head=self.vllm_head.value,
-        )
+        key = (tuple(lens), self.budget.value, self.async_scheduling.value, self.policy.value,
+               self.chunked.value, self.hidden_size, self.vllm_head.value)
+        cache = self._views
+        view = cache.pop(key, None)  # popped and put back: the most recent is last
+        if view is None:
+            view = render_ownership(
+                lens, max_num_batched_tokens=self.budget.value,
+                async_scheduling=self.async_scheduling.value, policy=self.policy.value,
+                enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
+                vllm_head=self.vllm_head.value,
+            )
+        cache[key] = view
+        while len(cache) > self.CACHED_VIEWS:
+            del cache[next(iter(cache))]  # the least recently shown
+        return view
 
 
     def _check_unchunked(self, lens: list[int]) -> None:
