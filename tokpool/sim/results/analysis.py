@@ -193,7 +193,8 @@ def explain(result: SimResult) -> list[str]:
 
         pinned = int(getattr(rec, "stranded_bytes", 0))
         if pinned > 0:
-            verdict += f"; its views stranded {pinned:,} bytes of other rows"
+            verdict += (f"; its views stranded {pinned:,} bytes of other rows (kept alive "
+                        "and unusable: a view keeps its whole step tensor in memory)")
         if result.looked_past:
             verdict += ("; simulated AS IF vLLM accepted the run, which it refuses "
                         "(SimResult.looked_past)")
