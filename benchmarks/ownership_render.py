@@ -23,8 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import tokpool.widgets  # noqa: E402  (after the backend is chosen)
-from tokpool.widgets.ownership import render_ownership  # noqa: E402
+from tokpool.widgets.ownership import render_ownership
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = [20, 6, 9]

@@ -281,7 +281,7 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
                                gid="buffer"))
         if text and seg.row1 - seg.row0 >= label_rows:
             ax.text((x0 + x1) / 2, (seg.row0 + seg.row1) / 2, text, ha="center", va="center",
-                    fontsize=7, color=colour, zorder=5, linespacing=1.0)
+                    fontsize=7.5, color=colour, zorder=5, linespacing=1.0)
     ax.add_patch(Rectangle((x0, 0), x1 - x0, rows, fill=False, edgecolor="0.2", lw=1.2,
                            zorder=6))
     # row numbers: the first row, every run's first row, the last row
@@ -291,7 +291,7 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
         if not shown or r - shown[-1] >= label_rows:
             shown.append(r)
     for r in shown:
-        ax.text(x1 + 0.04, r + 0.5, str(r), ha="left", va="center", fontsize=6.5,
+        ax.text(x1 + 0.04, r + 0.5, str(r), ha="left", va="center", fontsize=7,
                 color="0.4")
     # the views pooling keeps: cards on the left, a bracket over their rows, an arrow between
     card_h = max(rows * 0.24, label_rows * 4.3)  # four lines of text
@@ -327,7 +327,7 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
         ax.text((_CARD[0] + _CARD[1]) / 2, cy,
                 f"view: req {v.request} tok {format_range(v.token0, v.token1)}\n"
                 f"kept in step {v.kept_step},\n{where}\n{state}",
-                ha="center", va="center", fontsize=6.3, linespacing=1.15, zorder=5,
+                ha="center", va="center", fontsize=7.0, linespacing=1.15, zorder=5,
                 color=REWRITTEN if broken else "0.15")
         for r0, r1, *_ in v.rewritten_before:
             ax.add_patch(Rectangle((x0, r0), x1 - x0, r1 - r0, fill=False, hatch="///",
@@ -351,7 +351,7 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
                 else f"{c.kind} from step {c.kept_step}\nowns a copy of")
         ax.text((_CLONE[0] + _CLONE[1]) / 2, cy,
                 f"{head}\nreq {c.request} tok {format_range(c.token0, c.token1)} ✓",
-                ha="center", va="center", fontsize=6.3, linespacing=1.15, color="#00553a",
+                ha="center", va="center", fontsize=7.0, linespacing=1.15, color="#00553a",
                 zorder=5)
     # what broke in this step, in words, under the buffer
     notes = [f"✗ step {panel.step} wrote rows {format_range(r0, r1)}: req {v.request} "
@@ -361,14 +361,14 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
                   *(cy + clone_h / 2 for cy in c_centres)])
     for i, note in enumerate(notes):
         ax.text(_CARD[0], bottom + (0.55 + i * 0.9) * label_rows, note, ha="left", va="top",
-                fontsize=7, color=REWRITTEN, fontweight="bold")
+                fontsize=7.5, color=REWRITTEN, fontweight="bold")
     extra = (len(notes) * 0.9 + 0.8) * label_rows
     ax.set_xlim(_CARD[0] - 0.05, _CLONE[1] + 0.05)
     ax.set_ylim(bottom + extra, -2.2 * label_rows)  # rows run top to bottom
     for x, text in ((sum(_CARD) / 2, "views pooling keeps"),
                     ((x0 + x1) / 2, "the buffer"),
                     (sum(_CLONE) / 2, "owned copies")):
-        ax.text(x, -0.5 * label_rows, text, ha="center", va="bottom", fontsize=7.5,
+        ax.text(x, -0.5 * label_rows, text, ha="center", va="bottom", fontsize=8,
                 color="0.3", fontweight="bold")
     ax.set_axis_off()
     if title:
@@ -397,8 +397,9 @@ def _legend_handles(panels: Sequence[BufferPanel]) -> list[Any]:
                           for r in requests]
     if any(s.request == -1 for p in panels for s in p.contents):
         handles.append(Patch(color=PADDING, label="padding (graph replay)"))
-    handles.append(Patch(facecolor=_colour(0), alpha=0.38,
-                         label="rows left from an earlier step"))
+    if any(s.request >= 0 and s.step != p.step for p in panels for s in p.contents):
+        handles.append(Patch(facecolor=_colour(0), alpha=0.38,
+                             label="rows left from an earlier step"))
     if any(v.rewritten_now for p in panels for v in p.views):
         handles.append(Patch(facecolor="white", edgecolor=REWRITTEN, hatch="xxx",
                              label="rewritten this step under a kept view"))
@@ -468,16 +469,16 @@ def plot_buffer_reuse(
         if ax is not None and not isinstance(ax, Axes):
             raise TypeError(f"ax must be a matplotlib Axes with step=, got {type(ax).__name__}")
         if ax is None:
-            _, ax = plt.subplots(figsize=(5.6, per_in + 1.6), layout="constrained")
+            _, ax = plt.subplots(figsize=(6.4, per_in + 1.8), layout="constrained")
         _draw_panel(ax, panels[step], title=True)
         if legend:
             ax.figure.legend(handles=_legend_handles([panels[step]]),
-                             loc="outside lower center", ncol=2, fontsize=7)
+                             loc="outside lower center", ncol=2, fontsize=7.5)
         return ax
     if ax is None:
         ncols = min(3, len(panels))
         nrows = -(-len(panels) // ncols)
-        fig, grid = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, per_in * nrows + 1.5),
+        fig, grid = plt.subplots(nrows, ncols, figsize=(5.8 * ncols, per_in * nrows + 1.5),
                                  layout="constrained", squeeze=False)
         axes = list(grid.ravel())
         for extra in axes[len(panels):]:
