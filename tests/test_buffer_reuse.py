@@ -103,7 +103,7 @@ def test_one_step_and_bad_arguments() -> None:
         tp.viz.plot_buffer_reuse(result, step=3)
     with pytest.raises(TypeError, match="SimResult"):
         tp.viz.plot_buffer_reuse([20])
-    with pytest.raises(ValueError, match="closed form"):
+    with pytest.raises(ValueError, match="closed form, which has no engine steps"):
         tp.viz.plot_buffer_reuse(tp.simulate([20], _config(), mode="closed_form"))
     with pytest.raises(TypeError, match="sequence of Axes"):
         tp.viz.plot_buffer_reuse(result, ax=ax)

@@ -128,8 +128,9 @@ def _check(result: Any) -> None:
         raise TypeError(f"plot_buffer_reuse: result must be a SimResult (tp.simulate(...)), "
                         f"got {type(result).__name__}")
     if result.mode == "closed_form" or result.buffer_writes is None:
-        raise ValueError("plot_buffer_reuse needs the engine's steps: run tp.simulate(..., "
-                         "mode='tensor') or mode='analytic' (a closed form has no steps)")
+        raise ValueError("plot_buffer_reuse: this result is a closed form, which has no engine "
+                         "steps to draw; run tp.simulate(..., mode='tensor') or "
+                         "mode='analytic'")
 
 
 def buffer_reuse_panels(result: SimResult, *,
