@@ -105,6 +105,11 @@ def test_one_step_and_bad_arguments() -> None:
         tp.viz.plot_buffer_reuse([20])
     with pytest.raises(ValueError, match="closed form, which has no engine steps"):
         tp.viz.plot_buffer_reuse(tp.simulate([20], _config(), mode="closed_form"))
+    long = tp.simulate([60], _config(policy="legacy", max_num_batched_tokens=2))
+    with pytest.raises(ValueError, match="Pass step= for one of them"):
+        tp.viz.plot_buffer_reuse(long)
+    assert tp.viz.plot_buffer_reuse(long, step=29).get_title(loc="left") == (
+        "step 29: writes rows 0–1")
     with pytest.raises(TypeError, match="sequence of Axes"):
         tp.viz.plot_buffer_reuse(result, ax=ax)
     mpl.pyplot.close("all")

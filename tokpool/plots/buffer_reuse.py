@@ -39,6 +39,8 @@ REQUEST_COLOURS: tuple[str, ...] = tuple(c for i, c in enumerate(OKABE_ITO) if i
 REWRITTEN = OKABE_ITO[3]  # vermillion: rows rewritten under a kept view
 SAFE = OKABE_ITO[2]  # green: an owned copy
 PADDING = "0.82"
+#: Most engine steps drawn side by side (``step=None``); longer runs are drawn one step a time.
+MAX_PANELS = 24
 
 # x layout of a panel (data units): view cards | brackets | buffer column | clone column
 _CARD = (0.0, 1.45)
@@ -451,7 +453,8 @@ def plot_buffer_reuse(
     Raises:
         TypeError: ``result`` is not a ``SimResult``, or ``ax`` is not an Axes (a sequence of
             Axes without ``step``).
-        ValueError: a closed-form result, a step the run does not have, or too few axes.
+        ValueError: a closed-form result, a step the run does not have, too few axes, or more
+            than ``MAX_PANELS`` steps without ``step``.
 
     Example:
         >>> cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, policy="legacy")
@@ -476,6 +479,10 @@ def plot_buffer_reuse(
             ax.figure.legend(handles=_legend_handles([panels[step]]),
                              loc="outside lower center", ncol=2, fontsize=7.5)
         return ax
+    if len(panels) > MAX_PANELS:
+        raise ValueError(f"the run has {len(panels)} engine steps; plot_buffer_reuse draws at "
+                         f"most {MAX_PANELS} side by side. Pass step= for one of them, or walk "
+                         "them with tp.buffer_reuse_explorer(result)")
     if ax is None:
         ncols = min(3, len(panels))
         nrows = -(-len(panels) // ncols)
