@@ -77,6 +77,14 @@ def buffer_rows():
     return _fig(tp.viz.plot_buffer_rows(tp.simulate([5, 12, 3], config)))
 
 
+def buffer_reuse():
+    """The reused buffer step by step: legacy's kept views, the rows rewritten under them and
+    the clone beside each (notebook 02, section 2)."""
+    config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=8, policy="legacy",
+                          **IDENTITY_HEAD)
+    return tp.viz.plot_buffer_reuse(tp.simulate([20], config))[0].figure
+
+
 def _lens() -> np.ndarray:
     return tp.viz.prompt_grid(1024, 1 << 20, points_per_doubling=4)  # 41 lengths, 1K … 1M
 
@@ -193,6 +201,7 @@ FIGURES: dict[str, Callable] = {
     "first_example": first_example,
     "ownership_schedule": ownership_schedule,
     "buffer_rows": buffer_rows,
+    "buffer_reuse": buffer_reuse,
     "memory_vs_prompt_length": memory_vs_prompt_length,
     "memory_per_model": memory_per_model,
     "memory_timeline": memory_timeline,

@@ -54,6 +54,7 @@ _B = config.max_num_batched_tokens
 _L = _ranges(legacy)[-1] - _ranges(legacy)[-2] + 1  # tokens in the last chunk
 _lucky = table.loc[table["ok"] & (table["position"] < _ranges(legacy)[-2]), "position"]
 _sync, _async = set(runs["legacy", "sync"].corrupted), set(runs["legacy", "async"].corrupted)
+_o0, _o1 = reuse.overwrites.iloc[0], reuse.overwrites.iloc[1]  # the two overwrites drawn
 _fits_in = next(s.index for s in runs["clone", "sync"].schedule
                 if (0, 0, workload[0]) in s.chunks)
 import tokpool.widgets.view as _view
@@ -111,9 +112,18 @@ CLAIMS: dict[str, dict[str, str]] = {
         "while the 16 cached rows are still alive": "_ranges(one)[-2]",
         "T = 20 tokens, L = 4 in the last chunk":
             "(one.prompt_lens[0], _ranges(one)[-1] - _ranges(one)[-2] + 1)",
-        "writes tokens 8–15 over the rows that held tokens 0–7":
-            "(*_ranges(one)[2:4], *_ranges(one)[0:2])",
-        "now shows tokens 8–15": "_ranges(one)[2:4]",
+        "Steps are numbered from 0": "int(one.steps['step'].min())",
+        "Step 1 writes tokens 8–15 over rows 0–7, all the rows the view of tokens 0–7 points at":
+            "(int(_o0.step), *_ranges(reuse)[2:4], int(_o0.buffer_row_start), "
+            "int(_o0.buffer_row_end) - 1, int(_o0.token_start), int(_o0.token_end) - 1)",
+        "Step 2 writes only 4 rows (0–3): the view of tokens 8–15 loses tokens 8–11 and keeps "
+        "12–15, by luck":
+            "(int(_o1.step), int(_o1.rows_written), int(_o1.buffer_row_start), "
+            "int(_o1.buffer_row_end) - 1, *_ranges(reuse)[2:4], int(_o1.token_start), "
+            "int(_o1.token_end) - 1, int(_o1.token_end), _ranges(reuse)[3])",
+        "A clone made in step 0 or 1":
+            "tuple(int(s) for s in reuse.chunks.loc[reuse.chunks['overwritten_rows'] > 0, "
+            "'step'])",
         "positions 0–11 hold tokens of later chunks": "(int(wrong.min()), int(wrong.max()))",
         "Positions 12–15 are right only by luck": "(int(_lucky.min()), int(_lucky.max()))",
         "the last step wrote just 4 rows (0–3)": "(_L, 0, _L - 1)",

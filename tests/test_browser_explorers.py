@@ -312,7 +312,7 @@ def test_ownership_explorer_refuses_hostile_values_and_answers(browser_page) -> 
                                      ("6, 10", "6, 9")),
         "tokens per step": _alternate(lambda v: d.type_into(d.box("tokens per step"), v),
                                       ("12", "16")),
-        "async scheduling": [d.click("async scheduling") for _ in range(REPEATS)],
+        "async scheduling": [d.check("async scheduling") for _ in range(REPEATS)],
         "chunked prefill": [d.check("chunked prefill") for _ in range(REPEATS - 1)],
         "policy": _alternate(d.click, ("legacy", "clone")),
         "vLLM's head": [d.check("vLLM's head") for _ in range(REPEATS - 1)],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ipywidgets as W
 import matplotlib as mpl
 import numpy as np
 import pytest
@@ -155,8 +156,26 @@ def test_corruption_table_traces_rows_to_their_tokens() -> None:
                                             policy="legacy", **identity))
     table = tp.corruption_table(result, 0)
     # the final step wrote tokens 16-19 into rows 0-3; rows 4-7 still hold tokens 12-15
-    assert table["holds"].tolist()[:8] == [f"r0 t{t}" for t in (16, 17, 18, 19, 12, 13, 14, 15)]
+    found = [16, 17, 18, 19, 12, 13, 14, 15]
+    assert table["found_token"].tolist()[:8] == found
+    assert table["reads"].tolist()[:8] == [f"expected token {p}, found token {t}"
+                                           for p, t in enumerate(found)]
+    assert table["reads"].iloc[16] == "token 16 ✓"
     assert table["ok"].tolist() == [False] * 12 + [True] * 8
+    # the wrong rows are exactly those the simulator reports rewritten under a kept view
+    over = result.overwrites
+    rewritten = {p for o in over.itertuples() for p in range(o.token_start, o.token_end)}
+    assert set(table.loc[~table["ok"], "position"]) == rewritten
+    assert "expected_value" not in table  # the raw numbers only on request
+    raw = tp.corruption_table(result, 0, values=True)
+    assert raw["holds"].tolist()[:2] == ["r0 t16", "r0 t17"] and "delivered_value" in raw
+    # another request's rows are named with their request
+    mixed = tp.simulate([5, 12, 3], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8,
+                                                 policy="legacy", async_scheduling=True,
+                                                 **identity))
+    row = tp.corruption_table(mixed, 0).iloc[0]
+    assert (row["found_request"], row["found_token"]) == (1, 6)
+    assert row["reads"] == "expected token 0, found request 1's token 6"
     clean = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, **identity))
     assert tp.corruption_table(clean, 0)["ok"].all()
     with pytest.raises(ValueError, match="tensor-mode"):
@@ -499,10 +518,14 @@ def test_toggle_states_are_unmistakable() -> None:
     assert (off.button_style, off.icon) == ("", "") and "hidden" in off.tooltip
     on.value = False
     assert (on.button_style, on.icon) == ("", "") and "hidden" in on.tooltip
+
+def test_ownership_switches_share_one_style() -> None:
     own = tp.ownership_explorer([5], budget=8, hidden_size=8)
-    assert own.async_scheduling.button_style == "" and "off" in own.async_scheduling.tooltip
+    switches = (own.async_scheduling, own.chunked, own.vllm_head)
+    assert all(isinstance(w, W.Checkbox) for w in switches)  # one style for every switch
+    assert all(w.tooltip for w in switches)
     own.async_scheduling.value = True
-    assert own.async_scheduling.button_style == "info" and "is on" in own.async_scheduling.tooltip
+    assert own.view.settings["async_scheduling"] is True
 
 
 def _controls_with_tips(ex) -> list:
@@ -678,3 +701,17 @@ def test_view_saves_svg_pdf_and_every_table_carries_its_settings(tmp_path, tiny_
     assert "tokpool-settings" in page and "vllm_rules 0.33.0" in page
     with pytest.raises(ValueError, match="only as a PNG"):
         widgets.View(html="x", png=views["memory"].png).save(tmp_path / "x.svg")
+
+
+def test_ownership_explorer_says_intact_by_luck_and_reuses_views() -> None:
+    ex = tp.ownership_explorer([20, 6, 9], budget=16, policy="legacy", hidden_size=8)
+    assert ex.view.data["lucky"] == [2]
+    assert "request 2 intact only by luck" in ex.html.value
+    assert "intact by luck (step 2 wrote only rows 0–3;" in ex.html.value
+    assert "request 1 (6 tokens, 1 chunk in step 1): view → intact." in ex.html.value
+    first = ex.view
+    ex.budget.value = 12
+    ex.budget.value = 16  # back: the same settings show the same view, not a redraw
+    assert ex.view is first
+    ex.policy.value = "clone"
+    assert ex.view.data["lucky"] == [] and "by luck" not in ex.html.value

@@ -61,6 +61,7 @@ _LAZY: dict[str, str] = {
     "plot_ownership_schedule": "tokpool.viz",
     "plot_similarity": "tokpool.viz",
     "plot_step_rewards": "tokpool.viz",
+    "buffer_reuse_explorer": "tokpool.viz",
     "memory_explorer": "tokpool.viz",
     "ownership_explorer": "tokpool.viz",
     "step_reward_explorer": "tokpool.viz",

@@ -7,6 +7,7 @@ changes global rcParams or displays as a side effect. ``tokpool`` imports this p
 """
 
 from ._style import figure_png, format_bytes, format_range, format_tokens
+from .buffer_reuse import BufferPanel, buffer_reuse_panels, plot_buffer_reuse
 from .embeddings import cosine_similarity_matrix, pca_2d, plot_similarity, plot_token_pca
 from .engine_memory import load_engine_memory, plot_engine_memory
 from .equivalence import plot_chunked_error
@@ -42,8 +43,10 @@ from .token_text import (
 __all__ = [
     "CHUNK_KINDS",
     "CONTINUATION",
+    "BufferPanel",
     "ColourScale",
     "HTMLText",
+    "buffer_reuse_panels",
     "colour_scale",
     "cosine_similarity_matrix",
     "figure_png",
@@ -54,6 +57,7 @@ __all__ = [
     "load_engine_memory",
     "overwritten_requests",
     "pca_2d",
+    "plot_buffer_reuse",
     "plot_buffer_rows",
     "plot_chunked_error",
     "plot_engine_memory",

@@ -43,6 +43,7 @@ from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 from .results.analysis import (
     corruption_table,
     explain,
+    lucky_requests,
     overwritten_requests,
     prompt_grid,
     schedule_frame,
@@ -83,6 +84,7 @@ __all__ = [
     "estimate_step_times",
     "explain",
     "keep_rule",
+    "lucky_requests",
     "mark_startup_refusals",
     "overwritten_requests",
     "ownership_table",

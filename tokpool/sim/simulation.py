@@ -20,6 +20,7 @@ from .backends.tensor import run_tensor
 from .backends.timing import estimate_step_times
 from .config import SimConfig
 from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
+from .memory.views import overwrites_frame, writes_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule
 from .schedule.scheduler import ScheduledStep, check_prompt_token_ids, validate_prompt_lens
@@ -196,6 +197,8 @@ def simulate(
         schedule=steps,
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
+        buffer_writes=writes_frame(engine.tracker),
+        overwrites=overwrites_frame(engine.tracker),
         looked_past=[*config.looked_past, *refuse.looked_past],
         prompt_token_ids=token_ids,
     )
@@ -311,11 +314,11 @@ def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, param
 def chunks_frame(chunks) -> pd.DataFrame:
     """``SimResult.chunks`` from the loop's chunk records, ``CHUNK_COLUMNS`` order."""
     frame = pd.DataFrame([vars(c) for c in chunks], columns=list(CHUNK_COLUMNS))
-    for name in ("read_at_step", "overwritten_at_step"):
+    for name in ("read_at_step", "overwritten_at_step", "widest_write", "widest_write_step"):
         frame[name] = frame[name].astype("Int64")  # NA where no step applies
     return frame.astype({c: "int64" for c in ("step", "request", "token_start", "token_end",
-                                               "buffer_row_start")} | {"eager": bool,
-                                                                       "owned": bool})
+                                               "buffer_row_start", "overwritten_rows")}
+                        | {"eager": bool, "owned": bool})
 
 
 def _closed_form_result(lens, config, *, source, arrival_steps, params=None) -> SimResult:

@@ -4,6 +4,7 @@
 import ipywidgets or matplotlib.
 """
 
+from .buffer import BufferReuseExplorer, buffer_reuse_explorer, render_buffer_reuse
 from .explorers import (
     Explorer,
     MemoryExplorer,
@@ -32,6 +33,7 @@ from .view import View, png_size, table_html
 
 __all__ = [
     "TOKEN_METRICS",
+    "BufferReuseExplorer",
     "Explorer",
     "MemoryExplorer",
     "MultiToggle",
@@ -40,6 +42,7 @@ __all__ = [
     "TokenExplorer",
     "View",
     "all_hidden_states",
+    "buffer_reuse_explorer",
     "check_workload",
     "context_range",
     "corruption_table",
@@ -49,6 +52,7 @@ __all__ = [
     "parse_prompt_lens",
     "png_size",
     "prompt_grid",
+    "render_buffer_reuse",
     "render_memory",
     "render_ownership",
     "render_step_rewards",

@@ -713,9 +713,10 @@ class OwnershipExplorer(Explorer):
         prompt_len: ``IntSlider``, request 0's prompt length.
         more_requests: ``Text``, the other requests' prompt lengths (``"6, 9"``; may be empty).
         budget: ``IntSlider``, ``max_num_batched_tokens`` (tokens per step = buffer rows).
-        async_scheduling: ``ToggleButton``.
+        async_scheduling: ``Checkbox``, ``async_scheduling``.
         policy: ``ToggleButtons`` over ``tp.RETENTION_POLICIES``.
         chunked: ``Checkbox``, ``enable_chunked_prefill``.
+        vllm_head: ``Checkbox``, run vLLM's default head after pooling.
         view: the last ``View``; ``view.data['result']`` is the ``SimResult``.
     """
     def __init__(self, prompt_lens: list[int] | None = None, *, budget: int = 16,
@@ -737,6 +738,7 @@ class OwnershipExplorer(Explorer):
                      why=" (the view simulates real tensors of that width)")
         check_workload(lens, budget)  # a workload the view can draw, before any work
         self.hidden_size = hidden_size
+        self._views: dict[tuple, View] = {}  # see CACHED_VIEWS
         self.prompt_len = W.IntSlider(value=lens[0], min=1, max=96, continuous_update=False,
                                       description="request 0 tokens", style=_WIDE,
                                       tooltip="request 0's prompt length in tokens (1 to 96)",
@@ -751,14 +753,13 @@ class OwnershipExplorer(Explorer):
                                   tooltip="tokens the engine computes per step (vLLM's "
                                           "max_num_batched_tokens), 2 to 64",
                                   layout=_slider_layout())
-        self.async_scheduling = W.ToggleButton(value=async_scheduling,
-                                               description="async scheduling", icon="bolt",
-                                               layout=W.Layout(width="auto"))
-        _mark_toggle(self.async_scheduling,
-                     on="async scheduling is on: step N+1 starts before step N's host copy; "
-                        "click for sync scheduling",
-                     off="async scheduling is off (sync): each step's output is copied before "
-                         "the next step starts; click to turn it on")
+        # on/off settings are all checkboxes, one style (async, chunked prefill, vLLM's head)
+        self.async_scheduling = W.Checkbox(
+            value=async_scheduling, description="async scheduling", indent=False,
+            layout=W.Layout(width="auto"),
+            tooltip="async scheduling: the engine starts step N+1 before step N's output is "
+                    "copied to the host (vLLM's async_scheduling); off: each step's output is "
+                    "copied before the next step starts")
         self.chunked = W.Checkbox(value=enable_chunked_prefill, description="chunked prefill",
                                   tooltip="split a prompt longer than tokens per step over "
                                           "several steps (vLLM's enable_chunked_prefill)",
@@ -786,16 +787,29 @@ class OwnershipExplorer(Explorer):
             raise ValueError(f"other requests: {err}") from err
         return [self.prompt_len.value, *others]
 
+    #: Views kept per explorer (settings -> View): a setting revisited while a slider is
+    #: dragged back and forth, or a toggle flipped twice, is shown without redrawing.
+    CACHED_VIEWS = 32
+
     def render(self) -> View:
         lens = self.prompt_lens
         if not self.chunked.value:
             self._check_unchunked(lens)
-        return render_ownership(
-            lens, max_num_batched_tokens=self.budget.value,
-            async_scheduling=self.async_scheduling.value, policy=self.policy.value,
-            enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
-            vllm_head=self.vllm_head.value,
-        )
+        key = (tuple(lens), self.budget.value, self.async_scheduling.value, self.policy.value,
+               self.chunked.value, self.hidden_size, self.vllm_head.value)
+        cache = self._views
+        view = cache.pop(key, None)  # popped and put back: the most recent is last
+        if view is None:
+            view = render_ownership(
+                lens, max_num_batched_tokens=self.budget.value,
+                async_scheduling=self.async_scheduling.value, policy=self.policy.value,
+                enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
+                vllm_head=self.vllm_head.value,
+            )
+        cache[key] = view
+        while len(cache) > self.CACHED_VIEWS:
+            del cache[next(iter(cache))]  # the least recently shown
+        return view
 
 
     def _check_unchunked(self, lens: list[int]) -> None:

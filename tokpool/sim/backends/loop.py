@@ -61,6 +61,9 @@ class ChunkRecord:
     owned: bool
     read_at_step: int | None = None
     overwritten_at_step: int | None = None
+    overwritten_rows: int = 0
+    widest_write: int | None = None
+    widest_write_step: int | None = None
 
 
 #: ``SimResult.chunks`` columns, one line each.
@@ -79,6 +82,13 @@ CHUNK_COLUMNS: dict[str, str] = {
     "overwritten_at_step": "first step that rewrote rows of a kept view before that read (NA "
                            "when none did); the request is corrupted when a delivered row "
                            "was among them",
+    "overwritten_rows": "rows of a kept view rewritten before that read, from its first row (0 "
+                        "when none were)",
+    "widest_write": "most rows one step wrote, from row 0, into a kept view's memory between "
+                    "its step and its read (NA: not kept as a view past its step, or no step "
+                    "wrote that memory meanwhile); fewer than the view's last row + 1 and the "
+                    "view survived only because that write was short",
+    "widest_write_step": "the step of that write (NA as for widest_write)",
 }
 
 
@@ -375,6 +385,9 @@ class EngineLoop(ABC):
                 continue
             chunk.read_at_step = index
             chunk.overwritten_at_step = view.overwritten_at
+            chunk.overwritten_rows = view.stale
+            if view.widest_step is not None:  # a step wrote its memory while it was kept
+                chunk.widest_write, chunk.widest_write_step = view.widest, view.widest_step
             if self.kept.count(request, view.pos0, view.pos0 + view.stale):
                 self.judged.add(request)
             self.tracker.release(view)
