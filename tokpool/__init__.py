@@ -61,12 +61,14 @@ _LAZY: dict[str, str] = {
     "ownership_explorer": "tokpool.viz",
     "step_reward_explorer": "tokpool.viz",
     "token_explorer": "tokpool.viz",
+    # late interaction (issue 39): token pooling (scipy on first use), index size, the MaxSim plot
+    "pool_tokens": "tokpool.late_interaction",
 }
 
 # Namespaces reachable as ``tp.<name>`` (imported on first use).
 _NAMESPACES: tuple[str, ...] = (
     "tasks", "metadata", "pooling", "heads", "poolers", "ownership", "sim", "models", "prm",
-    "viz",
+    "viz", "late_interaction",
 )
 
 # Names that left the top level: old ``tp.<name>`` → the namespace that has it now. They keep
