@@ -63,6 +63,7 @@ _LAZY: dict[str, str] = {
     "token_explorer": "tokpool.viz",
     # late interaction (issue 39): token pooling (scipy on first use), index size, the MaxSim plot
     "pool_tokens": "tokpool.late_interaction",
+    "multivector_index_bytes": "tokpool.late_interaction",
 }
 
 # Namespaces reachable as ``tp.<name>`` (imported on first use).
