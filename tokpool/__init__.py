@@ -64,6 +64,7 @@ _LAZY: dict[str, str] = {
     # late interaction (issue 39): token pooling (scipy on first use), index size, the MaxSim plot
     "pool_tokens": "tokpool.late_interaction",
     "multivector_index_bytes": "tokpool.late_interaction",
+    "plot_maxsim_alignment": "tokpool.viz",
 }
 
 # Namespaces reachable as ``tp.<name>`` (imported on first use).

@@ -11,6 +11,7 @@ from .embeddings import cosine_similarity_matrix, pca_2d, plot_similarity, plot_
 from .engine_memory import load_engine_memory, plot_engine_memory
 from .equivalence import plot_chunked_error
 from .gate import gate_categories, plot_task_gate
+from .maxsim import plot_maxsim_alignment
 from .memory import (
     plot_memory_timeline,
     plot_memory_vs_prompt_length,
@@ -56,6 +57,7 @@ __all__ = [
     "plot_buffer_rows",
     "plot_chunked_error",
     "plot_engine_memory",
+    "plot_maxsim_alignment",
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
     "plot_ownership_schedule",
