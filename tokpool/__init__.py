@@ -14,6 +14,7 @@ namespaces for the rest::
     tp.models     the offline model zoo, chunked prefill, ModelSource
     tp.prm        process reward models: steps, rewards, metrics, dataset, probe
     tp.viz        every plot_* and explorer, render_* functions, token text helpers
+    tp.late_interaction  MaxSim as vLLM computes it, late chunking, per-request PoolingParams
 
 ``import tokpool`` loads torch and pandas only: models, PRM and plotting code (transformers,
 matplotlib, ipywidgets) load on first use of one of their names. Names that used to live at the
@@ -27,6 +28,7 @@ import warnings
 from typing import Any
 
 from ._deprecation import TokpoolDeprecationWarning
+from .late_interaction import maxsim, maxsim_batched, maxsim_plan
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates, build_metadata
 from .ownership import owned_bytes, shares_storage
 from .pooling import RETENTION_POLICIES, AllPool, CLSPool, LastPool, MeanPool, StepPool
@@ -122,6 +124,9 @@ __all__ = [
     "__version__",
     "build_metadata",
     "gate",
+    "maxsim",
+    "maxsim_batched",
+    "maxsim_plan",
     "owned_bytes",
     "select_task",
     "shares_storage",

@@ -19,6 +19,7 @@ import torch
 import tokpool as tp
 from tokpool.widgets.guards import label_of  # a control's words without its tooltip span
 
+from .cases_late_interaction import late_interaction
 from .runner import Case, Shown
 from .world import World
 
@@ -231,6 +232,7 @@ def top_level(w: World) -> list[Case]:
         "path": {"None": None, "5": 5, "a folder": w.tmp, "missing folder":
                  w.tmp / "missing" / "t.json"}}, names={"path": ("t",)})
     cases += documented_answers(a, w)
+    cases += late_interaction(a, _sweep)
     cases += models_and_prm(a, w)
     cases += figures(a, w, result)
     cases += explorer_arguments(a, w)

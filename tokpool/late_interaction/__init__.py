@@ -1,9 +1,18 @@
-"""Late interaction: what is done with token embeddings after the engine delivers them.
+"""Late interaction as vLLM keeps it, beside pooling (``vllm/v1/pool/late_interaction.py``),
+and what is done with token embeddings around it.
 
+    maxsim.py         MaxSim as the API server (``compute_maxsim_score``) and the worker
+                      (``compute_maxsim_score_batched``) compute it; the mini-batches, decided
+                      once; ``maxsim_plan``: what a rerank costs the worker before it runs
+    alignment.py      one MaxSim score taken apart per query token (``tp.plot_maxsim_alignment``)
     token_pooling.py  hierarchical token pooling (PyLate / Sentence-Transformers, colpali-engine)
     index_size.py     bytes of a multi-vector index: raw, colbert-ai's and fast-plaid's residuals
+    retrieval.py      the shipped retrieval set (data/retrieval), MRR@k, recall@k, bootstrap CIs
 """
 
+from __future__ import annotations
+
+from .alignment import MaxSimAlignment, maxsim_alignment
 from .index_size import (
     DEFAULT_NBITS,
     INDEX_LAYOUTS,
@@ -11,16 +20,52 @@ from .index_size import (
     multivector_index_bytes,
     plaid_partitions,
 )
+from .maxsim import (
+    MAX_BATCH_SIZE,
+    MAX_SCORE_MATRIX_ELEMENTS,
+    MaxSimBatch,
+    maxsim,
+    maxsim_batched,
+    maxsim_batches,
+    maxsim_plan,
+)
+from .retrieval import (
+    RetrievalSet,
+    bootstrap_ci,
+    build_retrieval_set,
+    load_retrieval_set,
+    mrr_at_k,
+    ranks_of_relevant,
+    recall_at_k,
+    write_retrieval_set,
+)
 from .token_pooling import POOL_METHODS, pool_tokens, pooled_length, token_clusters
 
 __all__ = [
     "DEFAULT_NBITS",
     "INDEX_LAYOUTS",
+    "MAX_BATCH_SIZE",
+    "MAX_SCORE_MATRIX_ELEMENTS",
     "POOL_METHODS",
     "IndexBytes",
+    "MaxSimAlignment",
+    "MaxSimBatch",
+    "RetrievalSet",
+    "bootstrap_ci",
+    "build_retrieval_set",
+    "load_retrieval_set",
+    "maxsim",
+    "maxsim_alignment",
+    "maxsim_batched",
+    "maxsim_batches",
+    "maxsim_plan",
+    "mrr_at_k",
     "multivector_index_bytes",
     "plaid_partitions",
     "pool_tokens",
     "pooled_length",
+    "ranks_of_relevant",
+    "recall_at_k",
     "token_clusters",
+    "write_retrieval_set",
 ]
