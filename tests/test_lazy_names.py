@@ -54,7 +54,7 @@ def test_import_tokpool_loads_no_model_or_plotting_library():
 
 
 def test_top_level_is_short_and_every_name_resolves():
-    assert len(tp.__all__) <= 45, len(tp.__all__)
+    assert len(tp.__all__) <= 50, len(tp.__all__)  # issues 38-39 add the late-interaction names
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no public name may warn
         for name in tp.__all__:
