@@ -8,6 +8,7 @@ and what is done with token embeddings around it.
     token_pooling.py  hierarchical token pooling (PyLate / Sentence-Transformers, colpali-engine)
     index_size.py     bytes of a multi-vector index: raw, colbert-ai's and fast-plaid's residuals
     retrieval.py      the shipped retrieval set (data/retrieval), MRR@k, recall@k, bootstrap CIs
+    quality.py        dense vs MaxSim vs pooled MaxSim on it: vectors, bytes, MRR@10 with CIs
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from .alignment import MaxSimAlignment, maxsim_alignment
 from .index_size import (
     DEFAULT_NBITS,
     INDEX_LAYOUTS,
+    INDEX_OPTIONS,
     IndexBytes,
+    index_bytes_table,
     multivector_index_bytes,
     plaid_partitions,
 )
@@ -29,6 +32,7 @@ from .maxsim import (
     maxsim_batches,
     maxsim_plan,
 )
+from .quality import EncodedSet, encode_retrieval_set, method_scores, retrieval_quality
 from .retrieval import (
     RetrievalSet,
     bootstrap_ci,
@@ -44,21 +48,26 @@ from .token_pooling import POOL_METHODS, pool_tokens, pooled_length, token_clust
 __all__ = [
     "DEFAULT_NBITS",
     "INDEX_LAYOUTS",
+    "INDEX_OPTIONS",
     "MAX_BATCH_SIZE",
     "MAX_SCORE_MATRIX_ELEMENTS",
     "POOL_METHODS",
+    "EncodedSet",
     "IndexBytes",
     "MaxSimAlignment",
     "MaxSimBatch",
     "RetrievalSet",
     "bootstrap_ci",
     "build_retrieval_set",
+    "encode_retrieval_set",
+    "index_bytes_table",
     "load_retrieval_set",
     "maxsim",
     "maxsim_alignment",
     "maxsim_batched",
     "maxsim_batches",
     "maxsim_plan",
+    "method_scores",
     "mrr_at_k",
     "multivector_index_bytes",
     "plaid_partitions",
@@ -66,6 +75,7 @@ __all__ = [
     "pooled_length",
     "ranks_of_relevant",
     "recall_at_k",
+    "retrieval_quality",
     "token_clusters",
     "write_retrieval_set",
 ]

@@ -43,14 +43,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+import pandas as pd
 import torch
 
 from .._args import _show, choice, each, items, whole
 from ..heads import dtype_size, resolve_dtype
 from .token_pooling import pooled_length
 
-__all__ = ["DEFAULT_NBITS", "INDEX_LAYOUTS", "IndexBytes", "multivector_index_bytes",
-           "plaid_partitions"]
+__all__ = ["DEFAULT_NBITS", "INDEX_LAYOUTS", "INDEX_OPTIONS", "IndexBytes", "index_bytes_table",
+           "multivector_index_bytes", "plaid_partitions"]
 
 #: The residual layouts ``multivector_index_bytes`` knows (``nbits=None`` is raw storage).
 INDEX_LAYOUTS: tuple[str, ...] = ("colbert", "fast-plaid")
@@ -221,3 +222,56 @@ def multivector_index_bytes(
         residual_bytes=n_vectors * (width // 8 * bits),  # N · dim / 8 · nbits B
         centroid_bytes=k * width * CENTROID_ITEMSIZE,  # K · dim · 2 B (fp16)
         **common)
+
+
+#: The options ``index_bytes_table`` compares by default: (label, pool_factor, nbits, layout).
+INDEX_OPTIONS: tuple[tuple[str, int, int | str | None, str], ...] = (
+    ("raw fp16", 1, None, "colbert"),
+    ("raw fp16, pool 2", 2, None, "colbert"),
+    ("raw fp16, pool 4", 4, None, "colbert"),
+    ("colbert-ai 2-bit", 1, 2, "colbert"),
+    ("fast-plaid 4-bit", 1, "default", "fast-plaid"),
+    ("colbert-ai 2-bit, pool 2", 2, 2, "colbert"),
+)
+
+
+def index_bytes_table(corpus_tokens: Sequence[int], doc_len: int, dim: int, *,
+                      dtype: str | torch.dtype = "float16",
+                      options: Sequence[tuple[str, int, int | str | None, str]] = INDEX_OPTIONS
+                      ) -> pd.DataFrame:
+    """Index bytes against corpus size: one row per (corpus size, option), plus the dense row.
+
+    Args:
+        corpus_tokens: corpus sizes in tokens; each is ``corpus_tokens // doc_len`` documents
+            of ``doc_len`` tokens (at least one).
+        doc_len: tokens per document.
+        dim: vector width.
+        dtype: raw vectors' and the dense vector's dtype.
+        options: ``(label, pool_factor, nbits, layout)`` per curve.
+
+    Returns:
+        A DataFrame with ``corpus_tokens``, ``n_docs``, ``option``, ``n_vectors``,
+        ``total_bytes`` and each part (``IndexBytes.as_row``); the option ``"dense (1 per
+        document)"`` is one vector per document.
+
+    Example:
+        >>> t = tp.late_interaction.index_bytes_table([1_024_000], 128, 128).set_index("option")
+        >>> int(t.loc["raw fp16", "total_bytes"]), int(t.loc["dense (1 per document)",
+        ...                                                  "total_bytes"])   # x 128 x 2 B
+        (262144000, 2048000)
+    """
+    sizes = each("corpus_tokens", items("corpus_tokens", corpus_tokens),
+                 lambda n, v: whole(n, v, minimum=1))
+    length = whole("doc_len", doc_len, minimum=1)
+    rows = []
+    for tokens in sizes:
+        n_docs = max(tokens // length, 1)
+        lens = [length] * n_docs
+        for label, factor, nbits, layout in options:
+            b = multivector_index_bytes(lens, dim, dtype, pool_factor=factor, nbits=nbits,
+                                        layout=layout)  # type: ignore[arg-type]
+            rows.append({"corpus_tokens": tokens, "option": label, **b.as_row()})
+        dense = multivector_index_bytes([1] * n_docs, dim, dtype)
+        rows.append({"corpus_tokens": tokens, "option": "dense (1 per document)",
+                     **dense.as_row()})
+    return pd.DataFrame(rows)

@@ -24,6 +24,7 @@ import json
 import platform
 import random
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,8 @@ NUMPY_MODULES: tuple[str, ...] = ("numpy", "numpy.linalg", "numpy.random", "nump
 #: Queries taken from each half, documents in all, words kept of a document, the seed.
 QUERIES_PER_SOURCE = 75
 N_DOCS = 600
-MAX_DOC_WORDS = 120
+MAX_DOC_WORDS = 100
+MAX_DOC_CHARS = 600
 SEED = 39
 
 
@@ -106,8 +108,13 @@ def _clean_body(paragraphs: list[str]) -> str:
         if stripped and set(stripped) <= set("-=~^"):
             continue  # numpydoc's section underlines
         lines.append(stripped)
-    words = " ".join(lines).split()
-    return " ".join(words[:MAX_DOC_WORDS])
+    kept: list[str] = []
+    words = [w for w in " ".join(lines).split() if any(c.isalnum() for c in w)]  # no table rules
+    for word in words[:MAX_DOC_WORDS]:
+        if sum(len(w) + 1 for w in kept) + len(word) > MAX_DOC_CHARS:
+            break  # code-like text makes many tokens per word: keep documents short
+        kept.append(word)
+    return " ".join(kept)
 
 
 def _pairs(modules: Sequence[str]) -> list[tuple[str, str, str]]:
@@ -116,11 +123,12 @@ def _pairs(modules: Sequence[str]) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     for module_name in modules:
         module = importlib.import_module(module_name)
-        for name, obj in sorted(vars(module).items()):
-            if name.startswith("_") or not callable(obj) or id(obj) in seen:
-                continue
-            doc = inspect.getdoc(obj)
-            if not doc:
+        with warnings.catch_warnings():  # typing.io / typing.re warn when their doc is read
+            warnings.simplefilter("ignore", DeprecationWarning)
+            found = [(name, obj, inspect.getdoc(obj)) for name, obj in sorted(vars(module).items())
+                     if not name.startswith("_") and callable(obj)]
+        for name, obj, doc in found:
+            if id(obj) in seen or not doc:
                 continue
             seen.add(id(obj))
             paragraphs = doc.split("\n\n")
@@ -173,6 +181,7 @@ def build_retrieval_set(*, seed: int = SEED) -> RetrievalSet:
     rng.shuffle(queries)
     meta = {"python": platform.python_version(), "numpy": np.__version__, "seed": seed,
             "queries": len(queries), "docs": len(docs), "max_doc_words": MAX_DOC_WORDS,
+            "max_doc_chars": MAX_DOC_CHARS,
             "made_by": "tp.late_interaction.write_retrieval_set()"}
     return RetrievalSet(queries=queries, docs=docs, meta=meta)
 
