@@ -89,3 +89,56 @@ def test_bad_values_are_refused_in_words(args, kwargs, error, words):
 def test_fast_plaid_packs_any_multiple_of_eight():
     b = tp.multivector_index_bytes([4], 96, nbits=8, layout="fast-plaid")
     assert b.residual_bytes == 4 * 96
+
+
+def test_an_integer_array_of_lengths_counts_as_the_list_does():
+    import numpy as np
+
+    lens = [3, 7, 7, 1, 512, 9]
+    for kwargs in ({}, {"pool_factor": 3}, {"nbits": 2, "layout": "fast-plaid"}):
+        ref = tp.multivector_index_bytes(lens, 64, **kwargs)
+        assert tp.multivector_index_bytes(np.array(lens), 64, **kwargs) == ref
+        assert tp.multivector_index_bytes(torch.tensor(lens), 64, **kwargs) == ref
+    with pytest.raises(ValueError, match=r"doc_lens\[2\] must be a whole number >= 1, got 0"):
+        tp.multivector_index_bytes(np.array([4, 5, 0]), 64)
+    with pytest.raises(ValueError, match="doc_lens is empty"):
+        tp.multivector_index_bytes(np.array([], dtype=np.int64), 64)
+    big = tp.multivector_index_bytes(np.full(10**7, 128), 128, nbits=2)  # ten million documents
+    assert big.n_vectors == 128 * 10**7 and big.codes_bytes == 4 * 128 * 10**7
+
+
+def test_index_plot_draws_one_line_per_option_and_refuses_other_frames():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    table = tp.late_interaction.index_bytes_table([2**16, 2**20], 128, 128)
+    ax = tp.viz.plot_index_bytes(table)
+    try:
+        assert len(ax.get_lines()) == table["option"].nunique() == 7
+        assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    finally:
+        plt.close(ax.figure)
+    with pytest.raises(TypeError, match="must be a pandas DataFrame"):
+        tp.viz.plot_index_bytes([1, 2])
+    with pytest.raises(ValueError, match="needs the columns"):
+        tp.viz.plot_index_bytes(pd.DataFrame({"x": [1]}))
+
+
+def test_tradeoff_plot_marks_each_method_with_its_interval():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    table = pd.DataFrame({"method": ["dense (mean-pooled)", "MaxSim", "MaxSim, pool 2"],
+                          "mrr@10": [0.6, 0.7, 0.65], "mrr@10_low": [0.5, 0.6, 0.55],
+                          "mrr@10_high": [0.7, 0.8, 0.75], "bytes_fp16": [1e3, 1e5, 5e4],
+                          "bytes_plaid": [None, 2e4, 1e4]})
+    ax = tp.viz.plot_pooling_tradeoff(table)
+    try:
+        late = ax.get_lines()[-2]
+        assert list(late.get_ydata()) == [0.7, 0.65]
+    finally:
+        plt.close(ax.figure)
+    ax = tp.viz.plot_pooling_tradeoff(table, bytes_column="bytes_plaid")
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="needs the columns"):
+        tp.viz.plot_pooling_tradeoff(table, metric="recall@5")

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -136,6 +137,29 @@ def plaid_partitions(n_vectors: int) -> int:
     return min(int(2 ** math.floor(math.log2(16 * math.sqrt(n)))), n)
 
 
+def _length_counts(doc_lens: object) -> dict[int, int]:
+    """``{length: how many documents}``; a NumPy array or tensor of integers is checked at once
+    (a corpus of millions of documents), a list one value at a time (the first bad one named).
+    """
+    if isinstance(doc_lens, torch.Tensor):
+        doc_lens = doc_lens.detach().cpu().numpy()
+    if isinstance(doc_lens, np.ndarray) and doc_lens.dtype.kind in "iu" and doc_lens.ndim == 1:
+        if doc_lens.size == 0:
+            raise ValueError("doc_lens is empty; give at least one")
+        if int(doc_lens.min()) < 1:
+            first = int(np.argmax(doc_lens < 1))
+            raise ValueError(f"doc_lens[{first}] must be a whole number >= 1, got "
+                             f"{int(doc_lens[first])}")
+        values, counts = np.unique(doc_lens, return_counts=True)
+        return {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+    lens = each("doc_lens", items("doc_lens", doc_lens, what="a list of token counts"),
+                lambda name, v: whole(name, v, minimum=1))
+    out: dict[int, int] = {}
+    for n in lens:
+        out[n] = out.get(n, 0) + 1
+    return out
+
+
 def _nbits(nbits: object, layout: str, dim: int) -> int:
     if nbits == "default":
         return DEFAULT_NBITS[layout]
@@ -163,7 +187,8 @@ def multivector_index_bytes(
     """Bytes of a multi-vector index over documents of ``doc_lens`` tokens, part by part.
 
     Args:
-        doc_lens: token rows of each document (what the encoder returns for it).
+        doc_lens: token rows of each document (what the encoder returns for it): a list, or a
+            1-D integer array / tensor (checked at once, for corpora of millions).
         dim: width of one token vector (ColBERT's 128, MiniLM's 384).
         dtype: dtype of raw vectors and of the dense comparison (``"float16"``, ...).
         pool_factor: ``tp.pool_tokens``'s factor before indexing (1: every row); the vector
@@ -193,8 +218,7 @@ def multivector_index_bytes(
         ...                            layout="fast-plaid").parts
         {'codes': 409600, 'residuals': 9830400, 'centroids': 1572864}
     """
-    lens = each("doc_lens", items("doc_lens", doc_lens, what="a list of token counts"),
-                lambda name, v: whole(name, v, minimum=1))
+    counts = _length_counts(doc_lens)  # {length: documents}
     width = whole("dim", dim, minimum=1)
     torch_dtype = resolve_dtype(dtype)
     if torch_dtype is None:
@@ -202,10 +226,12 @@ def multivector_index_bytes(
     itemsize = dtype_size(torch_dtype)
     factor = whole("pool_factor", pool_factor, minimum=1)
     protected = whole("protected_tokens", protected_tokens, minimum=0)
-    n_vectors = sum(pooled_length(n, factor, protected) for n in lens)
-    common = {"n_docs": len(lens), "n_tokens": sum(lens), "n_vectors": n_vectors, "dim": width,
+    n_docs = sum(counts.values())
+    n_vectors = sum(pooled_length(n, factor, protected) * c for n, c in counts.items())
+    common = {"n_docs": n_docs, "n_tokens": sum(n * c for n, c in counts.items()),
+              "n_vectors": n_vectors, "dim": width,
               "dtype": str(torch_dtype).removeprefix("torch."), "pool_factor": factor,
-              "dense_bytes": len(lens) * width * itemsize}
+              "dense_bytes": n_docs * width * itemsize}
     if nbits is None:
         return IndexBytes(layout="raw", nbits=0, partitions=0,
                           vector_bytes=n_vectors * width * itemsize,  # N · dim · itemsize
@@ -266,12 +292,12 @@ def index_bytes_table(corpus_tokens: Sequence[int], doc_len: int, dim: int, *,
     rows = []
     for tokens in sizes:
         n_docs = max(tokens // length, 1)
-        lens = [length] * n_docs
+        lens = np.full(n_docs, length, dtype=np.int64)  # [n_docs]
         for label, factor, nbits, layout in options:
             b = multivector_index_bytes(lens, dim, dtype, pool_factor=factor, nbits=nbits,
                                         layout=layout)  # type: ignore[arg-type]
             rows.append({"corpus_tokens": tokens, "option": label, **b.as_row()})
-        dense = multivector_index_bytes([1] * n_docs, dim, dtype)
+        dense = multivector_index_bytes(np.ones(n_docs, dtype=np.int64), dim, dtype)
         rows.append({"corpus_tokens": tokens, "option": "dense (1 per document)",
                      **dense.as_row()})
     return pd.DataFrame(rows)

@@ -11,6 +11,7 @@ from .embeddings import cosine_similarity_matrix, pca_2d, plot_similarity, plot_
 from .engine_memory import load_engine_memory, plot_engine_memory
 from .equivalence import plot_chunked_error
 from .gate import gate_categories, plot_task_gate
+from .index_size import plot_index_bytes, plot_pooling_tradeoff
 from .maxsim import plot_maxsim_alignment
 from .memory import (
     plot_memory_timeline,
@@ -57,11 +58,13 @@ __all__ = [
     "plot_buffer_rows",
     "plot_chunked_error",
     "plot_engine_memory",
+    "plot_index_bytes",
     "plot_maxsim_alignment",
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
     "plot_ownership_schedule",
     "plot_pooling_share_of_kv",
+    "plot_pooling_tradeoff",
     "plot_similarity",
     "plot_step_rewards",
     "plot_task_gate",
