@@ -54,6 +54,7 @@ _LAZY: dict[str, str] = {
     "load_prm_dataset": "tokpool.prm",
     "prm_memory_table": "tokpool.prm",
     "corruption_table": "tokpool.sim",
+    "simulate_score": "tokpool.late_interaction.simulate_score",
     "plot_memory_timeline": "tokpool.viz",
     "plot_memory_vs_prompt_length": "tokpool.viz",
     "plot_ownership_schedule": "tokpool.viz",

@@ -20,6 +20,7 @@ import tokpool as tp
 from tokpool.widgets.guards import label_of  # a control's words without its tooltip span
 
 from .cases_late_interaction import late_interaction
+from .cases_score import score
 from .cases_token_pooling import token_pooling_and_index
 from .runner import Case, Shown
 from .world import World
@@ -234,6 +235,7 @@ def top_level(w: World) -> list[Case]:
                  w.tmp / "missing" / "t.json"}}, names={"path": ("t",)})
     cases += documented_answers(a, w)
     cases += late_interaction(a, _sweep)
+    cases += score(a, _sweep)
     cases += token_pooling_and_index(a, _sweep)
     cases += models_and_prm(a, w)
     cases += figures(a, w, result)

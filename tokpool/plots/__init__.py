@@ -20,6 +20,7 @@ from .memory import (
     plot_time_vs_prompt_length,
 )
 from .rewards import plot_step_rewards
+from .score_memory import plot_score_memory
 from .schedule import (
     CHUNK_KINDS,
     overwritten_requests,
@@ -62,6 +63,7 @@ __all__ = [
     "plot_maxsim_alignment",
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
+    "plot_score_memory",
     "plot_ownership_schedule",
     "plot_pooling_share_of_kv",
     "plot_pooling_tradeoff",

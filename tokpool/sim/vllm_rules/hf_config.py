@@ -34,6 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from ...heads import dtype_size, resolve_dtype
+from ...late_interaction.paths import (
+    LATE_INTERACTION_TASKS,
+    LateInteractionHead,
+    late_interaction_head,
+)
 from ...st_config import read_sentence_transformers_config
 from . import engine_checks
 from .architectures import (
@@ -81,6 +86,9 @@ class HFModelPreset(ModelPreset):
         classifier: where a classify task's score head runs as vLLM builds the model
             (``classifier.classifier_runs_in``, resolved by ``as_served``): ``"model"`` or
             ``"pooler_head"`` (vLLM's ``as_seq_cls_model`` adapter).
+        late_interaction: the token_embed head vLLM builds from the folder (ColBERT's
+            projection, sentence-transformers Dense layers, BGE-M3's BOS filter,
+            JinaForRanking's marker rows: ``tokpool.late_interaction.paths``).
     """
 
     torch_dtype: str = "bfloat16"
@@ -90,6 +98,7 @@ class HFModelPreset(ModelPreset):
     sentence_transformers: bool = False
     declared_tasks: tuple[str, ...] = ()
     classifier: str = "model"
+    late_interaction: LateInteractionHead | None = None
 
     @property
     def served_dtype(self) -> str:
@@ -317,6 +326,7 @@ def preset_from_hf_config(
         # each layer's window as vLLM builds the model (kv_spec); encoders keep no KV cache
         sliding_windows=(None if attn_type == "encoder_only"
                          else _windows_or_none(layer_sliding_windows(cfg))),
+        late_interaction=late_interaction_head(cfg, directory=directory),
     )
 
 
@@ -373,6 +383,8 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
         fields["pooling"] = "LAST"
     if preset.architecture.endswith("ForRewardModel"):
         fields["use_activation"] = False  # Qwen2ForRewardModelConfig's default
+    if preset.late_interaction is not None and not preset.late_interaction.head_dtype:
+        fields.update(head_dtype=None, use_activation=False)  # JinaForRanking: no head
     fields.update(overrides)
     return fields
 
@@ -400,8 +412,10 @@ def as_served(preset: HFModelPreset, *, runner: str = "pooling",
         runner_type=runner_type, convert_type=convert_type,
         pooling_class=is_pooling_class(preset.architecture),
         generative_class=is_generative_class(preset.architecture))
-    changes: dict[str, Any] = {"declared_tasks": declared_tasks(preset.default_task,
-                                                                convert_type),
+    tasks = (LATE_INTERACTION_TASKS[preset.architecture]  # their poolers' own (late interaction)
+             if preset.architecture in LATE_INTERACTION_TASKS and convert_type == "none"
+             else declared_tasks(preset.default_task, convert_type))
+    changes: dict[str, Any] = {"declared_tasks": tasks,
                                "classifier": classifier_runs_in(preset.architecture,
                                                                 convert_type)}
     if runs_on_transformers_backend(preset.architecture, runner_type, convert_type):
