@@ -4,11 +4,16 @@ and what is done with token embeddings around it.
     maxsim.py         MaxSim as the API server (``compute_maxsim_score``) and the worker
                       (``compute_maxsim_score_batched``) compute it; the mini-batches, decided
                       once; ``maxsim_plan``: what a rerank costs the worker before it runs
+    simulate_score.py tp.simulate_score: vLLM's /score flow on the simulator (imported on use);
+                      scoring.py (pairing, request order), paths.py (which scoring path, the
+                      head), query_cache.py (the worker's query cache), listwise.py
+                      (JinaForRanking)
     alignment.py      one MaxSim score taken apart per query token (``tp.plot_maxsim_alignment``)
     token_pooling.py  hierarchical token pooling (PyLate / Sentence-Transformers, colpali-engine)
     index_size.py     bytes of a multi-vector index: raw, colbert-ai's and fast-plaid's residuals
     retrieval.py      the shipped retrieval set (data/retrieval), MRR@k, recall@k, bootstrap CIs
     quality.py        dense vs MaxSim vs pooled MaxSim on it: vectors, bytes, MRR@10 with CIs
+    rerank_cost.py    tp.simulate_score over documents x length, both paths (imported on use)
 """
 
 from __future__ import annotations
