@@ -19,8 +19,8 @@ from .memory import (
     plot_pooling_share_of_kv,
     plot_time_vs_prompt_length,
 )
+from .rerank import plot_rerank_cost
 from .rewards import plot_step_rewards
-from .score_memory import plot_score_memory
 from .schedule import (
     CHUNK_KINDS,
     overwritten_requests,
@@ -28,6 +28,7 @@ from .schedule import (
     plot_ownership_schedule,
     schedule_frame,
 )
+from .score_memory import plot_score_memory
 from .token_text import (
     CONTINUATION,
     ColourScale,
@@ -63,10 +64,11 @@ __all__ = [
     "plot_maxsim_alignment",
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
-    "plot_score_memory",
     "plot_ownership_schedule",
     "plot_pooling_share_of_kv",
     "plot_pooling_tradeoff",
+    "plot_rerank_cost",
+    "plot_score_memory",
     "plot_similarity",
     "plot_step_rewards",
     "plot_task_gate",
