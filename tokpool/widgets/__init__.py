@@ -17,6 +17,7 @@ from .explorers import (
     step_reward_explorer,
     token_explorer,
 )
+from .late_interaction import RerankExplorer, render_rerank, rerank_explorer
 from .memory import prompt_grid, render_memory
 from .ownership import check_workload, corruption_table, parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards, steps_html
@@ -36,6 +37,7 @@ __all__ = [
     "MemoryExplorer",
     "MultiToggle",
     "OwnershipExplorer",
+    "RerankExplorer",
     "StepRewardExplorer",
     "TokenExplorer",
     "View",
@@ -51,9 +53,11 @@ __all__ = [
     "prompt_grid",
     "render_memory",
     "render_ownership",
+    "render_rerank",
     "render_step_rewards",
     "render_token_heatmap",
     "render_tokens",
+    "rerank_explorer",
     "step_reward_explorer",
     "steps_html",
     "table_html",
