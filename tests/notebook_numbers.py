@@ -199,6 +199,7 @@ CLAIMS: dict[str, dict[str, str]] = {
         "(92 % of the GPU": "mine.gpu_memory_utilization * 100",
         "(200 dpi)": "_view.PNG_DPI",
     },
+    "06_late_interaction": {},
 }
 
 #: Per notebook: numbers quoted from a source the notebook cannot run, with that source.
