@@ -93,7 +93,7 @@ _chunk = embedding.max_num_batched_tokens * embedding.hidden_size * embedding.dt
 
 SETUP["06_late_interaction"] = """
 import inspect as _inspect
-_factors = [int(m.split()[-1]) for m in shipped.index if "pool" in m]
+_factors = [int(m.split()[-1]) for m in shipped.index if m.startswith("MaxSim, pool")]
 _mrr_k = int(next(c for c in shipped.columns if c.startswith("mrr@")).split("@")[1].split("_")[0])
 _level = round(_inspect.signature(li.bootstrap_ci).parameters["level"].default * 100)
 """

@@ -188,7 +188,7 @@ def build_retrieval_set(*, seed: int = SEED) -> RetrievalSet:
 
 def default_dir() -> Path:
     """``data/retrieval`` (under ``$TOKPOOL_DATA_DIR`` when set)."""
-    from ..prm.dataset import default_data_dir
+    from ..prm.dataset import default_data_dir  # tokpool.prm loads on first use, not here
 
     return default_data_dir() / "retrieval"
 

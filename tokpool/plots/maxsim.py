@@ -11,6 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 
 from .._args import _show, items, number, text
+from ..late_interaction.alignment import maxsim_alignment
 from ._fonts import font_family
 from ._style import OKABE_ITO, check_cmap, new_axes, styled
 from .embeddings import _tick_labels
@@ -74,8 +75,6 @@ def plot_maxsim_alignment(
         >>> ax.get_title().startswith("MaxSim = ")
         True
     """
-    from ..late_interaction.alignment import maxsim_alignment
-
     parts = maxsim_alignment(q_emb, d_emb)
     sim = parts.similarity.numpy().astype(np.float64)  # [Lq, Ld]
     n_q, n_d = sim.shape

@@ -24,8 +24,8 @@ def plot_rerank_cost(table: pd.DataFrame, *, x: str = "n_docs", ax: Axes | None 
     """Peak pooling bytes and host bytes against documents (or their length), per path.
 
     Args:
-        table: ``tokpool.late_interaction.rerank_sweep(...)`` with one value of the other
-            axis (one document length when ``x="n_docs"``).
+        table: ``tokpool.late_interaction.rerank_cost.rerank_sweep(...)`` with one value of
+            the other axis (one document length when ``x="n_docs"``).
         x: ``"n_docs"`` or ``"doc_len"``.
         ax: axes to draw into (a new figure when ``None``); title: axes title.
 

@@ -11,8 +11,12 @@ import html
 from typing import Any
 
 import ipywidgets as W
+import pandas as pd
 
+from ..late_interaction.rerank_cost import STAGES, width_head
+from ..late_interaction.simulate_score import simulate_score
 from ..plots import figure_png, format_bytes
+from ..plots.score_memory import plot_score_memory
 from ..sim import SimConfig
 from .explorers import Explorer, _slider_layout
 from .view import View
@@ -59,13 +63,9 @@ def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 
 
     Example:
         >>> v = tp.viz.render_rerank(documents=10, doc_len=256)
-        >>> v.table.loc["bytes to the host"].tolist()   # 4 B per request; every row (2,592 x 576 x 4 B)
+        >>> v.table.loc["bytes to the host"].tolist()   # 4 B a request; 2,592 rows x 576 x 4 B
         [44, 5971968]
     """
-    from ..late_interaction.rerank_cost import STAGES, width_head
-    from ..late_interaction.simulate_score import simulate_score
-    from ..plots.score_memory import plot_score_memory
-
     checks = ((documents, "documents", MAX_DOCS), (doc_len, "document length", MAX_DOC_LEN),
               (query_len, "query length", MAX_QUERY_LEN))
     for value, name, top in checks:
@@ -82,8 +82,6 @@ def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 
     results = {p: simulate_score([query_len], [doc_len] * documents, config, mode="analytic",
                                  flash_late_interaction=flag, head=head)
                for p, flag in STAGES.items()}
-    import pandas as pd
-
     table = pd.DataFrame({f"{p} stage{'s' if p == 'two' else ''}":
                           [r.summary()[k] for k, _ in _ROWS] for p, r in results.items()},
                          index=[label for _, label in _ROWS])
