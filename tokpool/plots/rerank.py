@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 from matplotlib import ticker
 from matplotlib.axes import Axes
@@ -48,7 +50,7 @@ def plot_rerank_cost(table: pd.DataFrame, *, x: str = "n_docs", ax: Axes | None 
         raise ValueError(f"the table holds several {other} values "
                          f"{sorted(table[other].unique())[:6]}; select one "
                          f"(table[table.{other} == ...]) to draw against {x}")
-    ax = new_axes(ax, (7.6, 4.8))
+    ax = new_axes(ax, (10.5, 4.2))
     refused = table[table["refused"]]
     ok = table[~table["refused"]]
     for path, part in ok.groupby("stages", sort=False):
@@ -64,14 +66,15 @@ def plot_rerank_cost(table: pd.DataFrame, *, x: str = "n_docs", ax: Axes | None 
         bottom = ok[[c for c, _, _ in _SERIES]].clip(lower=1).min().min() if len(ok) else 1
         reason = refused["refusal"].iloc[0].split(";")[0]
         ax.scatter(refused[x], [bottom] * len(refused), marker="x", s=50, color="#b00020",
-                   zorder=5, label=f"vLLM refuses (× here): "
-                                   f"{reason if len(reason) <= 90 else reason[:89] + '…'}")
+                   zorder=5, label="\n".join(textwrap.wrap(
+                       f"vLLM refuses (× here): {reason}", 70, max_lines=3,
+                       placeholder=" …")))
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_bytes(v)))
     at_least_ticks(ax.yaxis, ticker.LogLocator(base=4, numticks=30), log=True, unit=1024)
     ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_tokens(v)))
     ax.set_xlabel("documents" if x == "n_docs" else "document length (tokens)")
     ax.set_ylabel("bytes")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=7.5)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5)  # beside: no overlap
     fixed = int(table[other].iloc[0])
     ax.set_title(title if title is not None else
                  f"1 query × N documents of {fixed:,} tokens" if x == "n_docs" else
