@@ -32,6 +32,7 @@ from .late_interaction import maxsim, maxsim_batched, maxsim_plan
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates, build_metadata
 from .ownership import owned_bytes, shares_storage
 from .pooling import RETENTION_POLICIES, AllPool, CLSPool, LastPool, MeanPool, StepPool
+from .pooling_params import PoolingParams
 from .sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig, SimResult, simulate, sweep
 from .tasks import (
     POOLING_TASKS,
@@ -117,6 +118,7 @@ __all__ = [
     "MeanPool",
     "PoolingCursor",
     "PoolingMetadata",
+    "PoolingParams",
     "PoolingStates",
     "SimConfig",
     "SimResult",

@@ -38,4 +38,27 @@ def late_interaction(a: str, sweep) -> list[Case]:
         "device": {"'tpu'": "tpu", "None": None, "5": 5},
         "path": {"'fast'": "fast", "None": None, "'flash' on cpu": "flash"},
     }, names={"q_lens": ("q_lens",), "d_lens": ("d_lens",), "path": ("path",)})
+    ints = {"1.5": 1.5, "True": True, "'8'": "8", "-5": -5}
+    cases += sweep(a, "PoolingParams", tp.PoolingParams, {}, {
+        "late_chunking_size": {"0": 0, "2**63": 2**63, "1.5": 1.5, "True": True, "'8'": "8"},
+        "dimensions": {"1.5": 1.5, "True": True, "'8'": "8"},
+        "use_activation": {"'no'": "no", "1": 1},
+        "step_tag_id": ints, "truncate_prompt_tokens": {**ints, "-2": -2},
+        "returned_token_ids": {"'ab'": "ab", "[]": [], "[1.5]": [1.5], "5": 5},
+        "truncation_side": {"'middle'": "middle", "5": 5},
+        "late_interaction_mode": {"'x'": "x", "5": 5},
+    })
+    cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=16)
+    cases += sweep(a, "simulate[pooling_params]", tp.simulate,
+                   {"prompt_lens": [20, 6], "config": cfg, "mode": "analytic"}, {
+        "pooling_params": {"{}": {}, "5": 5, "[PoolingParams()]": [tp.PoolingParams()],
+                           "[5, None]": [5, None]},
+    }, names={"pooling_params": ("pooling_params",)})
+    cases += sweep(a, "simulate[pooling_params refused]", tp.simulate,
+                   {"prompt_lens": [20, 6], "config": cfg, "mode": "analytic"}, {
+        "pooling_params": {"dimensions on a bare model": tp.PoolingParams(dimensions=4),
+                           "late chunking and truncation": tp.PoolingParams(
+                               late_chunking_size=4, truncate_prompt_tokens=10),
+                           "step tags without STEP": tp.PoolingParams(step_tag_id=3)},
+    }, names={"pooling_params": ("request 0",)})
     return cases

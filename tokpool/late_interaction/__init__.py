@@ -14,6 +14,11 @@ and what is done with token embeddings around it.
     retrieval.py      the shipped retrieval set (data/retrieval), MRR@k, recall@k, bootstrap CIs
     quality.py        dense vs MaxSim vs pooled MaxSim on it: vectors, bytes, MRR@10 with CIs
     rerank_cost.py    tp.simulate_score over documents x length, both paths (imported on use)
+    late_chunking.py  one row per chunk of tokens, as vLLM's token-embedding head pools them
+                      (``late_chunk_pool`` = ``_mean_pool_chunks``; the row rule; the tensors)
+
+The per-request options that ask for late chunking are ``tp.PoolingParams``
+(``tokpool/pooling_params.py``, as vLLM keeps them in ``vllm/pooling_params.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ from .index_size import (
     index_bytes_table,
     multivector_index_bytes,
     plaid_partitions,
+)
+from .late_chunking import (
+    LATE_CHUNK_DTYPE,
+    late_chunk_pool,
+    late_chunk_rows,
+    late_chunk_stages,
+    late_chunk_tensors,
 )
 from .maxsim import (
     MAX_BATCH_SIZE,
@@ -54,6 +66,7 @@ __all__ = [
     "DEFAULT_NBITS",
     "INDEX_LAYOUTS",
     "INDEX_OPTIONS",
+    "LATE_CHUNK_DTYPE",
     "MAX_BATCH_SIZE",
     "MAX_SCORE_MATRIX_ELEMENTS",
     "POOL_METHODS",
@@ -66,6 +79,10 @@ __all__ = [
     "build_retrieval_set",
     "encode_retrieval_set",
     "index_bytes_table",
+    "late_chunk_pool",
+    "late_chunk_rows",
+    "late_chunk_stages",
+    "late_chunk_tensors",
     "load_retrieval_set",
     "maxsim",
     "maxsim_alignment",

@@ -244,7 +244,7 @@ def maxsim_batched(q_embs: Sequence[Tensor], d_embs: Sequence[Tensor], *,
         _check_pair(f"q_embs[{i}]", q, f"d_embs[{i}]", d)
     batches = _batches([int(q.shape[0]) for q in q_embs], [int(d.shape[0]) for d in d_embs],
                        max_batch_size, max_score_matrix_elements)
-    _check_runnable(batches, q_embs, d_embs)
+    _check_runnable(batches, q_embs)
     scores: list[Tensor] = []
     for b in batches:
         scores.extend(_score_batch(q_embs[b.start:b.end], d_embs[b.start:b.end], b))
@@ -271,8 +271,7 @@ def _check_pair(qn: str, q: Any, dn: str, d: Any) -> None:
                             "cast would drop the imaginary part)")
 
 
-def _check_runnable(batches: list[MaxSimBatch], q_embs: list[Tensor],
-                    d_embs: list[Tensor]) -> None:
+def _check_runnable(batches: list[MaxSimBatch], q_embs: list[Tensor]) -> None:
     for b in batches:
         if b.max_d == 0:
             raise ValueError(f"d_embs[{b.start}:{b.end}] form one mini-batch and have no "
@@ -286,7 +285,6 @@ def _check_runnable(batches: list[MaxSimBatch], q_embs: list[Tensor],
                 "max_score_matrix_elements cannot split a single pair; shorten the longest "
                 "query or document, or size it first with tp.maxsim_plan",
                 device=device if device.type == "cuda" else None)
-    del d_embs
 
 
 def _score_batch(batch_q: list[Tensor], batch_d: list[Tensor], b: MaxSimBatch) -> list[Tensor]:

@@ -89,6 +89,10 @@ class HFModelPreset(ModelPreset):
         late_interaction: the token_embed head vLLM builds from the folder (ColBERT's
             projection, sentence-transformers Dense layers, BGE-M3's BOS filter,
             JinaForRanking's marker rows: ``tokpool.late_interaction.paths``).
+        is_matryoshka, matryoshka_dimensions, embedding_size: the config's keys of those names
+            (``ModelConfig.is_matryoshka``: a non-empty ``matryoshka_dimensions`` or
+            ``is_matryoshka``; ``embedding_size``: the row width a request's ``dimensions``
+            may cut, default the hidden size), read by ``engine_checks.check_pooling_params``.
     """
 
     torch_dtype: str = "bfloat16"
@@ -99,6 +103,9 @@ class HFModelPreset(ModelPreset):
     declared_tasks: tuple[str, ...] = ()
     classifier: str = "model"
     late_interaction: LateInteractionHead | None = None
+    is_matryoshka: bool = False
+    matryoshka_dimensions: tuple[int, ...] | None = None
+    embedding_size: int | None = None
 
     @property
     def served_dtype(self) -> str:
@@ -323,11 +330,27 @@ def preset_from_hf_config(
         model_type=model_type,
         intermediate_size=int(cfg.get("intermediate_size") or 0),
         sentence_transformers=_st_pooling(directory) is not None,
+        **_matryoshka(cfg),
         # each layer's window as vLLM builds the model (kv_spec); encoders keep no KV cache
         sliding_windows=(None if attn_type == "encoder_only"
                          else _windows_or_none(layer_sliding_windows(cfg))),
         late_interaction=late_interaction_head(cfg, directory=directory),
     )
+
+
+def _matryoshka(cfg: dict) -> dict:
+    """``is_matryoshka`` / ``matryoshka_dimensions`` / ``embedding_size`` as vLLM's
+    ``ModelConfig`` reads them from the config (vllm/config/model.py)."""
+    mds = cfg.get("matryoshka_dimensions")
+    if mds is not None and (isinstance(mds, str) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in mds)):
+        raise ValueError(f"matryoshka_dimensions must be a list of ints, got {mds!r}")
+    size = cfg.get("embedding_size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"embedding_size must be an int >= 1, got {size!r}")
+    return {"is_matryoshka": bool(mds) or bool(cfg.get("is_matryoshka", False)),
+            "matryoshka_dimensions": tuple(mds) if mds is not None else None,
+            "embedding_size": size}
 
 
 def _windows_or_none(windows: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
