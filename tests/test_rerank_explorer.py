@@ -46,7 +46,7 @@ def test_bad_values_are_refused_in_words(kwargs, words):
 
 
 def test_explorer_redraws_and_shows_refusals_in_its_panel():
-    ex = tp.viz.rerank_explorer(documents=8, doc_len=128)
+    ex = tp.rerank_explorer(documents=8, doc_len=128)
     assert ex.error is None and ex.view.settings["documents"] == 8
     ex.documents.value = 16
     assert ex.view.settings["documents"] == 16
@@ -70,3 +70,14 @@ def test_sweep_marks_refused_calls_and_keeps_the_others():
     assert t.loc[~t["refused"], "host_bytes"].tolist() == [8, 12]
     with pytest.raises(ValueError, match="stages must hold 'two' and/or 'one'"):
         rerank_sweep([1], [8], cfg, stages=("both",))
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"documents": 0}, ValueError, "documents must be a whole number from 1 to 1,000"),
+    ({"output_width": None}, ValueError, "output width must be a whole number from 0"),
+    ({"config": "SmolLM2"}, TypeError, "config must be a tp.SimConfig"),
+])
+def test_explorer_constructor_refuses_bad_values_in_words(kwargs, error, words):
+    with pytest.raises(error) as info:
+        tp.rerank_explorer(**kwargs)
+    assert words in str(info.value)

@@ -69,6 +69,7 @@ _LAZY: dict[str, str] = {
     "pool_tokens": "tokpool.late_interaction",
     "multivector_index_bytes": "tokpool.late_interaction",
     "plot_maxsim_alignment": "tokpool.viz",
+    "rerank_explorer": "tokpool.viz",
 }
 
 # Namespaces reachable as ``tp.<name>`` (imported on first use).

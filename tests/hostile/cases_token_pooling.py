@@ -51,4 +51,13 @@ def token_pooling_and_index(a: str, sweep) -> list[Case]:
         "cmap": {"'nope'": "nope", "5": 5},
         "ax": {"5": 5},
     }, names={"q_emb": ("q",), "d_emb": ("d",)})
+    cases += sweep(a, "rerank_explorer", tp.rerank_explorer, {"documents": 4, "doc_len": 64}, {
+        "documents": {"0": 0, "1.5": 1.5, "'4'": "4", "10^6": 10**6, "True": True},
+        "doc_len": {"0": 0, "-1": -1, "None": None, "40000": 40_000},
+        "query_len": {"0": 0, "nan": math.nan},
+        "output_width": {"-1": -1, "None": None, "1.5": 1.5, "10^5": 10**5},
+        "stages": {"'three'": "three", "None": None, "2": 2},
+        "config": {"'SmolLM2'": "SmolLM2", "5": 5},
+    }, names={"documents": ("documents",), "doc_len": ("document length",),
+              "query_len": ("query length",), "output_width": ("output width",)})
     return cases

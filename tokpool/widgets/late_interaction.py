@@ -41,6 +41,25 @@ def _default_config() -> SimConfig:
                                usage="server")
 
 
+def _check(documents: Any, doc_len: Any, query_len: Any, output_width: Any, stages: Any,
+           config: Any) -> None:
+    """The explorer's bounds, before any work (the constructor and every render ask this)."""
+    for value, name, top in ((documents, "documents", MAX_DOCS),
+                             (doc_len, "document length", MAX_DOC_LEN),
+                             (query_len, "query length", MAX_QUERY_LEN)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ValueError(f"{name} must be a whole number from 1 to {top:,}, got {value!r}")
+    if output_width is not None and (isinstance(output_width, bool) or not isinstance(
+            output_width, int) or not 1 <= output_width <= MAX_WIDTH):
+        raise ValueError(f"output width must be a whole number from 1 to {MAX_WIDTH:,} (or "
+                         f"None: the model's), got {output_width!r}")
+    if stages not in STAGES:
+        raise ValueError(f"stages must be 'two' or 'one', got {stages!r}")
+    if config is not None and not isinstance(config, SimConfig):
+        raise TypeError(f"config must be a tp.SimConfig (or None: SmolLM2-135M on an H100), "
+                        f"got {type(config).__name__}")
+
+
 def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 32,
                   output_width: int | None = None, stages: str = "two",
                   config: SimConfig | None = None) -> View:
@@ -66,17 +85,7 @@ def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 
         >>> v.table.loc["bytes to the host"].tolist()   # 4 B a request; 2,592 rows x 576 x 4 B
         [44, 5971968]
     """
-    checks = ((documents, "documents", MAX_DOCS), (doc_len, "document length", MAX_DOC_LEN),
-              (query_len, "query length", MAX_QUERY_LEN))
-    for value, name, top in checks:
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise ValueError(f"{name} must be a whole number from 1 to {top:,}, got {value!r}")
-    if output_width is not None and (isinstance(output_width, bool) or not isinstance(
-            output_width, int) or not 1 <= output_width <= MAX_WIDTH):
-        raise ValueError(f"output width must be a whole number from 1 to {MAX_WIDTH:,} (or "
-                         f"None: the model's), got {output_width!r}")
-    if stages not in STAGES:
-        raise ValueError(f"stages must be 'two' or 'one', got {stages!r}")
+    _check(documents, doc_len, query_len, output_width, stages, config)
     config = _default_config() if config is None else config
     head = width_head(config, output_width)
     results = {p: simulate_score([query_len], [doc_len] * documents, config, mode="analytic",
@@ -124,6 +133,10 @@ class RerankExplorer(Explorer):
     def __init__(self, *, documents: int = 100, doc_len: int = 512, query_len: int = 32,
                  output_width: int = 0, stages: str = "two",
                  config: SimConfig | None = None) -> None:
+        _check(documents, doc_len, query_len, output_width or None, stages, config)
+        if isinstance(output_width, bool) or not isinstance(output_width, int):
+            raise ValueError(f"output width must be a whole number from 0 (the model's) to "
+                             f"{MAX_WIDTH:,}, got {output_width!r}")
         self._config = config
         common: dict[str, Any] = {"continuous_update": False, "layout": _slider_layout(),
                                   "style": {"description_width": "initial"}}
@@ -157,7 +170,7 @@ def rerank_explorer(*, documents: int = 100, doc_len: int = 512, query_len: int 
     and the path (two stages / one).
 
     Example:
-        >>> ex = tp.viz.rerank_explorer(documents=10, doc_len=256)
+        >>> ex = tp.rerank_explorer(documents=10, doc_len=256)
         >>> ex.stages.value = "one"
         >>> ex.error is None and ex.view.settings["stages"]
         'one'
