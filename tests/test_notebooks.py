@@ -26,6 +26,7 @@ EXPECTED = (
     "03_token_embeddings.ipynb",
     "04_prm_step_rewards.ipynb",
     "05_memory_vs_prompt_length.ipynb",
+    "06_late_interaction.ipynb",
 )
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9]*.ipynb"))
 #: A cell whose displayed value is an explorer (``tp.token_explorer(...)`` or ``explorer``).

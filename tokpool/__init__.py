@@ -66,6 +66,11 @@ _LAZY: dict[str, str] = {
     "ownership_explorer": "tokpool.viz",
     "step_reward_explorer": "tokpool.viz",
     "token_explorer": "tokpool.viz",
+    # late interaction (issue 39): token pooling (scipy on first use), index size, the MaxSim plot
+    "pool_tokens": "tokpool.late_interaction",
+    "multivector_index_bytes": "tokpool.late_interaction",
+    "plot_maxsim_alignment": "tokpool.viz",
+    "rerank_explorer": "tokpool.viz",
 }
 
 # Namespaces reachable as ``tp.<name>`` (imported on first use).

@@ -21,6 +21,7 @@ from tokpool.widgets.guards import label_of  # a control's words without its too
 
 from .cases_late_interaction import late_interaction
 from .cases_score import score
+from .cases_token_pooling import token_pooling_and_index
 from .runner import Case, Shown
 from .world import World
 
@@ -236,6 +237,7 @@ def top_level(w: World) -> list[Case]:
     cases += documented_answers(a, w)
     cases += late_interaction(a, _sweep)
     cases += score(a, _sweep)
+    cases += token_pooling_and_index(a, _sweep)
     cases += models_and_prm(a, w)
     cases += figures(a, w, result)
     cases += explorer_arguments(a, w)

@@ -12,12 +12,15 @@ from .embeddings import cosine_similarity_matrix, pca_2d, plot_similarity, plot_
 from .engine_memory import load_engine_memory, plot_engine_memory
 from .equivalence import plot_chunked_error
 from .gate import gate_categories, plot_task_gate
+from .index_size import plot_index_bytes, plot_pooling_tradeoff
+from .maxsim import plot_maxsim_alignment
 from .memory import (
     plot_memory_timeline,
     plot_memory_vs_prompt_length,
     plot_pooling_share_of_kv,
     plot_time_vs_prompt_length,
 )
+from .rerank import plot_rerank_cost
 from .rewards import plot_step_rewards
 from .schedule import (
     CHUNK_KINDS,
@@ -61,10 +64,14 @@ __all__ = [
     "plot_buffer_rows",
     "plot_chunked_error",
     "plot_engine_memory",
+    "plot_index_bytes",
+    "plot_maxsim_alignment",
     "plot_memory_timeline",
     "plot_memory_vs_prompt_length",
     "plot_ownership_schedule",
     "plot_pooling_share_of_kv",
+    "plot_pooling_tradeoff",
+    "plot_rerank_cost",
     "plot_score_memory",
     "plot_similarity",
     "plot_step_rewards",

@@ -18,6 +18,7 @@ from .explorers import (
     step_reward_explorer,
     token_explorer,
 )
+from .late_interaction import RerankExplorer, render_rerank, rerank_explorer
 from .memory import prompt_grid, render_memory
 from .ownership import check_workload, corruption_table, parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards, steps_html
@@ -38,6 +39,7 @@ __all__ = [
     "MemoryExplorer",
     "MultiToggle",
     "OwnershipExplorer",
+    "RerankExplorer",
     "StepRewardExplorer",
     "TokenExplorer",
     "View",
@@ -55,9 +57,11 @@ __all__ = [
     "render_buffer_reuse",
     "render_memory",
     "render_ownership",
+    "render_rerank",
     "render_step_rewards",
     "render_token_heatmap",
     "render_tokens",
+    "rerank_explorer",
     "step_reward_explorer",
     "steps_html",
     "table_html",
