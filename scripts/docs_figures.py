@@ -77,46 +77,66 @@ def buffer_rows():
     return _fig(tp.viz.plot_buffer_rows(tp.simulate([5, 12, 3], config)))
 
 
+def buffer_reuse():
+    """The reused buffer step by step: legacy's kept views, the rows rewritten under them and
+    the clone beside each (notebook 02, section 2)."""
+    config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=8, policy="legacy",
+                          **IDENTITY_HEAD)
+    return tp.viz.plot_buffer_reuse(tp.simulate([20], config))[0].figure
+
+
 def _lens() -> np.ndarray:
     return tp.viz.prompt_grid(1024, 1 << 20, points_per_doubling=4)  # 41 lengths, 1K … 1M
 
 
+def first_example():
+    """The README's first example as written: one 32K-token token_embed prompt on
+    Qwen3-Embedding-8B under vLLM's defaults, its 1.25 GiB peak drawn as its parts."""
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H200")  # model + vLLM's defaults
+    run = tp.simulate([32_768], cfg, mode="analytic")
+    return _fig(tp.plot_memory_timeline(run))
+
+
 def memory_vs_prompt_length():
-    """Qwen3-Embedding-8B token_embed, every policy, H100 line (notebook 05)."""
+    """Qwen3-Embedding-8B token_embed, every policy, H100 line, vLLM's defaults (notebook 05)."""
     config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM", **LIFTED)
-    swept = tp.sim.mark_startup_refusals(tp.sweep(_lens(), config), config)  # refusals marked
+    swept = tp.sweep(_lens(), config, async_scheduling=[config.async_scheduling])  # vLLM's: sync
+    swept = tp.sim.mark_startup_refusals(swept, config)  # refusals marked
     return _fig(tp.plot_memory_vs_prompt_length(
         swept, hardware="H100 SXM",
-        title="Qwen3-Embedding-8B token_embed, vLLM defaults (float32 head, 16K-token chunks); "
-              "past its 40,960-token context as if --max-model-len 1M"))
+        title="Qwen3-Embedding-8B token_embed, vLLM's defaults (float32 head + activation, sync, "
+              "16K-token chunks); past its 40,960-token context as if --max-model-len 1M"))
 
 
 def memory_per_model():
-    """clone, async, every model preset with its task (notebook 05)."""
+    """clone, vLLM's defaults (sync), every model preset with its task (notebook 05)."""
     import pandas as pd
 
     def marked(name: str):  # each preset's points vLLM would refuse to start for, marked
         config = tp.SimConfig.for_model(name, hardware="H100 SXM", **LIFTED)
-        swept = tp.sweep(_lens(), config, policies=["clone"], async_scheduling=[True])
+        swept = tp.sweep(_lens(), config, policies=["clone"],
+                         async_scheduling=[config.async_scheduling])
         return tp.sim.mark_startup_refusals(swept, config).assign(
             model=f"{name} · {config.task}")
 
     frames = [marked(name) for name in tp.MODEL_PRESETS]
     return _fig(tp.plot_memory_vs_prompt_length(
         pd.concat(frames), hue="model", hardware="H100 SXM",
-        title="clone policy, async, per model preset and task (contexts lifted to 1M)"))
+        title="clone policy, vLLM's defaults (float32 head, sync), per model preset and task "
+              "(contexts lifted to 1M)"))
 
 
 def memory_timeline():
-    """One 1M-token prompt under clone, step by step (notebook 05)."""
-    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", async_scheduling=True, **LIFTED)
+    """One 1M-token prompt under clone and vLLM's defaults, step by step (notebook 05)."""
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", **LIFTED)
     return _fig(tp.plot_memory_timeline(tp.simulate([1 << 20], config, mode="analytic")))
 
 
 def time_estimates():
     """Pooling-copy time ESTIMATE vs prompt length, beside the forward pass (notebook 05)."""
     config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM", **LIFTED)
-    swept = tp.sim.mark_startup_refusals(tp.sweep(_lens(), config), config)
+    swept = tp.sweep(_lens(), config, async_scheduling=[config.async_scheduling])  # vLLM's
+    swept = tp.sim.mark_startup_refusals(swept, config)
     return _fig(tp.viz.plot_time_vs_prompt_length(swept, y="est_pool_s", forward=True))
 
 
@@ -178,8 +198,10 @@ def step_rewards():
 #: Figure name (file ``docs/<name>.png``) → function; the second group needs real models.
 FIGURES: dict[str, Callable] = {
     "task_gate": task_gate,
+    "first_example": first_example,
     "ownership_schedule": ownership_schedule,
     "buffer_rows": buffer_rows,
+    "buffer_reuse": buffer_reuse,
     "memory_vs_prompt_length": memory_vs_prompt_length,
     "memory_per_model": memory_per_model,
     "memory_timeline": memory_timeline,

@@ -4,11 +4,30 @@ import os
 
 import pytest
 import torch
+from sweep_sizes import FULL_ENV, full_run
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKPOOL_QUICK", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help="run the long parity sweeps at their full size (as CI does; same as "
+                          "TOKPOOL_FULL=1); without it `make test` runs a sample of each "
+                          "(tests/sweep_sizes.py)")
+
+
+def pytest_configure(config):
+    if config.getoption("--full", False):
+        os.environ[FULL_ENV] = "1"  # read when the test modules are collected
+
+
+def pytest_report_header(config):
+    if full_run():
+        return "sweeps: full (TOKPOOL_FULL=1)"
+    return "sweeps: a sample of each (TOKPOOL_FULL=1 or --full: the full sizes, as CI runs them)"
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +78,14 @@ def hostile_table():
 
 def pytest_collection_modifyitems(config, items):
     """Engine tests start vLLM engines (minutes), and the full hostile run takes several:
-    each only when ``-m`` names its marker."""
+    each only when ``-m`` names its marker; the full hostile run also in a full run
+    (``TOKPOOL_FULL=1``, CI), where the generator runs once, in full, for all its tests."""
     markexpr = config.getoption("markexpr", "") or ""
     for marker, reason in (
             ("engine", "starts vLLM engines: run `make engine-test` (pytest -m engine)"),
             ("hostile_full", "every hostile value: run `make hostile-test` (pytest -m "
-                             "hostile_full)")):
-        if marker in markexpr:
+                             "hostile_full) or TOKPOOL_FULL=1")):
+        if marker in markexpr or (marker == "hostile_full" and full_run()):
             continue
         skip = pytest.mark.skip(reason=reason)
         for item in items:

@@ -54,6 +54,7 @@ _B = config.max_num_batched_tokens
 _L = _ranges(legacy)[-1] - _ranges(legacy)[-2] + 1  # tokens in the last chunk
 _lucky = table.loc[table["ok"] & (table["position"] < _ranges(legacy)[-2]), "position"]
 _sync, _async = set(runs["legacy", "sync"].corrupted), set(runs["legacy", "async"].corrupted)
+_o0, _o1 = reuse.overwrites.iloc[0], reuse.overwrites.iloc[1]  # the two overwrites drawn
 _fits_in = next(s.index for s in runs["clone", "sync"].schedule
                 if (0, 0, workload[0]) in s.chunks)
 import tokpool.widgets.view as _view
@@ -88,8 +89,23 @@ _g = df[(df["policy"] == "prealloc") & df["async_scheduling"]
         & (df["prompt_len"] > 2 * embedding.max_num_batched_tokens)]
 _slope = _np.polyfit(_np.log(_g["prompt_len"]), _np.log(_g["peak_pooling_bytes"]), 1)[0]
 _chunk = embedding.max_num_batched_tokens * embedding.hidden_size * embedding.dtype_size
+def _shepherd(async_scheduling):  # math-shepherd's clone peak at the longest prompt
+    g = per_model[per_model["model"].str.startswith("math-shepherd")
+                  & (per_model["async_scheduling"] == async_scheduling)]
+    return float(g.loc[g["prompt_len"] == lens[-1], "peak_pooling_bytes"].iloc[0])
+_g8 = per_model[per_model["model"].str.startswith("Qwen3-Embedding-8B")
+                & ~per_model["async_scheduling"]]
+_q8_at_longest = float(_g8.loc[_g8["prompt_len"] == lens[-1], "peak_pooling_bytes"].iloc[0])
+assert abs(_q8_at_longest / _shepherd(True) - 5) < 0.01, "a fifth"  # the prose says a fifth
 """,
 }
+
+SETUP["06_late_interaction"] = """
+import inspect as _inspect
+_factors = [int(m.split()[-1]) for m in shipped.index if m.startswith("MaxSim, pool")]
+_mrr_k = int(next(c for c in shipped.columns if c.startswith("mrr@")).split("@")[1].split("_")[0])
+_level = round(_inspect.signature(li.bootstrap_ci).parameters["level"].default * 100)
+"""
 
 #: Per notebook: phrase as written → expression (one value per number in the phrase).
 CLAIMS: dict[str, dict[str, str]] = {
@@ -103,9 +119,18 @@ CLAIMS: dict[str, dict[str, str]] = {
         "while the 16 cached rows are still alive": "_ranges(one)[-2]",
         "T = 20 tokens, L = 4 in the last chunk":
             "(one.prompt_lens[0], _ranges(one)[-1] - _ranges(one)[-2] + 1)",
-        "writes tokens 8–15 over the rows that held tokens 0–7":
-            "(*_ranges(one)[2:4], *_ranges(one)[0:2])",
-        "now shows tokens 8–15": "_ranges(one)[2:4]",
+        "Steps are numbered from 0": "int(one.steps['step'].min())",
+        "Step 1 writes tokens 8–15 over rows 0–7, all the rows the view of tokens 0–7 points at":
+            "(int(_o0.step), *_ranges(reuse)[2:4], int(_o0.buffer_row_start), "
+            "int(_o0.buffer_row_end) - 1, int(_o0.token_start), int(_o0.token_end) - 1)",
+        "Step 2 writes only 4 rows (0–3): the view of tokens 8–15 loses tokens 8–11 and keeps "
+        "12–15, by luck":
+            "(int(_o1.step), int(_o1.rows_written), int(_o1.buffer_row_start), "
+            "int(_o1.buffer_row_end) - 1, *_ranges(reuse)[2:4], int(_o1.token_start), "
+            "int(_o1.token_end) - 1, int(_o1.token_end), _ranges(reuse)[3])",
+        "A clone made in step 0 or 1":
+            "tuple(int(s) for s in reuse.chunks.loc[reuse.chunks['overwritten_rows'] > 0, "
+            "'step'])",
         "positions 0–11 hold tokens of later chunks": "(int(wrong.min()), int(wrong.max()))",
         "Positions 12–15 are right only by luck": "(int(_lucky.min()), int(_lucky.max()))",
         "the last step wrote just 4 rows (0–3)": "(_L, 0, _L - 1)",
@@ -172,9 +197,26 @@ CLAIMS: dict[str, dict[str, str]] = {
         "a hidden size of 4096 in bfloat16 that is 8 GiB":
             "(embedding.hidden_size, (1 << 20) * embedding.hidden_size * embedding.dtype_size "
             "/ 2**30)",
-        "0 on the device (T·W·s on the host)":
+        "0 on the device (T·W·s on the host, allocated at the first chunk)":
             "int(df.loc[df['policy'] == 'offload', 'peak_pooling_bytes'].max())",
-        "adds another T·W·4 at the finish": "_f32",
+        "its float32 cast takes T·W·4 and the activation's float32 output another T·W·4":
+            "(_f32, _f32)",
+        "`clone` at 32,768 tokens holds 1.25 GiB":
+            "(run_32k.prompt_lens[0], first_table.loc[32_768, 'clone'] / 2**30)",
+        "pooling's bfloat16 output (T·W·2) is alive with the float32 cast (T·W·4) and the "
+        "activation's float32 output (T·W·4)":
+            "(peak_32k['pooled output'] // (32_768 * vllm_default.width), "
+            "peak_32k['float32 cast'] // (32_768 * vllm_default.width), "
+            "peak_32k['activation'] // (32_768 * vllm_default.width))",
+        "Steps of 16,384 tokens run eagerly": "embedding.max_num_batched_tokens",
+        "vLLM's head adds T·W·4 bytes for the cast and another T·W·4": "(_f32, _f32)",
+        "only the selected columns are owned: 20 MiB at a million tokens":
+            "_shepherd(False) / 2**20",
+        "clone the whole hidden rows first: 8 GiB, the bfloat16 rows of a 4,096-wide model":
+            "(_shepherd(True) / 2**30, tp.MODEL_PRESETS['math-shepherd-mistral-7b-prm']"
+            ".hidden_size)",
+        "a fifth of the 40 GiB Qwen3-Embedding-8B holds":
+            "_q8_at_longest / 2**30",
         "Qwen3-Embedding-8B (hidden size 4096)": "embedding.hidden_size",
         "on an H100 (80 GiB)": "hbm / 2**30",
         "chunks of 16,384 tokens": "embedding.max_num_batched_tokens",
@@ -183,8 +225,6 @@ CLAIMS: dict[str, dict[str, str]] = {
         "every policy is a straight line of slope 1": "_slope",
         "with 16,384-token eager steps": "embedding.max_num_batched_tokens",
         "Below one chunk (16,384 tokens)": "embedding.max_num_batched_tokens",
-        "the cast adds T·W·4 bytes at the finish and the normalised output another T·W·4":
-            "(_f32, _f32)",
         "hidden sizes 576, 1024 and 4096":
             "tuple(sorted(p.hidden_size for p in tp.MODEL_PRESETS.values() "
             "if p.default_task == 'token_embed'))",
@@ -192,12 +232,22 @@ CLAIMS: dict[str, dict[str, str]] = {
             "tp.MODEL_PRESETS['Qwen2.5-Math-PRM-7B'].num_labels",
         "backbone's **4,096-wide hidden rows**":
             "tp.MODEL_PRESETS['math-shepherd-mistral-7b-prm'].hidden_size",
-        "as a 4,096-wide embedding model's": "embedding.hidden_size",
         "(16,384 × 4096 × 2 bytes = 128 MiB)":
             "(embedding.max_num_batched_tokens, embedding.hidden_size, embedding.dtype_size, "
             "_chunk / 2**20)",
         "(92 % of the GPU": "mine.gpu_memory_utilization * 100",
         "(200 dpi)": "_view.PNG_DPI",
+    },
+    "06_late_interaction": {
+        "against 100 documents of 512 tokens":
+            "(len(two.requests) - 1, int(two.requests['prompt_len'].iloc[-1]))",
+        "keeps what reaches the host at 4 bytes a request": "two.host_bytes / len(two.requests)",
+        "projected to 512 and delivered in the model dtype. Its prompt for 64 documents":
+            "(listwise.head.dim, int(listwise.requests.iloc[0]['delivered_rows']) - 1)",
+        "int64 ids, 4 bits by default": "li.DEFAULT_NBITS['fast-plaid']",
+        "at factors 2, 3 and 4 — MRR@10 and recall@k with bootstrap 95 % intervals":
+            "(*_factors, _mrr_k, _level)",
+        "MRR@10": "_mrr_k",
     },
 }
 

@@ -185,7 +185,7 @@ def test_damaged_cache_entry_is_rebuilt_with_a_message(fake_gguf, capsys, damage
     else:
         (entry / MARKER).unlink()
     model = _load(gguf, cache)
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out  # plain output: a notebook shows no stderr
     assert "is damaged" in err and "rebuilding it" in err
     assert re.search(reason, err), err
     assert len(conversions) == 2 and model.tokenizer is not None
@@ -255,7 +255,7 @@ def test_stale_entries_are_pruned_and_others_kept(fake_gguf, capsys):
     entry = _load(gguf, cache).source_path  # writing an entry prunes its model's stale ones
     left = sorted(p.name for p in models.iterdir())
     assert left == sorted([entry.name, newer.name, fresh_debris.name, other_model.name])
-    assert "removing stale model cache" in capsys.readouterr().err
+    assert "removing stale model cache" in capsys.readouterr().out
     assert prune_stale_entries(cache, dry_run=True) == [other_model]
 
 

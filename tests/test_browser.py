@@ -234,9 +234,10 @@ def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
             _wait_changed(page, image, "src", before)
             assert int(readout.input_value()) < old_budget
 
-            # 3. Flip the async toggle: the kernel redraws the schedule.
+            # 3. Tick async scheduling: the kernel redraws the schedule.
             before = image.get_attribute("src")
-            explorer.locator("button:has-text('async scheduling')").click()
+            box = explorer.locator(".widget-checkbox", has_text="async scheduling")
+            box.locator("input").first.click()
             _wait_changed(page, image, "src", before)
             explorer.scroll_into_view_if_needed()
             SCREENSHOT.parent.mkdir(exist_ok=True)

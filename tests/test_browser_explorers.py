@@ -312,7 +312,7 @@ def test_ownership_explorer_refuses_hostile_values_and_answers(browser_page) -> 
                                      ("6, 10", "6, 9")),
         "tokens per step": _alternate(lambda v: d.type_into(d.box("tokens per step"), v),
                                       ("12", "16")),
-        "async scheduling": [d.click("async scheduling") for _ in range(REPEATS)],
+        "async scheduling": [d.check("async scheduling") for _ in range(REPEATS)],
         "chunked prefill": [d.check("chunked prefill") for _ in range(REPEATS - 1)],
         "policy": _alternate(d.click, ("legacy", "clone")),
         "vLLM's head": [d.check("vLLM's head") for _ in range(REPEATS - 1)],
@@ -324,6 +324,17 @@ def test_ownership_explorer_refuses_hostile_values_and_answers(browser_page) -> 
 def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
     d = browser_page("memory")
     assert "32K tokens" in d.root.inner_text()  # opens within Qwen3-Embedding-8B's context
+    # opens with vLLM's defaults, says so, and says what sets the peak
+    shown = d.root.inner_text()
+    assert "sync scheduling (vLLM's default)" in shown and "What sets the peak" in shown
+    # a slider's readout keeps a gap before the next control's label ("16Kprompt length")
+    gap = d.root.evaluate("""root => {
+        const r = [...root.querySelectorAll('.tokpool-readout')]
+            .find(e => e.textContent.trim() === '16K').getBoundingClientRect();
+        const l = [...root.querySelectorAll('label')]
+            .find(e => e.textContent.trim() === 'prompt length').getBoundingClientRect();
+        return Math.abs(l.top - r.top) < 6 ? l.left - r.right : 99; }""")
+    assert gap >= 8, gap
     d.refused(lambda: d.type_into(d.box("tensor-parallel GPUs"), "100000"), "from 1 to 8")
     d.refused(lambda: d.type_into(d.box("tensor-parallel GPUs"), "four"), "not a whole number")
     d.type_into(d.box("tensor-parallel GPUs"), "1")
@@ -373,7 +384,9 @@ def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> Non
         "task": [d.select("model", "Qwen3-Embedding-8B")] and _alternate(
             lambda v: d.select("task", v), ("embed", "token_embed")),
         "head dtype": _alternate(lambda v: d.select("head dtype", v),
-                                 ("same as dtype (no cast)", "float32")),
+                                 ("same as dtype, no cast (not vLLM's default)", "float32")),
+        "activation": _alternate(lambda v: d.select("activation", v),
+                                 ("off (not vLLM's default)", "default: on (vLLM's)")),
         # after the head dtype: with float32 hidden states "no cast" equals a float32 head
         "dtype": _alternate(lambda v: d.select("dtype", v), ("float32", "bfloat16")),
         "prompt length": _alternate(

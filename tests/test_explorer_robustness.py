@@ -108,14 +108,17 @@ def test_all_layers_from_one_forward_equal_each_layer(monkeypatch) -> None:
         torch.testing.assert_close(every[layer], hidden_states(model, "hello world, hello tokens",
                                                                layer=layer), rtol=0, atol=1e-6)
     ex = tp.token_explorer(model, "hello world, hello tokens")
-    calls = []
-    real = widgets.tokens.render_token_heatmap
-    monkeypatch.setattr("tokpool.widgets.explorers.render_token_heatmap",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls, prepared = [], []
+    real, real_prepare = widgets.tokens.TokenHeatmap.png, widgets.tokens.TokenHeatmap._prepare
+    monkeypatch.setattr(widgets.tokens.TokenHeatmap, "png",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(widgets.tokens.TokenHeatmap, "_prepare",
+                        lambda self, *a: prepared.append(1) or real_prepare(self, *a))
     ex.metric.value = "cosine to text mean"  # same layer: the heatmap is reused
     ex.layer.value = 0
     ex.layer.value = model.num_layers  # seen before: reused
     assert calls == [1]
+    assert prepared == []  # the labels were drawn for the first layer: layer 0 repaints
 
 
 def test_memory_explorer_opens_within_the_context_and_widens_a_collapsed_range() -> None:

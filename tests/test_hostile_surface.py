@@ -8,7 +8,8 @@ The generator runs once per session in its own process (``python -m tests.hostil
 ``OMP_NUM_THREADS=1`` set before torch starts: forking after OpenMP has started its threads
 can hang). ``make test`` runs a sample of every parameter's hostile values and 40 examples
 per property (about a minute on this project's 2-core machine); ``-m hostile_full`` (``make
-hostile-test``, run by CI) every value and 300 examples per property.
+hostile-test``) every value and 300 examples per property. With ``TOKPOOL_FULL=1`` (CI's ``make
+test``) the generator runs once, in full, for every test here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sweep_sizes import full_run
 
 import tokpool as tp
 
@@ -48,7 +50,8 @@ def _run(tmp_path_factory, *, full: bool) -> dict:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory, hostile_table):
-    data = _run(tmp_path_factory, full=False)
+    """The sample; in a full run (``TOKPOOL_FULL=1``, CI) every value, once for all tests."""
+    data = _run(tmp_path_factory, full=full_run())
     hostile_table.update(data)
     return data
 
@@ -88,9 +91,12 @@ def test_the_generator_covers_the_whole_surface(hostile):
 
 
 @pytest.mark.hostile_full
-def test_every_value_and_300_examples_per_property(tmp_path_factory, hostile_table):
-    data = _run(tmp_path_factory, full=True)
-    hostile_table.update(data)
+def test_every_value_and_300_examples_per_property(request, tmp_path_factory, hostile_table):
+    if full_run():  # the module's generator run is the full one: not a second time
+        data = request.getfixturevalue("hostile")
+    else:
+        data = _run(tmp_path_factory, full=True)
+        hostile_table.update(data)
     failures = [f for area in AREAS for f in _failures(data, area)]
     assert not failures, "\n".join(failures)
     for area in ("schedules (property)", "serve lines (property)", "configs (property)"):

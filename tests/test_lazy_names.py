@@ -54,7 +54,9 @@ def test_import_tokpool_loads_no_model_or_plotting_library():
 
 
 def test_top_level_is_short_and_every_name_resolves():
-    assert len(tp.__all__) <= 45, len(tp.__all__)
+    # round five's late-interaction names (tp.maxsim, tp.simulate_score, tp.pool_tokens, ...)
+    # are top-level by design (issues 38/39); the rest still lives in namespaces
+    assert len(tp.__all__) <= 55, len(tp.__all__)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no public name may warn
         for name in tp.__all__:

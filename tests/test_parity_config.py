@@ -31,6 +31,7 @@ import random
 import shlex
 
 import pytest
+from sweep_sizes import sample_cases, sample_size
 
 from tokpool.sim import SimConfig
 from tokpool.sim.vllm_rules import select_pooling_task
@@ -146,14 +147,15 @@ def _kind_task(folder) -> str:
 
 # --- from_hf_config against EngineArgs(runner="pooling") --------------------------------------
 
-FLAGS = list(itertools.product(
+# make test: 16 of the 64 flag sets (a seeded draw); CI (TOKPOOL_FULL=1): all 64
+FLAGS = sample_cases(list(itertools.product(
     ("llm", "server"),            # usage context
     (None, 512),                  # --max-num-batched-tokens
     (None, 64),                   # --max-num-seqs
     (None, False),                # --enable-chunked-prefill / --no-...
     (None, 1000),                 # --max-model-len
     (None, "configured"),         # --pooler-config task
-))
+)), 16)
 
 
 @pytest.mark.parametrize("name", list(FOLDERS))
@@ -255,7 +257,11 @@ def _ignored_value(parser, option: str, rng: random.Random) -> list[str]:
     return [value] * (2 if action.nargs == "+" and rng.random() < 0.3 else 1)
 
 
-def serve_lines(n: int = 40, seed: int = 27) -> list[list[str]]:
+#: make test: the first 10 lines of the seeded stream; CI (TOKPOOL_FULL=1): 40
+NUM_SERVE_LINES = sample_size(full=40, sample=10)
+
+
+def serve_lines(n: int = NUM_SERVE_LINES, seed: int = 27) -> list[list[str]]:
     """``n`` seeded ``vllm serve`` flag lists: 2-6 modelled flags (a runner on most), and 0-3
     of the API server's own flags with values vLLM's parser accepts."""
     from tokpool.sim.vllm_run.config import _serve_parser
@@ -328,7 +334,7 @@ def _tokpool_facts(folder, flags):
 
 def test_the_generated_lines_use_vllms_own_flags():
     lines = serve_lines()
-    assert len(lines) == 40
+    assert len(lines) == NUM_SERVE_LINES
     for flags in lines:
         for token in flags:
             name = token.split("=")[0].replace("_", "-")

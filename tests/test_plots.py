@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -265,15 +266,84 @@ def test_buffer_rows_draws_one_box_per_chunk() -> None:
 # --- memory -----------------------------------------------------------------------------------
 
 
-def test_memory_timeline_stacks_categories_and_draws_the_peak() -> None:
+def _peak_stairs(ax):
+    return next(p for p in ax.patches if p.get_gid() == "pool_peak_bytes")
+
+
+def _peak_bars(ax) -> list[tuple[float, str, int]]:
+    """``(step, part, bytes)`` of each drawn segment of a peak's stacked bar."""
+    return [(p.get_x() + p.get_width() / 2, p.get_gid().removeprefix("peak part: "),
+             int(p.get_height())) for p in ax.patches
+            if (p.get_gid() or "").startswith("peak part: ")]
+
+
+def test_memory_timeline_legend_lists_only_what_is_drawn() -> None:
     result = tp.simulate([20], SMALL.replace(head_dtype="float32"))
     ax = plots.plot_memory_timeline(result)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels[:4] == [
-        "chunk cache (clones / prealloc buffer)", "pooled output awaiting host copy",
-        "head output (cast / activation)", "peak during the step"]
-    peak = next(p for p in ax.patches if p.get_label() == "peak during the step")
-    np.testing.assert_array_equal(peak.get_data().values, result.steps["pool_peak_bytes"])
+    drawn = {part for _, part, _ in _peak_bars(ax)}
+    assert drawn == {"pooled output", "float32 cast"}  # SMALL: no activation
+    assert labels == [
+        "chunk cache (clones / prealloc buffer)", "pooled output (model dtype)",
+        "float32 cast (head)", "peak during the step (bar: what it is made of)",
+        "host memory (outputs, offload)"]
+    np.testing.assert_array_equal(_peak_stairs(ax).get_data().values,
+                                  result.steps["pool_peak_bytes"])
+
+
+def test_readme_first_example_draws_the_peak_as_its_parts_to_the_byte() -> None:
+    # the README's first example: one 32K token_embed prompt, vLLM's defaults (float32 head
+    # and its activation, sync): the 1.25 GiB step is output + float32 cast + activation
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H200")
+    run = tp.simulate([32_768], cfg, mode="analytic")
+    ax = plots.plot_memory_timeline(run)
+    bars = _peak_bars(ax)
+    assert [part for _, part, _ in bars] == ["pooled output", "float32 cast", "activation"]
+    assert sum(n for _, _, n in bars) == run.peak_pooling_bytes == 5 * 2**28  # 1.25 GiB
+    assert {step for step, _, _ in bars} == {1.0}
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "head output (cast / activation)" not in labels  # never drawn: not promised
+    assert {"pooled output (model dtype)", "float32 cast (head)",
+            "activation (the head's output)"} <= set(labels)
+
+
+@pytest.mark.parametrize("policy", ["legacy", "clone", "prealloc", "offload"])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("head", [True, False])
+def test_every_drawn_peak_bar_sums_to_the_ledgers_peak(policy: str, async_scheduling: bool,
+                                                       head: bool) -> None:
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-0.6B", max_num_batched_tokens=1024,
+                                 policy=policy, async_scheduling=async_scheduling,
+                                 **({} if head else {"head_dtype": None,
+                                                     "use_activation": False}))
+    run = tp.simulate([3000], cfg, mode="analytic")
+    ax = plots.plot_memory_timeline(run)
+    steps = run.steps.set_index("step")
+    totals: dict[float, int] = {}
+    for step, part, nbytes in _peak_bars(ax):
+        assert part != tp.sim.peak_parts.__globals__["NOT_BROKEN_DOWN"]
+        totals[step] = totals.get(step, 0) + nbytes
+    for step, total in totals.items():
+        assert total == steps.loc[int(step), "pool_peak_bytes"]
+    # a bar wherever the peak is above the end-of-step bytes
+    above = steps.index[steps["pool_peak_bytes"] > steps["pool_bytes"]]
+    assert sorted(totals) == [float(s) for s in above]
+
+
+def test_prealloc_inset_sits_above_the_data_and_the_peak_label() -> None:
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", head_dtype=None, use_activation=False,
+                                 policy="prealloc", async_scheduling=True,
+                                 max_model_len=1 << 20, as_if=True)
+    run = tp.simulate([1 << 20], cfg, mode="analytic")
+    ax = plots.plot_memory_timeline(run)
+    inset = ax.child_axes[0]
+    box = inset.get_position()  # figure fractions
+    top = ax.get_ylim()[1]
+    ax_box = ax.get_position()
+    inset_bottom_bytes = (box.y0 - ax_box.y0) / ax_box.height * top
+    assert run.steps["pool_peak_bytes"].max() < 0.95 * inset_bottom_bytes
+    (label,) = [t for t in ax.texts if t.get_text().startswith("peak ")]
+    assert label.xy[0] > run.steps["step"].iloc[-1] - 1  # labelled at the right, clear of it
 
 
 def _sweep() -> pd.DataFrame:
@@ -345,8 +415,7 @@ def test_long_timeline_gets_a_zoom_inset_on_its_last_steps() -> None:
     (inset,) = ax.child_axes
     lo, hi = inset.get_xlim()
     assert (lo, hi) == (long.steps["step"].iloc[-5] - 0.5, long.steps["step"].iloc[-1] + 0.5)
-    peak = next(p for p in inset.patches if p.get_label() == "peak during the step")
-    np.testing.assert_array_equal(peak.get_data().values,
+    np.testing.assert_array_equal(_peak_stairs(inset).get_data().values,
                                   long.steps["pool_peak_bytes"].iloc[-5:])
     short = plots.plot_memory_timeline(tp.simulate([20], SMALL))
     assert short.child_axes == []
@@ -383,3 +452,68 @@ def test_pooling_share_of_kv_plot() -> None:
     assert "the whole KV cache of a rank" in lines
     with pytest.raises(ValueError, match="kv_cache_bytes must be > 0"):
         plots.plot_pooling_share_of_kv(df, kv_cache_bytes=0)
+
+
+# --- no private vLLM names in a figure's legend --------------------------------------------
+
+#: A private name in code: ``_get_and_verify_max_len``, ``kv_cache_planning._check_...``, a
+#: call ``_name(``, or a snake_case identifier of three or more parts (``check_enough_kv``).
+PRIVATE_NAME = re.compile(r"_[a-z]+\(|\._|(?<![\w-])_[a-z]\w*|\b[a-z]+(?:_[a-z0-9]+){2,}\b")
+
+
+def _figure_legend_texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for legend in [ax.get_legend()] if legend
+            for t in legend.get_texts()]
+
+
+def test_the_private_name_pattern_catches_what_the_legends_used_to_say() -> None:
+    for old in ("(_get_and_verify_\nmax_len); drawn as if".replace("\n", ""),
+                "(_check_enough_kv_cache_memory);", "kv_cache_planning._check_enough"):
+        assert PRIVATE_NAME.search(old), old
+    for plain in ("past the model's context:\nvLLM refuses it; drawn as if",
+                  "Qwen3-Embedding-8B · token_embed", "float32 cast (head)",
+                  "H100 SXM memory (80 GiB)", "math-shepherd-mistral-7b-prm · token_classify"):
+        assert not PRIVATE_NAME.search(plain), plain
+
+
+def test_refusal_legends_say_plain_words() -> None:
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM",
+                                    max_model_len=1 << 20, as_if=True)
+    lens = tp.viz.prompt_grid(1024, 1 << 20, points_per_doubling=1)
+    swept = tp.sim.mark_startup_refusals(tp.sweep(lens, config, async_scheduling=[False]),
+                                         config)
+    assert set(swept["refused_by"].dropna()) == {
+        tp.sim.startup.CONTEXT_CHECK, tp.sim.startup.KV_CHECK}  # both kinds are drawn
+    figures = [plots.plot_memory_vs_prompt_length(swept, hardware="H100 SXM").figure,
+               tp.viz.plot_time_vs_prompt_length(swept, forward=True).figure,
+               tp.viz.plot_pooling_share_of_kv(swept, 60 * 2**30).figure]
+    for fig in figures:
+        texts = _figure_legend_texts(fig)
+        assert any("vLLM refuses to start" in t for t in texts)
+        assert any("past the model's context" in t for t in texts)
+        assert not [t for t in texts if PRIVATE_NAME.search(t)]
+    assert swept["refusal"].str.contains("_check_enough_kv_cache_memory").any()  # in the table
+
+
+@pytest.mark.notebook
+def test_no_legend_of_notebook_05_names_a_private_function(monkeypatch) -> None:
+    """Run notebook 05's code (quick mode, in this process) and walk every legend it drew."""
+    import json
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "05_memory_vs_prompt_length.ipynb"
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    source = "\n".join(line for c in cells for line in "".join(c["source"]).splitlines()
+                       if not line.lstrip().startswith("%"))
+    monkeypatch.setenv("TOKPOOL_QUICK", "1")
+    monkeypatch.chdir(path.parent)
+    plt.close("all")
+    exec(compile(source, str(path), "exec"), {"__name__": "nb05"})
+    figures = [plt.figure(n) for n in plt.get_fignums()]
+    assert len(figures) >= 9  # every plot cell drew one
+    texts = [t for fig in figures for t in _figure_legend_texts(fig)]
+    assert texts and not [t for t in texts if PRIVATE_NAME.search(t)], \
+        [t for t in texts if PRIVATE_NAME.search(t)]
+    plt.close("all")

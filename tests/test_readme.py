@@ -23,3 +23,27 @@ def test_readme_examples_run_in_order(tmp_path, monkeypatch):
     for block in python_blocks():
         exec(compile(block, str(README), "exec"), namespace)
     assert (tmp_path / "run.json").exists()
+
+
+def test_the_first_example_prints_vllms_default_and_its_parts_as_written(capsys):
+    # the first number a researcher copies: vLLM's defaults, the peak as what it is made of
+    first = python_blocks()[0]
+    exec(compile(first, str(README), "exec"), {})
+    out = capsys.readouterr().out
+    assert "pooling holds 1.25 GiB" in out and "# pooling holds 1.25 GiB" in first
+    said = first.split("tp.sim.what_sets_the_peak(run))  # ", 1)[1].splitlines()[0]
+    assert said.removeprefix("...").removesuffix("...").strip() in out
+    assert "pooled output 256 MiB + float32 cast 512 MiB + activation 512 MiB" in out
+    assert "(docs/first_example.png)" in README.read_text()
+    assert (README.parent / "docs" / "first_example.png").exists()
+
+
+def test_the_glossary_defines_the_words_the_figures_use():
+    text = README.read_text()
+    glossary = text.split("## Glossary", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line for line in glossary.splitlines()
+            if line.startswith("| ") and not line.startswith("| word")}
+    for word in ("MRV2", "STEP pooling", "one-shot", "stranded memory", "as_if", "null block",
+                 "chunk cache", "async scheduling", "engine step", "float32 head, activation"):
+        assert word in rows, word
+        assert rows[word].count("|") == 4  # one line: word, meaning, vLLM's name

@@ -202,6 +202,7 @@ MESSAGES = {
     "check_prompts_fit_kv_cache": "never admits it",
     "check_step_pooling_sees_whole_prompts": "of the whole prompt in one chunk's rows",
     "check_sequence_pooling_sees_whole_prompts": "A model with CLS or MEAN pooling never chunks",
+    "check_pooling_params": "cannot be combined with late-interaction scoring",
 }
 
 
@@ -259,6 +260,8 @@ def test_each_refusal_says_which_vllm_function_it_follows():
             checks.check_sequence_pooling_sees_whole_prompts(
                 [tp.sim.ScheduledStep(0, ((0, 0, 16),), ())], [24], seq_pooling_type="MEAN",
                 token_level=False)),
+        "check_pooling_params": lambda: checks.check_pooling_params(
+            tp.PoolingParams(late_chunking_size=8), tp.SimConfig(task="token_classify")),
     }
     assert set(cases) == set(MESSAGES)
     for name, call in cases.items():

@@ -36,12 +36,13 @@ def test_chunks_of_a_legacy_schedule_worked_by_hand(mode):
                     output_memory="one_buffer")
     r = simulate([5, 12, 3], cfg, mode=mode)
     assert _rows(r) == [
-        # step, request, start, end, row, eager, action, owned, read, overwritten
-        (0, 1, 0, 3, 0, False, "view", False, 2, 1),
-        (0, 0, 0, 5, 3, False, "view", False, 0, None),
-        (1, 1, 3, 11, 0, False, "view", False, 2, 2),
-        (2, 1, 11, 12, 0, False, "view + cat", False, 2, None),
-        (2, 2, 0, 3, 1, False, "view", False, 2, None),
+        # step, request, start, end, row, eager, action, owned, read, overwritten, rows
+        # overwritten, widest write while kept and its step
+        (0, 1, 0, 3, 0, False, "view", False, 2, 1, 3, 8, 1),
+        (0, 0, 0, 5, 3, False, "view", False, 0, None, 0, None, None),
+        (1, 1, 3, 11, 0, False, "view", False, 2, 2, 4, 4, 2),
+        (2, 1, 11, 12, 0, False, "view + cat", False, 2, None, 0, None, None),
+        (2, 2, 0, 3, 1, False, "view", False, 2, None, 0, None, None),
     ]
     assert r.corrupted == [1]
     assert r.explain() == [

@@ -78,8 +78,12 @@ def test_mark_keeps_rows_and_plots_mark_the_refused_points(as_if_config):
     ax = tp.plot_memory_vs_prompt_length(marked, hardware="H100 SXM")
     labels = ax.get_legend().get_texts()
     text = [t.get_text() for t in labels]
-    assert any("VLLM_ALLOW_LONG_" in t and "drawn as if" in t for t in text)
+    # plain words in the legend; the env var that lifts it and vLLM's message are in the table
+    assert any("past the model's context" in t and "drawn as if" in t for t in text)
     assert any("vLLM refuses to start" in t and "KV cache" in t for t in text)
+    assert not any(CONTEXT_CHECK in t or KV_CHECK.rsplit(".", 1)[-1] in t.replace("\n", "")
+                   for t in text)
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in " ".join(tp.sim.refusal_summary(marked))
     # one open marker per refused point on each drawn curve (offload draws none: 0 B)
     drawn = marked[marked["peak_pooling_bytes"] > 0]
     refused = (~drawn["vllm_starts"]).sum()

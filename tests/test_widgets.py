@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ipywidgets as W
 import matplotlib as mpl
 import numpy as np
 import pytest
@@ -155,8 +156,26 @@ def test_corruption_table_traces_rows_to_their_tokens() -> None:
                                             policy="legacy", **identity))
     table = tp.corruption_table(result, 0)
     # the final step wrote tokens 16-19 into rows 0-3; rows 4-7 still hold tokens 12-15
-    assert table["holds"].tolist()[:8] == [f"r0 t{t}" for t in (16, 17, 18, 19, 12, 13, 14, 15)]
+    found = [16, 17, 18, 19, 12, 13, 14, 15]
+    assert table["found_token"].tolist()[:8] == found
+    assert table["reads"].tolist()[:8] == [f"expected token {p}, found token {t}"
+                                           for p, t in enumerate(found)]
+    assert table["reads"].iloc[16] == "token 16 ✓"
     assert table["ok"].tolist() == [False] * 12 + [True] * 8
+    # the wrong rows are exactly those the simulator reports rewritten under a kept view
+    over = result.overwrites
+    rewritten = {p for o in over.itertuples() for p in range(o.token_start, o.token_end)}
+    assert set(table.loc[~table["ok"], "position"]) == rewritten
+    assert "expected_value" not in table  # the raw numbers only on request
+    raw = tp.corruption_table(result, 0, values=True)
+    assert raw["holds"].tolist()[:2] == ["r0 t16", "r0 t17"] and "delivered_value" in raw
+    # another request's rows are named with their request
+    mixed = tp.simulate([5, 12, 3], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8,
+                                                 policy="legacy", async_scheduling=True,
+                                                 **identity))
+    row = tp.corruption_table(mixed, 0).iloc[0]
+    assert (row["found_request"], row["found_token"]) == (1, 6)
+    assert row["reads"] == "expected token 0, found request 1's token 6"
     clean = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, **identity))
     assert tp.corruption_table(clean, 0)["ok"].all()
     with pytest.raises(ValueError, match="tensor-mode"):
@@ -295,7 +314,7 @@ def test_table_html_prints_counts_as_integers_and_no_nan() -> None:
 def test_memory_explorer_defaults_are_visible_and_budget_is_a_control() -> None:
     ex = tp.memory_explorer(prompt_len=(1024, 1 << 16), policies=("clone", "prealloc"))
     assert ex.task.label == "default (token_embed)" and ex.task.value == "default"
-    assert ex.head_dtype.label.startswith("default (")
+    assert ex.head_dtype.label == "default: float32 (vLLM's)"
     assert ex.prompt_len.label == ("1K", "64K")
     ex.prompt_len.value = (1024, 1 << 20)
     assert ex.prompt_len.label[1] == "1M"
@@ -304,13 +323,67 @@ def test_memory_explorer_defaults_are_visible_and_budget_is_a_control() -> None:
     assert ex.view.data["config"].max_num_batched_tokens == budget
     ex.budget.value = 256  # clone's (2T - L) peak follows the chunk budget; prealloc's T does not
     assert ex.view.data["config"].max_num_batched_tokens == 256
-    assert ex.view.data["peaks"].loc["prealloc"].equals(peaks.loc["prealloc"])
+    # (past both budgets: shorter prompts are one step, whose output is a view under sync)
+    long = [1 << 17, 1 << 20]
+    assert ex.view.data["peaks"].loc["prealloc", long].equals(peaks.loc["prealloc", long])
     ex.head_dtype.value = "float32"
     assert ex.view.data["config"].head_casts
     ex.model.value = "Qwen2.5-Math-PRM-7B"  # labels name the new preset's defaults
     assert ex.task.label == "default (token_classify)" and ex.head_dtype.value == "float32"
     with pytest.raises(ValueError, match="powers of two"):
         tp.memory_explorer(prompt_len=(1000, 1 << 20))
+
+
+def test_memory_explorer_opens_with_vllms_defaults_as_tp_simulate_gives_them() -> None:
+    # a researcher's first number: 32K tokens of token_embed on Qwen3-Embedding-8B, vLLM's
+    # defaults (sync for a pooling model, float32 head and its activation, vLLM's budget)
+    ex = tp.memory_explorer()
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
+    assert ex.async_scheduling.value is False is cfg.async_scheduling
+    assert ex.budget.value == cfg.max_num_batched_tokens
+    shown = ex.view.data["config"]
+    assert (shown.async_scheduling, shown.head_dtype, shown.use_activation,
+            shown.max_num_batched_tokens) == (cfg.async_scheduling, cfg.head_dtype,
+                                              cfg.use_activation, cfg.max_num_batched_tokens)
+    longest = ex.prompt_len.value[1]
+    assert longest == 32_768
+    for policy in ex.policies.value:
+        run = tp.simulate([longest], cfg.replace(policy=policy), mode="analytic")
+        assert ex.view.data["peaks"].loc[policy, longest] == run.peak_pooling_bytes
+    clone = tp.simulate([longest], cfg, mode="analytic")
+    assert clone.peak_pooling_bytes == 5 * 2**28  # 1.25 GiB, the README's number
+    assert ex.view.data["peak_parts"] == tp.sim.peak_parts(clone)
+    assert ex.view.settings["vllm_defaults"] == dict.fromkeys(
+        ("async_scheduling", "head_dtype", "use_activation", "max_num_batched_tokens"), True)
+    assert "sync scheduling (vLLM&#x27;s default)" in ex.html.value
+    assert "What sets the peak" in ex.html.value and "the head sets it" in ex.html.value
+
+
+def test_memory_explorer_says_why_the_budget_changes_nothing_under_vllms_head() -> None:
+    ex = tp.memory_explorer(policies=("clone",))
+    peaks = ex.view.data["peaks"].copy()
+    ex.budget.value = 1024  # the head's cast and activation set the peak: the budget is hidden
+    assert ex.view.data["peaks"][32_768].equals(peaks[32_768])
+    assert "the chunk budget moves" in ex.html.value and "changes nothing" in ex.html.value
+    ex.activation.value = "off"
+    ex.head_dtype.value = "same"  # neither is vLLM's default, and the readout says so
+    assert "activation off (not vLLM&#x27;s default)" in ex.html.value
+    assert not ex.view.data["config"].use_activation and not ex.view.data["config"].head_casts
+    small = ex.view.data["peaks"].loc["clone"].iloc[-1]
+    ex.budget.value = 8192  # now the chunk cache and the cat set the peak: the budget moves it
+    assert ex.view.data["peaks"].loc["clone"].iloc[-1] != small
+    assert set(ex.view.data["peak_parts"]) == {"chunk cache", "pooled output"}
+    assert sum(ex.view.data["peak_parts"].values()) == ex.view.data["peaks"].loc["clone"].iloc[-1]
+
+
+def test_memory_explorer_readouts_keep_a_gap_before_the_next_label() -> None:
+    ex = tp.memory_explorer()
+    row = ex.children[1].children
+    import ipywidgets as W
+
+    boxes = [b for b in row if isinstance(b, W.HBox)
+             and any(isinstance(c, W.SelectionSlider) for c in b.children)]
+    assert boxes and all(b.layout.margin == "0 18px 0 0" for b in boxes)
 
 
 def test_memory_policies_are_toggle_buttons() -> None:
@@ -445,10 +518,14 @@ def test_toggle_states_are_unmistakable() -> None:
     assert (off.button_style, off.icon) == ("", "") and "hidden" in off.tooltip
     on.value = False
     assert (on.button_style, on.icon) == ("", "") and "hidden" in on.tooltip
+
+def test_ownership_switches_share_one_style() -> None:
     own = tp.ownership_explorer([5], budget=8, hidden_size=8)
-    assert own.async_scheduling.button_style == "" and "off" in own.async_scheduling.tooltip
+    switches = (own.async_scheduling, own.chunked, own.vllm_head)
+    assert all(isinstance(w, W.Checkbox) for w in switches)  # one style for every switch
+    assert all(w.tooltip for w in switches)
     own.async_scheduling.value = True
-    assert own.async_scheduling.button_style == "info" and "is on" in own.async_scheduling.tooltip
+    assert own.view.settings["async_scheduling"] is True
 
 
 def _controls_with_tips(ex) -> list:
@@ -624,3 +701,17 @@ def test_view_saves_svg_pdf_and_every_table_carries_its_settings(tmp_path, tiny_
     assert "tokpool-settings" in page and "vllm_rules 0.33.0" in page
     with pytest.raises(ValueError, match="only as a PNG"):
         widgets.View(html="x", png=views["memory"].png).save(tmp_path / "x.svg")
+
+
+def test_ownership_explorer_says_intact_by_luck_and_reuses_views() -> None:
+    ex = tp.ownership_explorer([20, 6, 9], budget=16, policy="legacy", hidden_size=8)
+    assert ex.view.data["lucky"] == [2]
+    assert "request 2 intact only by luck" in ex.html.value
+    assert "intact by luck (step 2 wrote only rows 0–3;" in ex.html.value
+    assert "request 1 (6 tokens, 1 chunk in step 1): view → intact." in ex.html.value
+    first = ex.view
+    ex.budget.value = 12
+    ex.budget.value = 16  # back: the same settings show the same view, not a redraw
+    assert ex.view is first
+    ex.policy.value = "clone"
+    assert ex.view.data["lucky"] == [] and "by luck" not in ex.html.value

@@ -14,6 +14,7 @@ namespaces for the rest::
     tp.models     the offline model zoo, chunked prefill, ModelSource
     tp.prm        process reward models: steps, rewards, metrics, dataset, probe
     tp.viz        every plot_* and explorer, render_* functions, token text helpers
+    tp.late_interaction  MaxSim as vLLM computes it, late chunking, per-request PoolingParams
 
 ``import tokpool`` loads torch and pandas only: models, PRM and plotting code (transformers,
 matplotlib, ipywidgets) load on first use of one of their names. Names that used to live at the
@@ -27,9 +28,11 @@ import warnings
 from typing import Any
 
 from ._deprecation import TokpoolDeprecationWarning
+from .late_interaction import maxsim, maxsim_batched, maxsim_plan
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates, build_metadata
 from .ownership import owned_bytes, shares_storage
 from .pooling import RETENTION_POLICIES, AllPool, CLSPool, LastPool, MeanPool, StepPool
+from .pooling_params import PoolingParams
 from .sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig, SimResult, simulate, sweep
 from .tasks import (
     POOLING_TASKS,
@@ -52,21 +55,28 @@ _LAZY: dict[str, str] = {
     "load_prm_dataset": "tokpool.prm",
     "prm_memory_table": "tokpool.prm",
     "corruption_table": "tokpool.sim",
+    "simulate_score": "tokpool.late_interaction.simulate_score",
     "plot_memory_timeline": "tokpool.viz",
     "plot_memory_vs_prompt_length": "tokpool.viz",
     "plot_ownership_schedule": "tokpool.viz",
     "plot_similarity": "tokpool.viz",
     "plot_step_rewards": "tokpool.viz",
+    "buffer_reuse_explorer": "tokpool.viz",
     "memory_explorer": "tokpool.viz",
     "ownership_explorer": "tokpool.viz",
     "step_reward_explorer": "tokpool.viz",
     "token_explorer": "tokpool.viz",
+    # late interaction (issue 39): token pooling (scipy on first use), index size, the MaxSim plot
+    "pool_tokens": "tokpool.late_interaction",
+    "multivector_index_bytes": "tokpool.late_interaction",
+    "plot_maxsim_alignment": "tokpool.viz",
+    "rerank_explorer": "tokpool.viz",
 }
 
 # Namespaces reachable as ``tp.<name>`` (imported on first use).
 _NAMESPACES: tuple[str, ...] = (
     "tasks", "metadata", "pooling", "heads", "poolers", "ownership", "sim", "models", "prm",
-    "viz",
+    "viz", "late_interaction",
 )
 
 # Names that left the top level: old ``tp.<name>`` → the namespace that has it now. They keep
@@ -110,6 +120,7 @@ __all__ = [
     "MeanPool",
     "PoolingCursor",
     "PoolingMetadata",
+    "PoolingParams",
     "PoolingStates",
     "SimConfig",
     "SimResult",
@@ -118,6 +129,9 @@ __all__ = [
     "__version__",
     "build_metadata",
     "gate",
+    "maxsim",
+    "maxsim_batched",
+    "maxsim_plan",
     "owned_bytes",
     "select_task",
     "shares_storage",

@@ -24,7 +24,12 @@ freed). A wrapper that is never called, or a pooling state that is not where V1 
 error (``vllm_changed``), never a silently empty record.
 
 One engine is started; each run is one ``LLM.encode`` call (all its prompts are added before its
-first step, so they all arrive at step 0). ``Scheduler.schedule`` is wrapped in-process
+first step, so they all arrive at step 0). A request may instead name several engines, started
+one after another in this process (``{"engines": [{"model": DIR, "task": ..., "engine": {...},
+"runs": [...]}, ...]}``, without ``memory``): vLLM and torch are imported once, each engine is
+built, runs its prompts and is freed before the next; the answer then holds ``{"engines":
+[result, ...]}`` and the tensors ``"{engine}.{run}.{prompt}"``. ``Scheduler.schedule`` is wrapped
+in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): every step that schedules tokens is recorded as
 ``{prompt index: num_scheduled_tokens}``.
 
@@ -37,6 +42,7 @@ the per-token output ``[n_tokens, width]``, float32). A failure writes ``error.j
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -454,7 +460,6 @@ def main(argv: list[str]) -> int:
     except Exception as err:  # ImportError, or a vLLM build that fails to import
         return _fail(out, "no_vllm", _first_line(err))
 
-    task = request["task"]
     steps: list[dict[str, int]] = []
     preempted: list[list[str]] = []
     order: dict[str, int] = {}
@@ -482,22 +487,47 @@ def main(argv: list[str]) -> int:
         except (ImportError, AttributeError) as err:
             return _fail(out, "vllm_changed", f"cannot wrap vLLM's pooling for the memory "
                          f"record ({_first_line(err)})")
+    several = "engines" in request
+    if several and recorder is not None:  # its wrappers and live storages span one engine
+        return _fail(out, "bad_request", "the memory record measures one engine per process")
+    engines = request["engines"] if several else [request]
+    results, tensors = [], {}
+    for e, spec in enumerate(engines):
+        result, engine_tensors = _serve(spec, LLM, PoolerConfig, TokensPrompt, steps, preempted,
+                                        order, recorder, torch, vllm)
+        if isinstance(result, str):  # (kind, message): this engine failed
+            return _fail(out, result, f"engine {e}: {engine_tensors}" if several
+                         else engine_tensors)
+        results.append(result)
+        tensors.update({(f"{e}.{k}" if several else k): v for k, v in engine_tensors.items()})
+        gc.collect()  # the engine just freed (its KV cache, weights) before the next is built
+    save_file(tensors, str(out / "outputs.safetensors"))
+    answer = {"engines": results} if several else results[0]
+    (out / "result.json").write_text(json.dumps(answer, indent=1))
+    return 0
+
+
+def _serve(spec: dict, LLM, PoolerConfig, TokensPrompt, steps: list, preempted: list,
+           order: dict, recorder, torch, vllm):
+    """Build one engine for ``spec`` (model, task, engine kwargs, runs), encode its runs and
+    free it: ``(result, tensors)``, or ``(kind, message)`` where it fails."""
+    task = spec["task"]
     start = time.perf_counter()
     try:
-        llm = LLM(model=request["model"], runner="pooling",
-                  pooler_config=PoolerConfig(task=task), **request["engine"])
+        llm = LLM(model=spec["model"], runner="pooling",
+                  pooler_config=PoolerConfig(task=task), **spec["engine"])
     except Exception as err:
         kind = "unsupported_task" if "Unsupported task" in str(err) else "model_not_loadable"
-        return _fail(out, kind, _first_line(err))
+        return kind, _first_line(err)
     start_s = time.perf_counter() - start
     config = llm.llm_engine.vllm_config
     max_seqs = config.scheduler_config.max_num_seqs
     tensors: dict[str, torch.Tensor] = {}
     runs = []
-    for r, prompts in enumerate(request["runs"]):
+    for r, prompts in enumerate(spec["runs"]):
         if len(prompts) > 2 * max_seqs:  # LLM.encode would add the rest as others finish
-            return _fail(out, "bad_request", f"run {r} has {len(prompts)} prompts; at most "
-                         f"2 x max_num_seqs = {2 * max_seqs} all arrive at step 0")
+            return "bad_request", (f"run {r} has {len(prompts)} prompts; at most "
+                                   f"2 x max_num_seqs = {2 * max_seqs} all arrive at step 0")
         steps.clear()
         preempted.clear()
         order.clear()
@@ -509,12 +539,12 @@ def main(argv: list[str]) -> int:
                                  pooling_task=task, use_tqdm=False)
         except Exception as err:
             kind = "vllm_changed" if "VllmChanged" in _first_line(err) else "encode_failed"
-            return _fail(out, kind, _first_line(err))
+            return kind, _first_line(err)
         seconds = time.perf_counter() - t0
         ids = sorted(order, key=order.get)
         if len(ids) != len(prompts):
-            return _fail(out, "bad_schedule", f"run {r}: {len(prompts)} prompts but the "
-                         f"scheduler saw {len(ids)} requests")
+            return "bad_schedule", (f"run {r}: {len(prompts)} prompts but the scheduler saw "
+                                    f"{len(ids)} requests")
         index = {req_id: i for i, req_id in enumerate(ids)}
         for i, res in enumerate(results):
             tensors[f"{r}.{i}"] = res.outputs.data.detach().to("cpu", torch.float32).contiguous()
@@ -528,18 +558,17 @@ def main(argv: list[str]) -> int:
             try:
                 recorder.check_called()
             except VllmChanged as err:
-                return _fail(out, "vllm_changed", str(err))
+                return "vllm_changed", str(err)
             if isinstance(recorder, MemoryRecorder) and len(recorder.records) != len(steps):
-                return _fail(out, "vllm_changed", f"run {r}: {len(steps)} scheduled steps but "
-                             f"the runner's _pool ran {len(recorder.records)} times")
+                return "vllm_changed", (f"run {r}: {len(steps)} scheduled steps but the "
+                                        f"runner's _pool ran {len(recorder.records)} times")
             run["memory"] = recorder.records
         runs.append(run)
-    save_file(tensors, str(out / "outputs.safetensors"))
     import resource  # Linux: ru_maxrss in KiB
 
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cache = config.cache_config
-    (out / "result.json").write_text(json.dumps({
+    result = {
         "vllm_version": vllm.__version__, "torch_version": torch.__version__,
         "device": str(config.device_config.device), "start_seconds": round(start_s, 2),
         "num_kv_blocks": cache.num_gpu_blocks, "block_size": cache.block_size,
@@ -554,8 +583,9 @@ def main(argv: list[str]) -> int:
         "pooler": "" if recorder is None else recorder.pooler,
         "peak_rss_mb": round(peak_rss_mb),
         "runs": runs,
-    }, indent=1))
-    return 0
+    }
+    del llm
+    return result, tensors
 
 
 if __name__ == "__main__":

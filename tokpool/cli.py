@@ -27,7 +27,7 @@ import tokpool as tp
 
 from ._text import format_bytes
 from .report import execute_notebooks
-from .sim.backends.limits import engine_record_limit
+from .sim.backends.limits import DEFAULT_MAX_RECORDS, MAX_STEPS_ENV, engine_record_limit
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 _DEFAULT_RANGE_POINTS = 25
@@ -35,7 +35,9 @@ _DEFAULT_RANGE_POINTS = 25
 MAX_TOKENS = 2**31 - 1
 #: Most points a LOW..HIGH:POINTS range may have.
 MAX_RANGE_POINTS = 1000
-#: Default bound on the engine steps one simulation may run (``--max-steps`` raises it).
+#: Default bound on the engine steps one simulation may run (``--max-steps`` raises it). The
+#: command line's own, stricter than the Python API's (``limits.DEFAULT_MAX_RECORDS``, set by
+#: ``TOKPOOL_MAX_STEPS``): ``_step_limit`` hands it to the library in place of that variable.
 DEFAULT_MAX_STEPS = 200_000  # the counting engine runs ~50k steps/s
 #: Exit status of every user error.
 USER_ERROR = 2
@@ -521,7 +523,10 @@ def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "anal
                         "teaching model's one buffer rewritten by every step")
     p.add_argument("--max-steps", type=_int_at_least(1), default=None,
                    help=f"refuse runs of more engine steps (default {DEFAULT_MAX_STEPS:,}; "
-                        "tensor and analytic modes: closed forms take no steps)")
+                        "tensor and analytic modes: closed forms take no steps). The command "
+                        "line's own bound: for this command it replaces the Python API's "
+                        f"{MAX_STEPS_ENV} (default {DEFAULT_MAX_RECORDS:,} steps + requests), "
+                        "which the command does not read")
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--mode", choices=("analytic", "tensor", "closed_form"), default=default_mode,
                    help=f"tensor: real tensors; analytic: the same loop counting bytes; "

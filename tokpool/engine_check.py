@@ -285,15 +285,67 @@ def run_vllm(
         EngineCheckError: no vLLM, a model vLLM cannot load, a task it does not serve, an engine
             that failed or timed out — one line naming the cause and the fix.
     """
+    request = {**_engine_request(model_dir, task, runs, flags),
+               "memory": memory if memory == "cuda" else bool(memory)}
+    info, tensors = _drive(request, engine_python(python), timeout_s, model_dir, task)
+    return _engine_run(info, tensors, request["runs"])
+
+
+def run_vllm_many(
+    engines: Sequence[tuple[str | os.PathLike, str, Sequence[Sequence[Sequence[int]]],
+                            EngineFlags | None]],
+    *,
+    python: str | os.PathLike | None = None,
+    timeout_s: float = ENGINE_TIMEOUT_S,
+) -> list[EngineRun]:
+    """Several engines, one after another in ONE engine process: ``run_vllm`` for each
+    ``(model_dir, task, runs, flags)``, with vLLM and torch imported once (the process start is
+    most of a small engine's cost on a CPU). Each engine is built, encodes its runs and is freed
+    before the next; what each returns is what ``run_vllm`` returns for it. No memory record
+    (it measures one engine per process: ``run_vllm(..., memory=True)``).
+
+    Returns:
+        One ``EngineRun`` per engine, in order.
+
+    Raises:
+        EngineCheckError: as ``run_vllm``, for the first engine that fails.
+    """
+    specs = [_engine_request(model_dir, task, runs, flags)
+             for model_dir, task, runs, flags in engines]
+    if not specs:
+        raise EngineCheckError("run_vllm_many needs at least one engine")
+    model_dir, task = engines[0][0], engines[0][1]
+    info, tensors = _drive({"engines": specs, "memory": False}, engine_python(python),
+                           timeout_s, model_dir, task)
+    return [_engine_run(one, {k.split(".", 1)[1]: v for k, v in tensors.items()
+                              if k.split(".", 1)[0] == str(e)}, spec["runs"])
+            for e, (one, spec) in enumerate(zip(info["engines"], specs, strict=True))]
+
+
+def _engine_request(model_dir, task: str, runs, flags: EngineFlags | None) -> dict[str, Any]:
+    """One engine's part of the driver's request (``_vllm_driver.py``)."""
     flags = EngineFlags() if flags is None else flags
     if task not in ENGINE_TASKS:
         raise EngineCheckError(f"task {task!r} is not checked against the engine; use one of "
                                f"{list(ENGINE_TASKS)}")
-    exe = engine_python(python)
-    request = {"model": str(Path(model_dir).resolve()), "task": task,
-               "engine": flags.llm_kwargs(),
-               "runs": [[[int(t) for t in p] for p in prompts] for prompts in runs],
-               "memory": memory if memory == "cuda" else bool(memory)}
+    return {"model": str(Path(model_dir).resolve()), "task": task,
+            "engine": flags.llm_kwargs(),
+            "runs": [[[int(t) for t in p] for p in prompts] for prompts in runs]}
+
+
+def _engine_run(info: dict[str, Any], tensors: dict[str, Tensor], runs) -> EngineRun:
+    outputs = [[tensors[f"{r}.{i}"] for i in range(len(prompts))]
+               for r, prompts in enumerate(runs)]
+    steps = [[{int(k): v for k, v in step.items()} for step in run["steps"]]
+             for run in info["runs"]]
+    return EngineRun(outputs, steps, info,
+                     memory=[run.pop("memory", []) for run in info["runs"]],
+                     preempted=[run.get("preempted", []) for run in info["runs"]])
+
+
+def _drive(request: dict[str, Any], exe: Path, timeout_s: float, model_dir,
+           task: str) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Run the driver on ``request`` in a subprocess: its ``result.json`` and tensors."""
     with tempfile.TemporaryDirectory(prefix="tokpool-engine-") as tmp:
         req, out, log = Path(tmp) / "request.json", Path(tmp) / "out", Path(tmp) / "engine.log"
         req.write_text(json.dumps(request))
@@ -320,13 +372,7 @@ def run_vllm(
 
         info = json.loads((out / "result.json").read_text())
         tensors = load_file(str(out / "outputs.safetensors"))
-    outputs = [[tensors[f"{r}.{i}"] for i in range(len(prompts))]
-               for r, prompts in enumerate(request["runs"])]
-    steps = [[{int(k): v for k, v in step.items()} for step in run["steps"]]
-             for run in info["runs"]]
-    return EngineRun(outputs, steps, info,
-                     memory=[run.pop("memory", []) for run in info["runs"]],
-                     preempted=[run.get("preempted", []) for run in info["runs"]])
+    return info, tensors
 
 
 def _driver_error(error: dict, exe: Path, model_dir, task: str) -> EngineCheckError:

@@ -19,6 +19,9 @@ import torch
 import tokpool as tp
 from tokpool.widgets.guards import label_of  # a control's words without its tooltip span
 
+from .cases_late_interaction import late_interaction
+from .cases_score import score
+from .cases_token_pooling import token_pooling_and_index
 from .runner import Case, Shown
 from .world import World
 
@@ -225,12 +228,16 @@ def top_level(w: World) -> list[Case]:
                                                                  "request": 0}, {
         "result": {"None": None, "dict": {}}, "request": {"-1": -1, "2": 2, "1.5": 1.5,
                                                           "'0'": "0", "None": None},
-        "column": {"-1": -1, "8": 8, "1.5": 1.5, "'0'": "0"}})
+        "column": {"-1": -1, "8": 8, "1.5": 1.5, "'0'": "0"},
+        "values": {"'yes'": "yes", "1": 1, "None": None}})
     cases += _sweep(a, "SimResult.to_chrome_trace", lambda path: result.to_chrome_trace(path),
                     {"path": w.tmp / "t.json"}, {
         "path": {"None": None, "5": 5, "a folder": w.tmp, "missing folder":
                  w.tmp / "missing" / "t.json"}}, names={"path": ("t",)})
     cases += documented_answers(a, w)
+    cases += late_interaction(a, _sweep)
+    cases += score(a, _sweep)
+    cases += token_pooling_and_index(a, _sweep)
     cases += models_and_prm(a, w)
     cases += figures(a, w, result)
     cases += explorer_arguments(a, w)
@@ -454,6 +461,13 @@ def explorer_arguments(a: str, w: World) -> list[Case]:
         "enable_chunked_prefill": BAD_FLAGS,
         "hidden_size": {"0": 0, "-1": -1, "1.5": 1.5, "'8'": "8", "10^12": 10**12},
     })
+    run = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8,
+                                         policy="legacy"))
+    cases += _sweep(a, "buffer_reuse_explorer", tp.buffer_reuse_explorer, {"result": run}, {
+        "result": {"None": None, "[20]": [20], "a closed form": tp.simulate(
+            [20], tp.SimConfig(hidden_size=8), mode="closed_form")},
+        "step": {"-1": -1, "3": 3, "1.5": 1.5, "'1'": "1", "None": None, "True": True},
+    }, names={"result": ("result",), "step": ("step",)})
     cases += _sweep(a, "memory_explorer", tp.memory_explorer, {"policies": ("clone",)}, {
         "model": BAD_NAMES, "hardware": BAD_NAMES,
         "prompt_len": {"(1024,)": (1024,), "1024": 1024, "(2048, 1024)": (2048, 1024),

@@ -17,6 +17,8 @@ GGUF file that has since changed, by an older cache format, or by an older trans
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -24,9 +26,9 @@ import os
 import re
 import shutil
 import struct
-import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
@@ -152,7 +154,7 @@ def prune_stale_entries(root: Path | None = None, *, name: str | None = None,
             continue
         removed.append(entry)
         if not dry_run:
-            print(f"tokpool: removing stale model cache {entry} ({reason})", file=sys.stderr)
+            print(f"tokpool: removing stale model cache {entry} ({reason})")
             shutil.rmtree(entry, ignore_errors=True)
     return removed
 
@@ -186,17 +188,17 @@ def convert_gguf(
             logger.info("tokpool: loading %s from cache %s", name, target)
             return target, False
         print(f"tokpool: the cached {name} at {target} is damaged ({'; '.join(problems[:3])}); "
-              "rebuilding it", file=sys.stderr)
+              "rebuilding it")
         shutil.rmtree(target, ignore_errors=True)
 
-    print(
-        f"tokpool: first load of {name}: dequantizing {gguf_path.name} (tens of seconds, once); "
-        f"the result is cached in {target} (set {CACHE_ENV} to move it)",
-        file=sys.stderr,
-    )
+    # one plain line on stdout, finished when the conversion is (no bar, nothing on stderr:
+    # a notebook shows it as ordinary output, readable after save-and-reopen)
+    print(f"tokpool: first load of {name}: dequantizing {gguf_path.name} into {target} "
+          f"(set {CACHE_ENV} to move it; tens of seconds, once) ...", end="", flush=True)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # TOKPOOL_CACHE is a file, or a folder that cannot be written
+        print(" failed", flush=True)
         where = (f"cache_dir={str(cache_dir)!r}" if cache_dir is not None else
                  f"{CACHE_ENV}={os.environ[CACHE_ENV]!r}" if os.environ.get(CACHE_ENV) else
                  "the default cache folder")
@@ -204,7 +206,9 @@ def convert_gguf(
                          f"{err.strerror}); set {CACHE_ENV} or cache_dir= to a folder you can "
                          "write") from None
     start = time.perf_counter()
+    seconds = 0.0
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    done = False
     try:
         try:
             _dequantize_into(gguf_path, work, name=name)
@@ -233,10 +237,11 @@ def convert_gguf(
         except OSError:
             if not _is_complete(target):  # not a lost race: a real failure
                 raise
+        done = True
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-    print(f"tokpool: cached {name} at {target} ({seconds:.0f} s)", file=sys.stderr)
+        print(f" done in {seconds:.0f} s" if done else " failed", flush=True)
     prune_stale_entries(target.parent.parent, name=name, keep=target)
     return target, True
 
@@ -254,12 +259,15 @@ def _shipping_package(path: Path) -> str:
 
 
 def _dequantize_into(gguf_path: Path, work: Path, *, name: str) -> None:
-    """Write the dequantized model (safetensors, config) and its tokenizer into ``work``."""
-    from tqdm.std import tqdm  # text bars: readable after a notebook is saved and reopened
+    """Write the dequantized model (safetensors, config) and its tokenizer into ``work``.
+
+    Draws no progress bar: transformers' bars are notebook widgets ("Error displaying widget"
+    once a notebook is saved and reopened) and the conversion takes seconds; ``convert_gguf``
+    prints one plain line instead.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with tqdm(total=3, desc=f"tokpool: converting {name}", unit="stage") as bar:
-        bar.set_postfix_str("dequantize GGUF")
+    with no_transformers_bars(), _no_gguf_reader_bar():
         model = AutoModelForCausalLM.from_pretrained(
             gguf_path.parent, gguf_file=gguf_path.name, dtype="float32",
             local_files_only=True,
@@ -267,11 +275,50 @@ def _dequantize_into(gguf_path: Path, work: Path, *, name: str) -> None:
         tokenizer = AutoTokenizer.from_pretrained(
             gguf_path.parent, gguf_file=gguf_path.name, local_files_only=True
         )
-        bar.update()
-        bar.set_postfix_str("write safetensors")
         _drop_gguf_marker(model)
         model.save_pretrained(work, safe_serialization=True)
-        bar.update()
-        bar.set_postfix_str("write tokenizer")
         tokenizer.save_pretrained(work)
-        bar.update()
+
+
+@contextlib.contextmanager
+def _no_gguf_reader_bar() -> Iterator[None]:
+    """Silence the bar of transformers' GGUF reader for the block, then restore it.
+
+    Why a swap: the reader wraps its tensor loop in ``tqdm.auto`` directly ("Converting and
+    de-quantizing GGUF tensors..."), so neither ``disable_progress_bar`` nor an argument turns it
+    off; its module's ``tqdm`` name is pointed at a disabled bar while the block runs.
+    """
+    try:
+        import transformers.modeling_gguf_pytorch_utils as reader
+    except ImportError:  # a transformers without the module draws no such bar
+        yield
+        return
+    from tqdm.std import tqdm
+
+    original = getattr(reader, "tqdm", None)
+    if original is None:
+        yield
+        return
+    reader.tqdm = functools.partial(tqdm, disable=True)
+    try:
+        yield
+    finally:
+        reader.tqdm = original
+
+
+@contextlib.contextmanager
+def no_transformers_bars() -> Iterator[None]:
+    """Hide transformers' "Loading weights" bar for the block, then restore the setting.
+
+    The bar is a notebook widget (``tqdm.auto``) that reads "Error displaying widget" once the
+    notebook is saved and reopened; loading a local model takes about a second anyway.
+    """
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()

@@ -12,16 +12,13 @@ How a checkpoint becomes a pooling model (vLLM's defaults):
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
 import re
 import shutil
 import socket
-import sys
 import threading
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -30,7 +27,7 @@ import torch
 from .._args import path as args_path
 from ..heads import resolve_dtype
 from ..st_config import SentenceTransformersConfig, read_sentence_transformers_config
-from .gguf_cache import convert_gguf
+from .gguf_cache import convert_gguf, no_transformers_bars
 from .integrity import (
     DamagedModelError,
     directory_problems,
@@ -229,7 +226,7 @@ def _load_converted(gguf: Path, *, name: str, entry_name: str, dtype: torch.dtyp
         if not problems:
             raise
         print(f"tokpool: the cached {entry_name} at {converted} failed to load ({err}); "
-              f"{'; '.join(problems[:3])}; rebuilding it", file=sys.stderr)
+              f"{'; '.join(problems[:3])}; rebuilding it")
         shutil.rmtree(converted, ignore_errors=True)
         converted, _ = convert_gguf(gguf, name=entry_name, cache_dir=cache_dir)
         return _load_pretrained(converted, name=name, dtype=dtype, task=task,
@@ -314,21 +311,3 @@ def _load_hub(name: str, dtype: torch.dtype, task: str | None) -> PoolingModel:
         name, f"{why} (transformers: {str(local_error).splitlines()[0]}). Download it where "
         "the hub is reachable and pass the local directory"
     ) from local_error
-
-
-@contextlib.contextmanager
-def no_transformers_bars() -> Iterator[None]:
-    """Hide transformers' "Loading weights" bar for the block, then restore the setting.
-
-    The bar is a notebook widget (``tqdm.auto``) that reads "Error displaying widget" once the
-    notebook is saved and reopened; loading a local model takes about a second anyway.
-    """
-    from transformers.utils import logging as hf_logging
-
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()

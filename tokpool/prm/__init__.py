@@ -23,6 +23,7 @@ from .dataset import (
     generate_prm_dataset,
     generate_training_problems,
     load_prm_dataset,
+    stratified_sample,
     write_prm_dataset,
 )
 from .evaluation import (
@@ -87,6 +88,7 @@ __all__ = [
     "step_auroc",
     "step_logits",
     "step_rewards",
+    "stratified_sample",
     "up_to_first_error",
     "write_prm_dataset",
 ]

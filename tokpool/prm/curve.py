@@ -134,6 +134,8 @@ def plot_learning_curve(curve: dict[str, Any], *, targets: Sequence[float] | Non
             ax.axhline(targets[i], color="grey", ls=":", lw=1, label=f"target {targets[i]:.2f}")
         ax.set_xscale("log")
         ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
+        # room beyond the first and last points: their error bars' caps clear the spines
+        ax.set_xlim(sizes[0] / 1.35, sizes[-1] * 1.35)
         ax.minorticks_off()
         ax.set(xlabel="training problems", ylabel=label, title=label.split(" (")[0])
         ax.grid(alpha=0.3)

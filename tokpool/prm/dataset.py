@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -538,3 +538,49 @@ def read_records(file: Path) -> list[dict[str, Any]]:
 _RESTORE = ("Restore it: in a clone of tokpool `git checkout -- data/prm`; for a copy under "
             "$TOKPOOL_DATA_DIR copy data/prm from the repository again; or rewrite it with "
             "`python -m tokpool.prm make-data`")
+
+
+def stratum(record: dict[str, Any]) -> str:
+    """A record's stratum for ``stratified_sample``: ``"correct"`` or its error type."""
+    return "correct" if record["first_error"] < 0 else str(record["error_type"])
+
+
+def stratified_sample(records: Sequence[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """``n`` records with the mix of ``records``: each stratum (correct solutions, and each
+    error type) gets its share of ``n``, rounded by largest remainder; within a stratum the
+    records are taken in split order. No randomness: the same split gives the same sample.
+
+    So a small live evaluation measures what the whole split measures (the same share of
+    erroneous solutions, the same error types), not whatever the first ``n`` happen to hold.
+
+    Args:
+        records: dataset records (``load_prm_dataset``), each with ``first_error`` and
+            ``error_type``.
+        n: how many to take, ``1 <= n <= len(records)``.
+
+    Returns:
+        The chosen records, in split order.
+
+    Raises:
+        ValueError: ``n`` out of range.
+
+    Example:
+        >>> recs = [{"first_error": -1, "error_type": None}] * 6 + [
+        ...     {"first_error": 1, "error_type": "arithmetic"}] * 4
+        >>> [stratum(r) for r in stratified_sample(recs, 5)]
+        ['correct', 'correct', 'correct', 'arithmetic', 'arithmetic']
+    """
+    records = list(records)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(records):
+        raise ValueError(f"n must be a whole number from 1 to {len(records)} (the records "
+                         f"given), got {n!r}")
+    groups: dict[str, list[int]] = {}
+    for i, record in enumerate(records):
+        groups.setdefault(stratum(record), []).append(i)
+    exact = {key: n * len(rows) / len(records) for key, rows in groups.items()}
+    take = {key: int(share) for key, share in exact.items()}
+    by_remainder = sorted(groups, key=lambda k: (-(exact[k] - take[k]), list(groups).index(k)))
+    for key in by_remainder[: n - sum(take.values())]:
+        take[key] += 1
+    chosen = sorted(i for key, rows in groups.items() for i in rows[: take[key]])
+    return [records[i] for i in chosen]

@@ -6,6 +6,7 @@ Probes (``probe``) and fine-tuned adapters (``finetuned``) both load into this o
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -254,7 +255,7 @@ class ProcessRewardModel:
         Args:
             records: dataset records (``tp.load_prm_dataset``).
             batch_size: prompts per forward (1: the engine path, ``score``, one at a time).
-            progress: show a progress bar (tqdm) over the records.
+            progress: show one progress line on stdout (a text bar updated in place).
             threshold: overrides ``self.threshold`` for ``first_error``.
 
         Returns:
@@ -274,10 +275,13 @@ class ProcessRewardModel:
         results: list[StepScores | None] = [None] * len(records)
         bar = None
         if progress:
-            from tqdm.std import tqdm  # text bars: readable after a notebook is saved and reopened
+            from tqdm.std import tqdm  # text, not a widget: readable after save-and-reopen
 
             what = "probe" if self.head is not None else getattr(self.model, "name", "PRM")
-            bar = tqdm(total=len(records), desc=f"scoring ({what})", unit="example")
+            # one line on stdout, redrawn in place (carriage return): a notebook shows it as
+            # ordinary output, not a stderr box
+            bar = tqdm(total=len(records), desc=f"scoring ({what})", unit="example",
+                       file=sys.stdout, mininterval=0.5)
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
             if batch_size == 1:

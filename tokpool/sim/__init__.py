@@ -43,11 +43,13 @@ from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 from .results.analysis import (
     corruption_table,
     explain,
+    lucky_requests,
     overwritten_requests,
     prompt_grid,
     schedule_frame,
 )
 from .results.kv_share import pooling_share_of_kv, pooling_takes_kv_from
+from .results.peak_parts import peak_parts, what_sets_the_peak
 from .results.result import SimResult
 from .schedule.scheduler import ScheduledStep, schedule
 from .simulation import simulate
@@ -82,9 +84,11 @@ __all__ = [
     "estimate_step_times",
     "explain",
     "keep_rule",
+    "lucky_requests",
     "mark_startup_refusals",
     "overwritten_requests",
     "ownership_table",
+    "peak_parts",
     "pooling_share_of_kv",
     "pooling_takes_kv_from",
     "prompt_grid",
@@ -95,4 +99,5 @@ __all__ = [
     "startup_refusal",
     "startup_refusals",
     "sweep",
+    "what_sets_the_peak",
 ]

@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 
 from ..guard import ensure_fits
+from ..pooling_params import PoolingParams, per_request_params
 from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.limits import check_byte_range, check_work
@@ -19,6 +20,7 @@ from .backends.tensor import run_tensor
 from .backends.timing import estimate_step_times
 from .config import SimConfig
 from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
+from .memory.views import overwrites_frame, writes_frame
 from .results.result import SimResult
 from .schedule.given import check_schedule
 from .schedule.scheduler import ScheduledStep, check_prompt_token_ids, validate_prompt_lens
@@ -43,6 +45,7 @@ def simulate(
     device: str = "cpu",
     schedule: Sequence[ScheduledStep] | None = None,
     scheduler: SchedulerName = "tokpool",
+    pooling_params: PoolingParams | Sequence[PoolingParams | None] | None = None,
 ) -> SimResult:
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
@@ -72,6 +75,16 @@ def simulate(
             tokpool's own ``schedule``, no vLLM needed) or ``"vllm"`` (the installed vLLM's own
             V1 ``Scheduler`` driven on the CPU, ``tokpool.sim.vllm_run.vllm_schedule``; needs
             ``make vllm``). Schedule parity (tests/test_parity_schedule.py) shows both agree.
+        pooling_params: vLLM's per-request options (``tp.PoolingParams``): one for every
+            request, or a list with one (or ``None``) per request. Each is checked as vLLM
+            checks it (``engine_checks.check_pooling_params``); ``truncate_prompt_tokens``
+            shortens the prompt before anything else; late chunking, ``dimensions`` and
+            ``use_activation`` change what the head makes and delivers
+            (``vllm_rules.classifier.head_tensors``, in every mode): a 32,768-token document
+            at chunk 512 delivers 64 rows while pooling still holds all 32,768. Late-chunked
+            requests are ``token_embed``, which never reads the prefix cache. STEP's tag and
+            columns are the engine's (``SimConfig``): a request may repeat them, not change
+            them.
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
@@ -103,6 +116,8 @@ def simulate(
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
     lens, token_ids = split_prompts(prompt_lens)
     refuse = engine_checks.Refusals(as_if=config.as_if)  # vLLM rejects prompts over the limit
+    params = per_request_params(pooling_params, len(lens))
+    lens, token_ids = _apply_request_params(params, lens, token_ids, config, refuse)
     refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
     if mode == "closed_form" and scheduler != "tokpool":
@@ -115,7 +130,8 @@ def simulate(
         if schedule is not None:
             raise ValueError("closed forms solve tokpool's own schedule of one request by "
                              "formula; run a given schedule with mode='tensor' or 'analytic'")
-        result = _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps)
+        result = _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps,
+                                     params=params[0])
         result.looked_past = [*config.looked_past, *refuse.looked_past]
         return result
     if schedule is not None:
@@ -150,14 +166,15 @@ def simulate(
         check_source(source, width=config.width, dtype=config.dtype)
         source.prepare(lens)  # the source validates the lengths (both modes)
     if mode == "tensor":
-        _guard_tensor_mode(lens, config, steps, source, arrival_steps, device)
+        _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params)
         if source is None:
             source = default_source(config)
             source.prepare(lens)
         records, requests, corrupted, outputs, engine = run_tensor(
-            lens, config, steps, source, device=device)
+            lens, config, steps, source, device=device, pooling_params=params)
     else:
-        records, requests, corrupted, engine = run_counting(lens, config, steps, source=source)
+        records, requests, corrupted, engine = run_counting(lens, config, steps, source=source,
+                                                            pooling_params=params)
     times = estimate_step_times(
         [r.num_scheduled_tokens for r in records],
         [r.context_sum for r in records],
@@ -183,6 +200,8 @@ def simulate(
         schedule=steps,
         outputs=outputs,
         chunks=chunks_frame(engine.chunks),
+        buffer_writes=writes_frame(engine.tracker),
+        overwrites=overwrites_frame(engine.tracker),
         looked_past=[*config.looked_past, *refuse.looked_past],
         prompt_token_ids=token_ids,
     )
@@ -247,12 +266,39 @@ def _scheduled_steps(lens, config: SimConfig, arrival_steps, scheduler: str,
         )
 
 
-def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device) -> None:
+def _apply_request_params(params, lens, token_ids, config, refuse):
+    """Each request's ``tp.PoolingParams`` checked as vLLM checks it, then its truncation
+    applied (vLLM truncates in the renderer, before the prompt-length check): the lengths and
+    token ids the engine sees."""
+    kind = config.pooling_kind
+    for i, p in enumerate(params):
+        if p is None:
+            continue
+        refuse(engine_checks.check_pooling_params, p, config, request=i)
+        for name, own in (("step_tag_id", kind.row_tag(config)),
+                          ("returned_token_ids", kind.columns(config))):
+            given = getattr(p, name)
+            if given is not None and given != own:
+                raise ValueError(f"pooling_params[{i}].{name}={given!r} but the engine's is "
+                                 f"{own!r}: tokpool simulates one STEP selection per run; set "
+                                 f"it on the SimConfig ({name}=...) instead")
+    if not any(p is not None and p.truncate_prompt_tokens is not None for p in params):
+        return lens, token_ids
+    mml = config.max_model_len
+    lens = [n if p is None else p.truncated_length(n, mml) for n, p in zip(lens, params,
+                                                                           strict=True)]
+    if token_ids is not None:
+        token_ids = [ids if p is None else p.truncate(list(ids), mml)
+                     for ids, p in zip(token_ids, params, strict=True)]
+    return lens, token_ids
+
+
+def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params=None) -> None:
     """Refuse a tensor-mode run that cannot fit, before allocating: the counting engine knows
     its bytes in milliseconds (pooling's peak, the persistent buffer, the largest step's output
     tensor, every delivered output, which tensor mode keeps on the host, and the oracle's
     reference and expected output of the largest request)."""
-    counted = run_counting(lens, config, steps, source=source)[0]
+    counted = run_counting(lens, config, steps, source=source, pooling_params=params)[0]
     rows = max((s.num_tokens for s in steps), default=0)
     step_output = rows * config.width * config.dtype_size  # eager output (or the buffer)
     peak_device = max(r.pool_peak_bytes for r in counted) + config.buffer_bytes + step_output
@@ -271,14 +317,14 @@ def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device) -> No
 def chunks_frame(chunks) -> pd.DataFrame:
     """``SimResult.chunks`` from the loop's chunk records, ``CHUNK_COLUMNS`` order."""
     frame = pd.DataFrame([vars(c) for c in chunks], columns=list(CHUNK_COLUMNS))
-    for name in ("read_at_step", "overwritten_at_step"):
+    for name in ("read_at_step", "overwritten_at_step", "widest_write", "widest_write_step"):
         frame[name] = frame[name].astype("Int64")  # NA where no step applies
     return frame.astype({c: "int64" for c in ("step", "request", "token_start", "token_end",
-                                               "buffer_row_start")} | {"eager": bool,
-                                                                       "owned": bool})
+                                               "buffer_row_start", "overwritten_rows")}
+                        | {"eager": bool, "owned": bool})
 
 
-def _closed_form_result(lens, config, *, source, arrival_steps) -> SimResult:
+def _closed_form_result(lens, config, *, source, arrival_steps, params=None) -> SimResult:
     if len(lens) != 1 or source is not None or arrival_steps is not None:
         raise ValueError(
             "mode='closed_form' solves ONE request from the synthetic source with no arrival "
@@ -286,7 +332,8 @@ def _closed_form_result(lens, config, *, source, arrival_steps) -> SimResult:
             f"{arrival_steps!r}); use mode='analytic' for anything else"
         )
     values = {k: v[0] if hasattr(v, "__len__") else v
-              for k, v in single_request(np.asarray(lens, dtype=np.int64), config).items()}
+              for k, v in single_request(np.asarray(lens, dtype=np.int64), config,
+                                         params).items()}
     peak = int(values["peak_pooling_bytes"])
     summary = {"prompt_len": lens[0], "policy": config.policy,
                "async_scheduling": config.async_scheduling}

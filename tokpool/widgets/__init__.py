@@ -4,6 +4,7 @@
 import ipywidgets or matplotlib.
 """
 
+from .buffer import BufferReuseExplorer, buffer_reuse_explorer, render_buffer_reuse
 from .explorers import (
     Explorer,
     MemoryExplorer,
@@ -17,6 +18,7 @@ from .explorers import (
     step_reward_explorer,
     token_explorer,
 )
+from .late_interaction import RerankExplorer, render_rerank, rerank_explorer
 from .memory import prompt_grid, render_memory
 from .ownership import check_workload, corruption_table, parse_prompt_lens, render_ownership
 from .rewards import render_step_rewards, steps_html
@@ -32,14 +34,17 @@ from .view import View, png_size, table_html
 
 __all__ = [
     "TOKEN_METRICS",
+    "BufferReuseExplorer",
     "Explorer",
     "MemoryExplorer",
     "MultiToggle",
     "OwnershipExplorer",
+    "RerankExplorer",
     "StepRewardExplorer",
     "TokenExplorer",
     "View",
     "all_hidden_states",
+    "buffer_reuse_explorer",
     "check_workload",
     "context_range",
     "corruption_table",
@@ -49,11 +54,14 @@ __all__ = [
     "parse_prompt_lens",
     "png_size",
     "prompt_grid",
+    "render_buffer_reuse",
     "render_memory",
     "render_ownership",
+    "render_rerank",
     "render_step_rewards",
     "render_token_heatmap",
     "render_tokens",
+    "rerank_explorer",
     "step_reward_explorer",
     "steps_html",
     "table_html",

@@ -48,12 +48,12 @@ from ..sim.vllm_rules.serve_line import declared_tasks
 from .guards import guard_controls, label_of, show_tooltip
 from .memory import memory_share_applies, render_memory
 from .ownership import check_workload, parse_prompt_lens, render_ownership
-from .rewards import carry_labels, render_step_rewards
+from .rewards import StepRewardChart, carry_labels, render_step_rewards, step_reward_chart
 from .tokens import (
     TOKEN_METRICS,
+    TokenHeatmap,
     TokenMetric,
     all_hidden_states,
-    render_token_heatmap,
     render_tokens,
 )
 from .view import View
@@ -460,6 +460,7 @@ class TokenExplorer(Explorer):
                                  tooltip="the number each token is coloured by")
         self._states: dict[str, Any] = {}  # text -> [num_layers + 1, n, hidden], last few texts
         self._heatmaps: dict[tuple[str, int], bytes] = {}
+        self._canvases: dict[str, TokenHeatmap] = {}  # text -> its heatmap, labels drawn
         self._tokens: dict[str, list[str]] = {}
         super().__init__([self.text_input, self.layer, self.metric])
         self._watch(self.text_input, self.layer, self.metric)
@@ -502,6 +503,7 @@ class TokenExplorer(Explorer):
             old = next(iter(self._states))
             self._states.pop(old)
             self._heatmaps = {k: v for k, v in self._heatmaps.items() if k[0] != old}
+            self._canvases.pop(old, None)
         self._states[text] = states
         self._tokens[text] = token_strings(self.model.tokenizer, ids)
         return states
@@ -514,9 +516,10 @@ class TokenExplorer(Explorer):
         n = self.model.num_layers
         label = f"layer {layer} of {n}" + (" (final, after norm)" if layer == n else "")
         tokens = self._tokens[text]
-        if (text, layer) not in self._heatmaps:
-            self._heatmaps[text, layer] = render_token_heatmap(tokens, hidden,
-                                                               layer_label=label)
+        if (text, layer) not in self._heatmaps:  # the labels are drawn once per text
+            if text not in self._canvases:
+                self._canvases[text] = TokenHeatmap(tokens)
+            self._heatmaps[text, layer] = self._canvases[text].png(hidden, layer_label=label)
         return render_tokens(tokens, hidden, metric=self.metric.value, layer_label=label,
                              heatmap=self._heatmaps[text, layer],
                              settings={"model": getattr(self.model, "name", None)
@@ -583,6 +586,21 @@ def _check_reward_inputs(prm: Any, problem: Any, steps: Any, true_first_error: A
         checks.each("step_labels", labels, checks.flag)
 
 
+#: Characters a 48 %-wide text box shows per line in a ~900 px notebook cell (monospace).
+_AREA_CHARS_PER_LINE = 40
+
+
+def _text_rows(texts: Sequence[str], *, most: int = 14) -> int:
+    """Lines the problem box or the steps box needs (the larger), at least 4, at most
+    ``most`` (beyond that the box scrolls). ``texts[0]`` is the problem, the rest are steps,
+    one line each, wrapped at ``_AREA_CHARS_PER_LINE``."""
+    def lines(text: str) -> int:
+        return max(1, -(-len(text) // _AREA_CHARS_PER_LINE))
+
+    problem, steps = texts[0], texts[1:]
+    return max(4, min(most, max(lines(problem), sum(lines(s) for s in steps)) + 1))
+
+
 class StepRewardExplorer(Explorer):
     """A process reward model's step rewards for one solution; edit the steps, move the cut.
 
@@ -600,11 +618,15 @@ class StepRewardExplorer(Explorer):
         self._original = (problem, tuple(steps))
         self._truth = (true_first_error, step_labels)
         self._cache: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._chart: tuple[Any, StepRewardChart] | None = None  # (what it drew, the chart)
         self.threshold = W.FloatSlider(value=float(getattr(prm, "threshold", 0.5)), min=0.0,
                                        max=1.0, step=0.01, continuous_update=False,
                                        description="threshold", layout=_slider_layout(),
                                        tooltip="rewards below it count as errors (0 to 1)")
-        area = {"continuous_update": False, "layout": W.Layout(width="48%", height="7em")}
+        # tall enough for the whole problem and every step as they open (a box that cut the
+        # problem's last line hid part of the question); longer texts scroll
+        height = f"{_text_rows([problem, *steps]) * 1.45 + 0.9:.1f}em"
+        area = {"continuous_update": False, "layout": W.Layout(width="48%", height=height)}
         self.problem = W.Textarea(value=problem, description="problem", **area,
                                   tooltip="the question the steps solve (edit it and leave "
                                           "the box to score again)")
@@ -645,9 +667,15 @@ class StepRewardExplorer(Explorer):
         if self._truth != (None, None) and edited_problem:
             note = "; ".join(filter(None, ["the labels are those of the original problem",
                                            note]))
+        # the bars are drawn once per solution: a threshold repaints only its lines
+        drawn = (key, truth, None if labels is None else tuple(labels))
+        if self._chart is None or self._chart[0] != drawn:
+            self._chart = (drawn, step_reward_chart(self.scores.rewards, true_first_error=truth,
+                                                    step_labels=labels))
         return render_step_rewards(list(steps), self.scores.rewards,
                                    threshold=self.threshold.value, problem=self.problem.value,
-                                   true_first_error=truth, step_labels=labels, note=note)
+                                   true_first_error=truth, step_labels=labels, note=note,
+                                   chart=self._chart[1])
 
     def settings(self) -> list[tuple[str, str]]:
         n = len([s for s in self.steps.value.splitlines() if s.strip()])
@@ -685,9 +713,10 @@ class OwnershipExplorer(Explorer):
         prompt_len: ``IntSlider``, request 0's prompt length.
         more_requests: ``Text``, the other requests' prompt lengths (``"6, 9"``; may be empty).
         budget: ``IntSlider``, ``max_num_batched_tokens`` (tokens per step = buffer rows).
-        async_scheduling: ``ToggleButton``.
+        async_scheduling: ``Checkbox``, ``async_scheduling``.
         policy: ``ToggleButtons`` over ``tp.RETENTION_POLICIES``.
         chunked: ``Checkbox``, ``enable_chunked_prefill``.
+        vllm_head: ``Checkbox``, run vLLM's default head after pooling.
         view: the last ``View``; ``view.data['result']`` is the ``SimResult``.
     """
     def __init__(self, prompt_lens: list[int] | None = None, *, budget: int = 16,
@@ -709,6 +738,7 @@ class OwnershipExplorer(Explorer):
                      why=" (the view simulates real tensors of that width)")
         check_workload(lens, budget)  # a workload the view can draw, before any work
         self.hidden_size = hidden_size
+        self._views: dict[tuple, View] = {}  # see CACHED_VIEWS
         self.prompt_len = W.IntSlider(value=lens[0], min=1, max=96, continuous_update=False,
                                       description="request 0 tokens", style=_WIDE,
                                       tooltip="request 0's prompt length in tokens (1 to 96)",
@@ -723,14 +753,13 @@ class OwnershipExplorer(Explorer):
                                   tooltip="tokens the engine computes per step (vLLM's "
                                           "max_num_batched_tokens), 2 to 64",
                                   layout=_slider_layout())
-        self.async_scheduling = W.ToggleButton(value=async_scheduling,
-                                               description="async scheduling", icon="bolt",
-                                               layout=W.Layout(width="auto"))
-        _mark_toggle(self.async_scheduling,
-                     on="async scheduling is on: step N+1 starts before step N's host copy; "
-                        "click for sync scheduling",
-                     off="async scheduling is off (sync): each step's output is copied before "
-                         "the next step starts; click to turn it on")
+        # on/off settings are all checkboxes, one style (async, chunked prefill, vLLM's head)
+        self.async_scheduling = W.Checkbox(
+            value=async_scheduling, description="async scheduling", indent=False,
+            layout=W.Layout(width="auto"),
+            tooltip="async scheduling: the engine starts step N+1 before step N's output is "
+                    "copied to the host (vLLM's async_scheduling); off: each step's output is "
+                    "copied before the next step starts")
         self.chunked = W.Checkbox(value=enable_chunked_prefill, description="chunked prefill",
                                   tooltip="split a prompt longer than tokens per step over "
                                           "several steps (vLLM's enable_chunked_prefill)",
@@ -758,16 +787,29 @@ class OwnershipExplorer(Explorer):
             raise ValueError(f"other requests: {err}") from err
         return [self.prompt_len.value, *others]
 
+    #: Views kept per explorer (settings -> View): a setting revisited while a slider is
+    #: dragged back and forth, or a toggle flipped twice, is shown without redrawing.
+    CACHED_VIEWS = 32
+
     def render(self) -> View:
         lens = self.prompt_lens
         if not self.chunked.value:
             self._check_unchunked(lens)
-        return render_ownership(
-            lens, max_num_batched_tokens=self.budget.value,
-            async_scheduling=self.async_scheduling.value, policy=self.policy.value,
-            enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
-            vllm_head=self.vllm_head.value,
-        )
+        key = (tuple(lens), self.budget.value, self.async_scheduling.value, self.policy.value,
+               self.chunked.value, self.hidden_size, self.vllm_head.value)
+        cache = self._views
+        view = cache.pop(key, None)  # popped and put back: the most recent is last
+        if view is None:
+            view = render_ownership(
+                lens, max_num_batched_tokens=self.budget.value,
+                async_scheduling=self.async_scheduling.value, policy=self.policy.value,
+                enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
+                vllm_head=self.vllm_head.value,
+            )
+        cache[key] = view
+        while len(cache) > self.CACHED_VIEWS:
+            del cache[next(iter(cache))]  # the least recently shown
+        return view
 
 
     def _check_unchunked(self, lens: list[int]) -> None:
@@ -908,13 +950,17 @@ class MemoryExplorer(Explorer):
         task: ``Dropdown``: ``"default"`` (the model's task, named in the label), then the
             tasks the model declares (``declared_tasks()``; vLLM refuses any other).
         dtype: ``Dropdown`` of hidden-state dtypes.
-        head_dtype: ``Dropdown``: ``"default"`` (the simulator's, named in the label),
-            ``"same"`` (no cast: the head runs in ``dtype``) or ``"float32"``.
-        budget: ``SelectionSlider``, the chunk budget (``max_num_batched_tokens``), which sets
-            the clone policy's (2T − L) peak.
+        head_dtype: ``Dropdown``: ``"default"`` (vLLM's, named in the label), ``"same"`` (no
+            cast: the head runs in ``dtype``) or ``"float32"``.
+        activation: ``Dropdown``: ``"default"`` (vLLM's: on) or ``"off"``: the head's
+            activation (normalise / softmax), whose float32 output is alive with the cast.
+        budget: ``SelectionSlider``, the chunk budget (``max_num_batched_tokens``; starts at
+            vLLM's for the model and GPU), which sets the clone policy's (2T − L) peak — unless
+            the head sets the peak, as under vLLM's float32 head and activation: the "What sets
+            the peak" line above the table says which part does.
         prompt_len: ``SelectionRangeSlider`` over 256 … 1M tokens (value: ``(low, high)``).
         policies: ``MultiToggle`` of the retention policies (value: a tuple of names).
-        async_scheduling: ``ToggleButton``.
+        async_scheduling: ``ToggleButton`` (starts off: vLLM's default for a pooling model).
         your_model: ``Text``: a config.json path, a model directory or a config as JSON; when
             set it replaces the ``model`` preset (``SimConfig.from_hf_config``).
         tensor_parallel_size: ``IntSlider`` 1 … 8, GPUs the model is split over (weights and
@@ -922,7 +968,8 @@ class MemoryExplorer(Explorer):
     """
     def __init__(self, *, model: Any = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
                  prompt_len: tuple[int, int] | None = None, budget: int | None = None,
-                 policies: Sequence[str] | None = None, async_scheduling: bool = True) -> None:
+                 policies: Sequence[str] | None = None,
+                 async_scheduling: bool | None = None) -> None:
 
         preset, own = _memory_model(model)  # a preset name, or what "your model" takes
         if hardware not in MEMORY_HARDWARE:
@@ -931,6 +978,14 @@ class MemoryExplorer(Explorer):
                              "of a device's memory, which a CPU's RAM (the host's, shared with "
                              f"everything) has not; choose one of {list(MEMORY_HARDWARE)}, or "
                              "call tp.viz.render_memory(hardware='CPU') for the bytes alone")
+        if async_scheduling is None:
+            # (imported here: only this explorer asks; the file's imports are shared)
+            from ..sim.vllm_rules.engine import default_async_scheduling
+
+            # vLLM's default for a pooling model: off (vllm/config/vllm.py,
+            # VllmConfig.__post_init__: "Disabling asynchronous scheduling by default for
+            # pooling model"), as tokpool's rule room says (engine.default_async_scheduling)
+            async_scheduling = default_async_scheduling("pooling")
         checks.flag("async_scheduling", async_scheduling)
         if policies is not None:
             checks.each("policies", checks.items("policies", policies, what="a list of "
@@ -953,7 +1008,9 @@ class MemoryExplorer(Explorer):
             raise ValueError(f"prompt_len runs backwards: {prompt_len!r}; give (shortest, "
                              "longest)")
         prompt_len = (int(bounds[0]), int(bounds[1]))
-        budget = SimConfig().max_num_batched_tokens if budget is None else budget
+        if budget is None:  # vLLM's budget for the model and GPU (LLM class), where offered
+            default = SimConfig.for_model(preset, hardware=hardware).max_num_batched_tokens
+            budget = default if default in MEMORY_BUDGETS else SimConfig().max_num_batched_tokens
         if as_whole(budget) not in MEMORY_BUDGETS:
             raise ValueError(f"budget must be one of {list(MEMORY_BUDGETS)}; got {budget!r}")
         self.model = W.Dropdown(options=list(MODEL_PRESETS), value=preset, description="model",
@@ -979,6 +1036,12 @@ class MemoryExplorer(Explorer):
                                      description="head dtype", style=_WIDE,
                                      tooltip="the pooling head's dtype (vLLM's pooling heads: "
                                              "float32)")
+        self.activation = W.Dropdown(options=[("default: on (vLLM's)", "default"),
+                                              ("off (not vLLM's default)", "off")],
+                                     value="default", description="activation", style=_WIDE,
+                                     tooltip="the head's activation (normalise / softmax): "
+                                             "its float32 output is alive with the cast, so "
+                                             "with it the head sets the peak")
         self.budget = W.SelectionSlider(
             options=[(format_tokens(n), n) for n in MEMORY_BUDGETS], value=budget,
             description="chunk budget (tokens/step)", continuous_update=False, style=_WIDE,
@@ -996,23 +1059,39 @@ class MemoryExplorer(Explorer):
                                                description="async scheduling", icon="bolt",
                                                layout=W.Layout(width="auto"))
         _mark_toggle(self.async_scheduling,
-                     on="async scheduling is on: click for sync scheduling",
-                     off="async scheduling is off (sync): click to turn it on")
+                     on="async scheduling is on (not vLLM's default for a pooling model): "
+                        "click for sync scheduling",
+                     off="async scheduling is off (sync: vLLM's default for a pooling model): "
+                         "click to turn it on")
         self.tensor_parallel_size = W.IntSlider(value=1, min=1, max=8, continuous_update=False,
                                                 description="tensor-parallel GPUs", style=_WIDE,
                                                 tooltip="GPUs the model is split over (1 to 8)",
                                                 layout=_slider_layout())
         super().__init__([self.model, self.hardware, self.task, self.dtype, self.head_dtype,
-                          self.budget, self.prompt_len, self.policies, self.async_scheduling,
-                          self.your_model, self.tensor_parallel_size])
+                          self.activation, self.budget, self.prompt_len, self.policies,
+                          self.async_scheduling, self.your_model, self.tensor_parallel_size])
+        self._space_readouts()
         self.task.__dict__["_tokpool_refuse"] = self._refuse_task  # says why, not only what
         self.model.observe(self._relabel, names="value")
         self.your_model.observe(self._relabel, names="value")
         self.prompt_len.observe(self._widen, names="value")
         self._watch(self.model, self.hardware, self.task, self.dtype, self.head_dtype,
-                    self.budget, self.prompt_len, self.policies, self.async_scheduling,
-                    self.your_model, self.tensor_parallel_size)
+                    self.activation, self.budget, self.prompt_len, self.policies,
+                    self.async_scheduling, self.your_model, self.tensor_parallel_size)
         self.update()
+
+    def _space_readouts(self) -> None:
+        """A slider's readout ("16K") and the next control's label ("prompt length") ran into
+        each other ("16Kprompt length"): each slider row keeps a gap after its readout."""
+        row = self.children[1]
+        for box in row.children:
+            if isinstance(box, W.HBox) and any(isinstance(c, W.SelectionSlider |
+                                                          W.SelectionRangeSlider)
+                                               for c in box.children):
+                box.layout.margin = "0 18px 0 0"
+                for label in box.children:
+                    if isinstance(label, W.Label):
+                        label.layout.margin = "0 0 0 6px"
 
     def _own_config(self) -> SimConfig | None:
         """The "your model" box's config as the simulator reads it (``None``: empty, or not
@@ -1052,7 +1131,8 @@ class MemoryExplorer(Explorer):
     def _head_options(model: str) -> list[tuple[str, str]]:
 
         default = _dtype_name(SimConfig.for_model(model).head_dtype)
-        return [(f"default ({default})", "default"), ("same as dtype (no cast)", "same"),
+        return [(f"default: {default} (vLLM's)", "default"),
+                ("same as dtype, no cast (not vLLM's default)", "same"),
                 ("float32", "float32")]
 
     def _relabel(self, change: dict[str, Any]) -> None:
@@ -1124,13 +1204,14 @@ class MemoryExplorer(Explorer):
             dtype=self.dtype.value, head_dtype=head, prompt_len=self.prompt_len.value,
             policies=self.policies.value, async_scheduling=self.async_scheduling.value,
             max_num_batched_tokens=self.budget.value,
+            use_activation=None if self.activation.value == "default" else False,
         )
 
 
 def memory_explorer(*, model: Any = "Qwen3-Embedding-8B", hardware: str = "H100 SXM",
                     prompt_len: tuple[int, int] | None = None, budget: int | None = None,
                     policies: Sequence[str] | None = None,
-                    async_scheduling: bool = True) -> MemoryExplorer:
+                    async_scheduling: bool | None = None) -> MemoryExplorer:
     """Explore peak pooling memory against prompt length for model and hardware presets.
 
     Args:
@@ -1141,9 +1222,15 @@ def memory_explorer(*, model: Any = "Qwen3-Embedding-8B", hardware: str = "H100 
             the host's, means nothing).
         prompt_len: initial ``(shortest, longest)`` prompt; powers of two from 256 to 1M
             (default: 1K up to the model's context, ``context_range``).
-        budget: initial chunk budget (a power of two, 256 … 16K; default: the simulator's).
+        budget: initial chunk budget (a power of two, 256 … 16K; default: vLLM's for the
+            model and GPU).
         policies: the retention policies shown at first (default: all four).
-        async_scheduling: start with async scheduling on.
+        async_scheduling: start with async scheduling on or off (default: off, vLLM's default
+            for a pooling model).
+
+    The explorer opens with vLLM 0.33.0's defaults (sync scheduling, float32 head with its
+    activation, vLLM's chunk budget): its first table is what ``tp.simulate`` gives for
+    ``SimConfig.for_model(model, hardware=hardware)``.
 
     Returns:
         The explorer widget; e.g. ``ex.prompt_len.value = (1024, 65536)`` redraws it.

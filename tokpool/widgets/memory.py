@@ -11,8 +11,9 @@ import pandas as pd
 
 from ..plots import figure_png, format_bytes, format_tokens
 from ..plots.memory import plot_memory_vs_prompt_length
-from ..sim import MODEL_PRESETS, SimConfig, sweep
+from ..sim import MODEL_PRESETS, SimConfig, simulate, sweep
 from ..sim.results.analysis import prompt_grid
+from ..sim.results.peak_parts import peak_parts, peak_words, single_request_peak_parts
 from ..sim.startup import mark_startup_refusals, refusal_summary
 from ..sim.vllm_rules.devices import resolve_hardware
 from ..sim.vllm_rules.kv_cache import kv_cache_memory_bytes
@@ -21,7 +22,7 @@ from .view import View
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["memory_share_applies", "prompt_grid", "render_memory"]
+__all__ = ["memory_share_applies", "prompt_grid", "render_memory", "what_sets_the_peak_text"]
 
 
 def memory_share_applies(hardware: object) -> bool:
@@ -41,8 +42,9 @@ def render_memory(
     head_dtype: str | None = "default",
     prompt_len: tuple[int, int] | None = None,
     policies: Sequence[str] = ("legacy", "clone", "prealloc", "offload"),
-    async_scheduling: bool = True,
+    async_scheduling: bool | None = None,
     max_num_batched_tokens: int | None = None,
+    use_activation: bool | None = None,
     points_per_doubling: int = 2,
     tensor_parallel_size: int = 1,
 ) -> View:
@@ -61,8 +63,12 @@ def render_memory(
             served with vLLM's ``--max-model-len`` raised to the longest prompt, and the
             caption says so.
         policies: retention policies to compare.
-        async_scheduling: async or sync scheduling.
-        max_num_batched_tokens: the chunk budget per step (default: the simulator's).
+        async_scheduling: async or sync scheduling (default ``None``: vLLM's default for a
+            pooling model, off: ``VllmConfig.__post_init__``).
+        max_num_batched_tokens: the chunk budget per step (default: vLLM's for the model,
+            hardware and usage).
+        use_activation: the head's activation (normalise / softmax; default ``None``: vLLM's,
+            on).
         points_per_doubling: sweep resolution.
         tensor_parallel_size: GPUs the model is split over: weights and KV heads split, each
             GPU of the last stage pools the whole width. With a decoder model, the table also
@@ -71,9 +77,13 @@ def render_memory(
     Returns:
         ``View``: ``png`` = the curves, the points vLLM would refuse to start for marked
         (``tp.sim.mark_startup_refusals``: ○ past the context, □ its KV cache); ``html`` = a
-        table of peaks at a few lengths (and the share of device memory), its caption saying
-        where vLLM stops starting; ``table`` = the full sweep DataFrame with vLLM's verdict
-        per point (``vllm_starts``, ``refused_by``, ``refusal``, ``past_context``).
+        line saying which settings are vLLM's defaults, what sets the peak at the longest
+        prompt (``what_sets_the_peak_text``: the chunk cache, or the head's float32 cast and
+        activation, which no chunk budget moves), then a table of peaks at a few lengths (and
+        the share of device memory), its caption saying where vLLM stops starting; ``table``
+        = the full sweep DataFrame with vLLM's verdict per point (``vllm_starts``,
+        ``refused_by``, ``refusal``, ``past_context``); ``data["peak_parts"]`` = the parts of
+        that peak (``tp.sim.peak_parts``).
 
     Raises:
         ValueError: an unknown preset, task or dtype, or an empty policy list.
@@ -83,6 +93,10 @@ def render_memory(
     overrides: dict = {"dtype": dtype, "hardware": hardware}
     if head_dtype != "default":
         overrides["head_dtype"] = head_dtype
+    if use_activation is not None:
+        overrides["use_activation"] = bool(use_activation)
+    if async_scheduling is not None:
+        overrides["async_scheduling"] = bool(async_scheduling)
 
     overrides["tensor_parallel_size"] = tensor_parallel_size
     if isinstance(model, str) and model in MODEL_PRESETS:
@@ -101,7 +115,10 @@ def render_memory(
     if max_num_batched_tokens is not None and preset.enable_chunked_prefill:
         changes["max_num_batched_tokens"] = max_num_batched_tokens
     config = preset.replace(**changes) if changes else preset
+    async_scheduling = config.async_scheduling  # None above: vLLM's default, resolved there
+    vllm = _vllm_defaults(config)
     head = str(config.head_dtype).removeprefix("torch.") if config.head_casts else "no cast"
+    head_words = head + (" + activation" if config.use_activation else ", no activation")
     lens = prompt_grid(*prompt_len, points_per_doubling=points_per_doubling)
     df = sweep(lens, config, policies=list(policies), async_scheduling=(async_scheduling,),
                progress=False)
@@ -109,10 +126,11 @@ def render_memory(
     df = mark_startup_refusals(df, config)
     device = resolve_hardware(hardware)  # names resolve in one place
     share = memory_share_applies(device)
-    title = (f"{model} · {config.task} · {dtype} (head: {head}) · "
+    title = (f"{model} · {config.task} · {dtype}\nhead: {head_words} · "  # 2 lines: fits
              f"{'async' if async_scheduling else 'sync'} · "
              + (f"chunk {format_tokens(config.max_num_batched_tokens)} tokens"
-                if config.enable_chunked_prefill else "not chunked (vLLM)"))
+                if config.enable_chunked_prefill else "not chunked (vLLM)")
+             + (" · vLLM's defaults" if all(vllm.values()) else " · not all vLLM's defaults"))
 
     def draw() -> Figure:
         # no reference line for a CPU: its "memory" is not the engine's to take a share of
@@ -150,10 +168,14 @@ def render_memory(
     if not df["vllm_starts"].all():  # the marked points, in words (the message shortened)
         caption += " " + " ".join(refusal_summary(df, messages=False))
     cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
-    table_html = _table_html(cells, caption)
+    table_html = _defaults_html(config, vllm) + _peak_html(config, policies, int(lens[-1])) \
+        + _table_html(cells, caption)
+    parts = _peak_run(config, policies, int(lens[-1]))  # what the readout above names
     settings = {"model": model, "hardware": device.name, "task": config.task, "dtype": dtype,
                 "head_dtype": head, "policies": list(policies),
                 "async_scheduling": async_scheduling,
+                "use_activation": config.use_activation,
+                "vllm_defaults": vllm,
                 "max_num_batched_tokens": config.max_num_batched_tokens,
                 "enable_chunked_prefill": config.enable_chunked_prefill,
                 "tensor_parallel_size": tensor_parallel_size,
@@ -161,7 +183,105 @@ def render_memory(
                 "max_model_len": config.max_model_len, "as_if": bool(lifted),
                 "mode": "analytic"}
     return View(html=table_html, png=png, table=df, settings=settings, redraw=draw,
-                data={"config": config, "peaks": table, "kv_cache_bytes": kv, "share": share})
+                data={"config": config, "peaks": table, "kv_cache_bytes": kv, "share": share,
+                      "peak_parts": parts})
+
+
+def _vllm_defaults(config: SimConfig) -> dict[str, bool]:
+    """Which of the settings a researcher changes are vLLM 0.33.0's defaults for this model,
+    hardware and task (``SimConfig.for_model`` resolves them as vLLM does)."""
+    base = SimConfig.for_model(config.model.name, task=config.task, hardware=config.hardware,
+                               tensor_parallel_size=config.tensor_parallel_size) \
+        if config.model is not None and config.model.name in MODEL_PRESETS else None
+    if base is None:  # your own model: vLLM's pooling-model defaults
+        base = SimConfig(hidden_size=config.hidden_size, task=config.task,
+                         hardware=config.hardware)
+    return {
+        "async_scheduling": config.async_scheduling == base.async_scheduling,
+        "head_dtype": config.head_dtype == base.head_dtype,
+        "use_activation": config.use_activation == base.use_activation,
+        "max_num_batched_tokens": (config.max_num_batched_tokens == base.max_num_batched_tokens
+                                   or not config.enable_chunked_prefill),
+    }
+
+
+def _defaults_html(config: SimConfig, vllm: dict[str, bool]) -> str:
+    """One line: each setting, labelled vLLM's default or not."""
+    def said(key: str, text: str) -> str:
+        return f"{text} ({'' if vllm[key] else 'not '}vLLM's default)"
+
+    head = (str(config.head_dtype).removeprefix("torch.") + " head" if config.head_casts
+            else "no head cast")
+    budget = (f"chunks of {config.max_num_batched_tokens:,} tokens" if
+              config.enable_chunked_prefill else "not chunked (vLLM never chunks this model)")
+    words = [said("async_scheduling", "async scheduling" if config.async_scheduling
+                  else "sync scheduling"),
+             said("head_dtype", head),
+             said("use_activation", "activation on" if config.use_activation
+                  else "activation off"),
+             said("max_num_batched_tokens", budget) if config.enable_chunked_prefill
+             else budget]
+    return ("<div class='tokpool-defaults' style='font-family:sans-serif;font-size:12px;"
+            f"color:#333;padding:2px 0'>{html.escape(' · '.join(words))}</div>")
+
+
+def _shown_policy(policies: Sequence[str]) -> str | None:
+    """The policy the peak readout speaks of: clone (vLLM's since PR #50931) when shown, else
+    the first one that holds device bytes."""
+    if "clone" in policies:
+        return "clone"
+    return next((p for p in policies if p != "offload"), None)
+
+
+def _parts(config: SimConfig, policy: str, prompt_len: int) -> dict[str, int]:
+    """The parts of ``policy``'s peak for one prompt: from the closed form where it can say
+    (``single_request_peak_parts``: no steps run), else from a simulated run."""
+    config = config.replace(policy=policy)
+    parts = single_request_peak_parts(config, prompt_len)
+    if parts is None:
+        parts = peak_parts(simulate([prompt_len], config, mode="analytic"))
+    return parts
+
+
+def _peak_run(config: SimConfig, policies: Sequence[str], prompt_len: int) -> dict[str, int]:
+    policy = _shown_policy(policies)
+    return {} if policy is None else _parts(config, policy, prompt_len)
+
+
+def what_sets_the_peak_text(config: SimConfig, policy: str, prompt_len: int) -> str:
+    """What sets ``policy``'s peak for one ``prompt_len``-token prompt under ``config``, in
+    words, and whether the chunk budget moves it: the head's float32 cast and activation are
+    alive with the whole pooled output, so a head that sets the peak hides the budget.
+
+    Example:
+        >>> cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B")
+        >>> print(what_sets_the_peak_text(cfg, "clone", 32_768))  # doctest: +ELLIPSIS
+        clone at 32K tokens: peak 1.25 GiB = pooled output 256 MiB + float32 cast 512 MiB + ...
+    """
+    parts = _parts(config, policy, prompt_len)
+    text = f"{policy} at {format_tokens(prompt_len)} tokens: {peak_words(parts)}"
+    head_parts = [name for name in parts if name.endswith(" cast") or name in
+                  ("classifier logits", "activation")]
+    if head_parts and config.enable_chunked_prefill:
+        bare = sum(_parts(config.replace(head_dtype=None, use_activation=False), policy,
+                          prompt_len).values())
+        text += (f". Without the head (not vLLM's default) it would be {format_bytes(bare)}: "
+                 "the chunk cache and the cat, the part the chunk budget moves, so under vLLM's "
+                 "head the budget changes nothing here (to see it move: activation off, head "
+                 "dtype 'same as dtype')")
+    elif "chunk cache" in parts and config.enable_chunked_prefill:
+        text += ": the chunk budget moves it"
+    return text
+
+
+def _peak_html(config: SimConfig, policies: Sequence[str], prompt_len: int) -> str:
+    policy = _shown_policy(policies)
+    if policy is None:
+        return ""
+    text = what_sets_the_peak_text(config, policy, prompt_len)
+    return ("<div class='tokpool-peak' style='font-family:sans-serif;font-size:12px;"
+            f"color:#333;padding:2px 0 6px'><b>What sets the peak</b> — {html.escape(text)}."
+            "</div>")
 
 
 def _kv_memory_bytes(config) -> int:

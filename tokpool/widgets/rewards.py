@@ -6,11 +6,11 @@ import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
-from ..plots import figure_png, plot_step_rewards
 from ..plots._style import as_numpy
-from ..plots.rewards import first_below
+from ..plots.rewards import StepRewardChart, first_below
 from ..plots.token_text import _legend_html, _text_colour, colour_scale
 from .view import View
 
@@ -88,6 +88,7 @@ def render_step_rewards(
     true_first_error: int | None = None,
     step_labels: Sequence[bool | int | None] | None = None,
     note: str = "",
+    chart: StepRewardChart | None = None,
 ) -> View:
     """Bars of the step rewards plus the solution's steps coloured by reward.
 
@@ -99,6 +100,8 @@ def render_step_rewards(
         true_first_error: the labelled first error (``-1``: the solution is correct), if known.
         step_labels: per-step correctness labels, if known (``None`` for a step without one).
         note: a sentence shown under the verdict (e.g. what an edit did to the labels).
+        chart: the ``StepRewardChart`` of these rewards and labels, if the caller keeps one
+            (a new threshold then repaints only its lines and legend; the explorer does).
 
     Returns:
         ``View`` with ``html`` (problem, coloured steps, verdict), ``png`` (the bar chart) and
@@ -111,12 +114,16 @@ def render_step_rewards(
     if len(steps) != r.shape[0]:
         raise ValueError(f"got {len(steps)} steps but {r.shape[0]} rewards; one reward per step")
     predicted = first_below(r, threshold)
-    def draw() -> Figure:
-        return plot_step_rewards(r, threshold=threshold, true_first_error=true_first_error,
-                                 step_labels=step_labels,
-                                 title="Step rewards (probability correct)").figure
+    if chart is None:
+        chart = step_reward_chart(r, true_first_error=true_first_error, step_labels=step_labels)
+    elif not np.array_equal(chart.rewards, r):
+        raise ValueError("chart was drawn for other rewards; pass the chart of these rewards "
+                         "(step_reward_chart(rewards, ...)) or none")
 
-    png = figure_png(draw())
+    def draw() -> Figure:
+        return chart.figure(threshold)
+
+    png = chart.png(threshold)
     parts = []
     if problem:
         parts.append(
@@ -145,6 +152,14 @@ def render_step_rewards(
                 "true_first_error": true_first_error, "problem": problem}
     return View(html="".join(parts), png=png, table=table, settings=settings, redraw=draw,
                 data={"rewards": r, "predicted_first_error": predicted})
+
+
+def step_reward_chart(rewards: Any, *, true_first_error: int | None = None,
+                      step_labels: Sequence[bool | int | None] | None = None
+                      ) -> StepRewardChart:
+    """The chart ``render_step_rewards`` draws, to keep while only the threshold moves."""
+    return StepRewardChart(rewards, true_first_error=true_first_error, step_labels=step_labels,
+                           title="Step rewards (probability correct)")
 
 
 def steps_html(steps: Sequence[str], rewards: Any) -> str:

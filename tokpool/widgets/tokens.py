@@ -7,16 +7,18 @@ slider and a metric menu to it and caches one forward pass per layer.
 from __future__ import annotations
 
 import html as _html
+import io
 import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import matplotlib as mpl
 import numpy as np
 import torch
 
-from ..plots import cosine_similarity_matrix, figure_png, plot_similarity, token_html
+from ..plots import cosine_similarity_matrix, plot_similarity, token_html
 from ..plots._fonts import box_note
-from ..plots._style import as_numpy, styled
+from ..plots._style import RC, as_numpy, styled
 from ..plots.embeddings import _tick_labels
 from .view import View
 
@@ -73,15 +75,17 @@ def heatmap_caption(n_tokens: int, max_heatmap_tokens: int = 96) -> str:
 
 def _heatmap_figure(tokens: Sequence[str], hidden: Any, *, layer_label: str,
                     max_heatmap_tokens: int) -> Figure:
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     suffix = f" · {layer_label}" if layer_label else ""
     n = min(len(tokens), max_heatmap_tokens)
     cut = f" · first {n} of {len(tokens):,} tokens" if n < len(tokens) else ""
     # the final size first: tick labels are thinned to what this size holds. Fixed margins
     # (room for 10-character labels), not constrained layout: half the drawing time, and the
-    # explorer redraws this on every new layer.
-    fig = plt.figure(figsize=(6.2, 5.2))
+    # explorer redraws this on every new layer. No pyplot: nothing to close, nothing shown.
+    fig = Figure(figsize=(6.2, 5.2))
+    FigureCanvasAgg(fig)
     ax = fig.add_axes((0.16, 0.17, 0.72, 0.75))
     plot_similarity(hidden[:n], tokens=list(tokens[:n]), ax=ax,
                     title=f"Token × token cosine similarity{suffix}{cut}")
@@ -92,13 +96,86 @@ def _heatmap_figure(tokens: Sequence[str], hidden: Any, *, layer_label: str,
     return fig
 
 
-@styled
+class TokenHeatmap:
+    """The similarity heatmap of one text, drawn once; a new layer repaints only its image.
+
+    Everything but the image and the title — labels, ticks, colorbar, note — depends only on
+    the tokens, and drawing those labels is most of a heatmap's time. The first ``png`` draws
+    the whole figure without the image and title and keeps those pixels (matplotlib's blitting:
+    ``copy_from_bbox``); each ``png`` then restores them, draws the layer's image, the spines
+    over it and the title, and encodes the canvas. The pixels equal a full draw's up to the
+    stacking of the spines, which are drawn last either way.
+
+    Args:
+        tokens: ``n`` token strings (the labels).
+        max_heatmap_tokens: the heatmap shows at most this many leading tokens.
+
+    Example:
+        >>> import torch
+        >>> heat = TokenHeatmap(["a", "b", "c"])
+        >>> heat.png(torch.eye(3), layer_label="layer 1")[1:4] == b"PNG"
+        True
+    """
+
+    def __init__(self, tokens: Sequence[str], *, max_heatmap_tokens: int = 96) -> None:
+        self.tokens = list(tokens)
+        self.max_heatmap_tokens = max_heatmap_tokens
+        self._fig: Figure | None = None
+        self._background: Any = None
+
+    def _prepare(self, hidden: Any) -> Figure:
+        from .view import PNG_DPI  # view imports plots; here on use like the rest of widgets
+
+        fig = _heatmap_figure(self.tokens, hidden, layer_label="",
+                              max_heatmap_tokens=self.max_heatmap_tokens)
+        fig.set_dpi(PNG_DPI)  # draw at the PNG's resolution: the canvas is the PNG
+        ax = fig.axes[0]
+        image = ax.images[0]
+        image.set_visible(False)
+        ax.title.set_text("")  # placed by the draw (above the labels), written per layer
+        fig.canvas.draw()
+        self._background = fig.canvas.copy_from_bbox(fig.bbox)
+        image.set_visible(True)
+        self._fig = fig
+        return fig
+
+    def png(self, hidden: Any, *, layer_label: str = "") -> bytes:
+        """PNG (at ``PNG_DPI``) of the similarity of ``[n, hidden]`` states, titled with
+        ``layer_label``."""
+        from PIL import Image  # on use: only a heatmap's repaint encodes the canvas itself
+
+        n = min(len(self.tokens), self.max_heatmap_tokens)
+        h = as_numpy(hidden, name="hidden", ndim=2)
+        if h.shape[0] != len(self.tokens):
+            raise ValueError(f"got {h.shape[0]} hidden rows for {len(self.tokens)} tokens; "
+                             "pass one row per token")
+        with mpl.rc_context(RC):
+            fig = self._prepare(h) if self._fig is None else self._fig
+            ax = fig.axes[0]
+            canvas = fig.canvas
+            canvas.restore_region(self._background)
+            ax.images[0].set_data(cosine_similarity_matrix(h[:n]))
+            cut = f" · first {n} of {len(self.tokens):,} tokens" if n < len(self.tokens) else ""
+            suffix = f" · {layer_label}" if layer_label else ""
+            ax.title.set_text(f"Token × token cosine similarity{suffix}{cut}")
+            ax.draw_artist(ax.images[0])
+            for spine in ax.spines.values():
+                ax.draw_artist(spine)
+            ax.draw_artist(ax.title)
+            width, height = canvas.get_width_height()
+            buf = io.BytesIO()
+            Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0,
+                             1).save(buf, format="png", dpi=(fig.dpi, fig.dpi))
+        return buf.getvalue()
+
+
 def render_token_heatmap(tokens: Sequence[str], hidden: Any, *, layer_label: str = "",
                          max_heatmap_tokens: int = 96) -> bytes:
     """PNG of the token × token cosine similarity of the first ``max_heatmap_tokens`` tokens.
 
     When the text is longer, the title says so ("first 96 of 412 tokens"); labels with
-    characters no font has are explained under the figure (``plots._fonts.box_note``).
+    characters no font has are explained under the figure (``plots._fonts.box_note``). To draw
+    many layers of one text, keep a ``TokenHeatmap``: it draws the labels once.
 
     Args:
         tokens: ``n`` token strings (tick labels; thinned to what fits, see ``plot_similarity``).
@@ -109,9 +186,8 @@ def render_token_heatmap(tokens: Sequence[str], hidden: Any, *, layer_label: str
     Returns:
         PNG bytes at ``PNG_DPI``.
     """
-    # fixed margins: no tight bounding box, which would draw the figure twice
-    return figure_png(_heatmap_figure(tokens, hidden, layer_label=layer_label,
-                                      max_heatmap_tokens=max_heatmap_tokens), tight=False)
+    return TokenHeatmap(tokens, max_heatmap_tokens=max_heatmap_tokens).png(
+        hidden, layer_label=layer_label)
 
 
 def render_tokens(

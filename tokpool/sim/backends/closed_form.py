@@ -30,7 +30,7 @@ from ..config import SimConfig
 # Called through the modules, never copied: the seam and refusal tests swap the rules there.
 from ..vllm_rules import engine_checks
 from ..vllm_rules import step_memory as step_memory_rule
-from ..vllm_rules.classifier import head_allocations, head_element_bytes
+from ..vllm_rules.classifier import head_peak, head_tensors
 from ..vllm_rules.cpu_platform import host_copy_copies
 from .loop import copies_at_finish
 
@@ -49,8 +49,10 @@ def _sum_forward_full_steps(n, C, M, model, hardware) -> np.ndarray:
     return j0 * M + compute
 
 
-def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.ndarray]:
-    """Sweep columns for one request per entry of ``prompt_lens`` (``[n]`` int64 → ``[n]``).
+def single_request(prompt_lens: np.ndarray, config: SimConfig,
+                   params=None) -> dict[str, np.ndarray]:
+    """Sweep columns for one request per entry of ``prompt_lens`` (``[n]`` int64 → ``[n]``),
+    with the request's ``tp.PoolingParams`` (``params``; late chunking: one entry only).
 
     Raises:
         EngineRefusal: without chunked prefill, a prompt longer than the budget.
@@ -117,7 +119,8 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
                       "chunk": zero}[final.returns]
         copy_pool = np.where(multi, multi_copy, single_P)
         copy_full = np.full_like(T, C * rb if unfinished.keep in ("clone", "buffer") else 0)
-        if one_shot.keep == "view" and cfg.async_scheduling and not copies_at_finish(cfg):
+        if one_shot.keep == "view" and cfg.async_scheduling and not copies_at_finish(cfg,
+                                                                                    params):
             # The host copy reads the view one iteration later: a fresh output stays pinned.
             one_shot_persistent, _ = step_memory_rule.step_memory(cfg, T)
             one_shot_pin = np.where(~one_shot_persistent & ~multi, T * rb, 0)
@@ -134,15 +137,25 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig) -> dict[str, np.n
             copy_sel = sum(sizes, zero)
             Q = sizes[-1] if sizes else P
 
-    # the head's tensors (cast, the pooler head's classifier, activation), all alive at the last
-    head_size = head_element_bytes(cfg)
-    made = [rows * width * head_size for rows, width in head_allocations(cfg, rows_out, width_out)]
-    out_bytes = made[-1] if made else rows_out * width_out * s  # delivered
+    # the head's tensors (late chunking's means, cast, the pooler head's classifier,
+    # activation): vllm_rules.classifier.head_tensors, the rule every backend asks
+    if params is not None and params.late_chunking_size is not None:
+        if T.size != 1:
+            raise ValueError("late chunking in the closed forms: one prompt length at a time")
+        rows_out = int(np.asarray(rows_out).reshape(-1)[0])
+    made = head_tensors(cfg, rows_out, width_out, params)
+    out_bytes = made[-1].nbytes if made else rows_out * width_out * s  # delivered
+    if made and made[-1].view and not host_copy_copies(cfg.hardware):
+        # the host holds the sliced tensor's storage whole (no copy on the CPU platform)
+        allocated = [t for t in made if not t.view]
+        out_bytes = allocated[-1].nbytes if allocated else rows_out * W * s
+    out_bytes = out_bytes + zero
     if offload:
         peak_head, copy_head = zero, zero
     else:
-        peak_head = Q + sum(made, zero)
-        copy_head = sum(made, zero)
+        extra, allocated_bytes = head_peak(made)
+        peak_head = Q + extra
+        copy_head = allocated_bytes + zero
     peak = np.maximum.reduce([cache_peak, peak_sel, peak_head, one_shot_pin])
     copy_total = copy_pool + copy_sel + copy_head
     # the host copy: none on vLLM's CPU platform (``.to("cpu")`` of a CPU tensor)

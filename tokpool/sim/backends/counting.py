@@ -18,7 +18,7 @@ from ...keep_rule import KeepRule
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
-from ..vllm_rules.classifier import head_allocations, head_element_bytes
+from ..vllm_rules.classifier import head_tensors
 from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.step_memory import StepOutput
 from .loop import EngineLoop
@@ -59,8 +59,9 @@ class _State:
 class CountingEngine(EngineLoop):
     """Runs a schedule with integer bookkeeping; see the module docstring."""
 
-    def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows) -> None:
-        super().__init__(prompt_lens, config, kept)
+    def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows, *,
+                 pooling_params: Sequence | None = None) -> None:
+        super().__init__(prompt_lens, config, kept, pooling_params=pooling_params)
         self.offload = self.outputs_on_host
         self.states: dict[int, _State] = {}
         self.device_live = 0  # device bytes of live (counted) storages, right now
@@ -226,26 +227,44 @@ class CountingEngine(EngineLoop):
         return out
 
     def head(self, step: ScheduledStep, pooled: dict[int, Handle]) -> list:
-        """The head's tensors per finished request (``vllm_rules.classifier.
-        head_allocations``: cast, the pooler head's classifier, activation), all alive until
-        the last is made; returns what the host copy reads."""
-        cfg = self.cfg
+        """The head's tensors per finished request (``vllm_rules.classifier.head_tensors``:
+        late chunking's means, cast, the pooler head's classifier, activation; a transient
+        dies once the next tensor exists, the rest are alive until the last is made); returns
+        what the host copy reads."""
         host = self.offload
-        size = head_element_bytes(cfg)
         outs = []
         for r in step.finished:
             x = pooled[r]
             rows, width = self._out_shape(r)
-            made = [self._alloc(n * w * size, host) for n, w in
-                    head_allocations(cfg, rows, width)]  # [rows, w] each, in order
+            made: list[_Storage] = []
+            transients: list[_Storage] = []
+            last = None
+            for t in head_tensors(self.cfg, rows, width, self.params[r]):  # in order
+                last = t
+                if t.view:
+                    continue  # the Matryoshka slice: a view of the tensor before it
+                made.append(self._alloc(t.nbytes, host))  # [t.rows, t.cols]
+                if t.transient:
+                    transients.append(made[-1])
+                else:
+                    for d in transients:  # torch.cat's inputs die once it exists
+                        self._drop(d)
+                        made.remove(d)
+                    transients = []
             for t in made[:-1]:
                 self._drop(t)  # forward_chunk's locals die when it returns
-            if made:
-                n, w = head_allocations(cfg, rows, width)[-1]
-                y, nbytes, category = made[-1], n * w * size, "head"
-            else:
+            if last is None:
                 self._hold(x)  # identity head: the output IS pooling's tensor
-                y, nbytes, category = x, rows * width * cfg.dtype_size, "output"
+                y, nbytes, category = x, rows * width * self.cfg.dtype_size, "output"
+            else:
+                y = made[-1] if made else x
+                if not made:
+                    self._hold(x)  # a view of pooling's tensor is delivered
+                nbytes = last.nbytes
+                if last.view and not self.host_copy_copies:  # the host holds all of y
+                    base = y.base if isinstance(y, _View) else y
+                    nbytes = base.nbytes if base is not None else y.rows * self.row_bytes
+                category = "head" if made else "output"
             outs.append((r, (y, nbytes), category))
         for t in pooled.values():
             self._drop(t)
@@ -311,12 +330,14 @@ class CountingEngine(EngineLoop):
 
 
 def run_counting(
-    prompt_lens: Sequence[int], config: SimConfig, steps: Sequence[ScheduledStep], *, source=None
+    prompt_lens: Sequence[int], config: SimConfig, steps: Sequence[ScheduledStep], *, source=None,
+    pooling_params: Sequence | None = None,
 ) -> tuple[list[StepRecord], list[RequestRecord], set[int], CountingEngine]:
     """Counting-mode ledger of a schedule: ``(step records, request records, corrupted,
-    engine)``; the engine holds ``chunks``."""
+    engine)``; the engine holds ``chunks``. ``pooling_params``: per request, its
+    ``tp.PoolingParams`` or ``None``."""
     kept = config.pooling_kind.kept_rows(config, source, len(prompt_lens))
-    engine = CountingEngine(prompt_lens, config, kept)
+    engine = CountingEngine(prompt_lens, config, kept, pooling_params=pooling_params)
     records = engine.run(steps)
     engine.finish(engine.judged)
     return records, engine.requests, engine.judged, engine

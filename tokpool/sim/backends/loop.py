@@ -39,6 +39,7 @@ from ..schedule.scheduler import ScheduledStep, engine_steps
 
 # Called through the module, never copied: the seam tests swap the rule there.
 from ..vllm_rules import step_memory as step_memory_rule
+from ..vllm_rules.classifier import head_output, head_tensors
 from ..vllm_rules.cpu_platform import host_copy_copies
 from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.runner import keeps_pooling_state_on_preemption
@@ -60,6 +61,9 @@ class ChunkRecord:
     owned: bool
     read_at_step: int | None = None
     overwritten_at_step: int | None = None
+    overwritten_rows: int = 0
+    widest_write: int | None = None
+    widest_write_step: int | None = None
 
 
 #: ``SimResult.chunks`` columns, one line each.
@@ -78,6 +82,13 @@ CHUNK_COLUMNS: dict[str, str] = {
     "overwritten_at_step": "first step that rewrote rows of a kept view before that read (NA "
                            "when none did); the request is corrupted when a delivered row "
                            "was among them",
+    "overwritten_rows": "rows of a kept view rewritten before that read, from its first row (0 "
+                        "when none were)",
+    "widest_write": "most rows one step wrote, from row 0, into a kept view's memory between "
+                    "its step and its read (NA: not kept as a view past its step, or no step "
+                    "wrote that memory meanwhile); fewer than the view's last row + 1 and the "
+                    "view survived only because that write was short",
+    "widest_write_step": "the step of that write (NA as for widest_write)",
 }
 
 
@@ -101,19 +112,25 @@ def admitted(step: ScheduledStep) -> set[int]:
     return {r for r, start, _ in step.chunks if start == 0} | {r for r, _ in step.cached}
 
 
-def copies_at_finish(config: SimConfig) -> bool:
-    """Does the pipeline copy a finished output within its step (STEP selection, a head cast or
-    activation)? Then a one-shot view is read there, not by the host copy."""
-    return config.pooling_kind.selects(config) or config.head_casts or config.use_activation
+def copies_at_finish(config: SimConfig, params=None) -> bool:
+    """Does the pipeline copy a finished output within its step (STEP selection, or a head
+    tensor: a cast, late chunking's means, an activation; ``head_tensors`` with the request's
+    ``params``)? Then a one-shot view is read there, not by the host copy."""
+    return config.pooling_kind.selects(config) or any(
+        not t.view for t in head_tensors(config, 1, 1, params))
 
 
 class EngineLoop(ABC):
     """The step loop; a backend implements its abstract hooks (``begin_iteration`` ...
     ``output_nbytes``)."""
 
-    def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows) -> None:
+    def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows, *,
+                 pooling_params: Sequence[Any] | None = None) -> None:
         self.lens = list(prompt_lens)
         self.cfg = config
+        # per request, its tp.PoolingParams (None: the engine's defaults); the head asks them
+        self.params = list(pooling_params) if pooling_params is not None else [None] * len(
+            self.lens)
         self.kind = config.pooling_kind
         self.kept = kept
         self.row_bytes = config.width * config.dtype_size  # one hidden row, bytes
@@ -135,7 +152,7 @@ class EngineLoop(ABC):
         self._own_rows: dict[int, dict[int, int]] = {}
         self._touched: set[int] = set()
         self._next_region = 1
-        self._copies_at_finish = copies_at_finish(config)
+        self._copies_at_finish = [copies_at_finish(config, p) for p in self.params]
         self._persistent_rows = config.buffer_rows
         self._step_outputs_by_size: dict[int, StepOutput] = {}  # the rule, asked once a size
         # The kind's rule and label per (finished, first chunk), asked once a run (hot path)
@@ -363,11 +380,14 @@ class EngineLoop(ABC):
         for view, chunk in kept:
             handed_over = (chunk.token_end == self.lens[request]
                            and self._final_returns.get(request) == "chunk")  # no cat
-            if at_finish and handed_over and not self._copies_at_finish:
+            if at_finish and handed_over and not self._copies_at_finish[request]:
                 left.append((view, chunk))  # handed over as is: the host copy reads it
                 continue
             chunk.read_at_step = index
             chunk.overwritten_at_step = view.overwritten_at
+            chunk.overwritten_rows = view.stale
+            if view.widest_step is not None:  # a step wrote its memory while it was kept
+                chunk.widest_write, chunk.widest_write_step = view.widest, view.widest_step
             if self.kept.count(request, view.pos0, view.pos0 + view.stale):
                 self.judged.add(request)
             self.tracker.release(view)
@@ -448,7 +468,9 @@ class EngineLoop(ABC):
             r = rec.request
             if rec.finish_step < 0:
                 continue
-            rows, _ = self.kind.delivered_shape(self.cfg, self.kept, r,
-                                                self.delivered_from.get(r, 0), self.lens[r])
+            rows, width = self.kind.delivered_shape(self.cfg, self.kept, r,
+                                                    self.delivered_from.get(r, 0), self.lens[r])
             rec.duplicated_rows = self.duplicated_rows(r)
-            rec.delivered_rows = rows + rec.duplicated_rows
+            # what the head hands over (one row per late chunk): vllm_rules.classifier
+            rec.delivered_rows = head_output(self.cfg, rows + rec.duplicated_rows, width,
+                                             self.params[r])[0]

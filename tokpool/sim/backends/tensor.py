@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ...heads import TokenClassifierHead, TokenEmbeddingHead
 from ...keep_rule import KeepRule
+from ...late_interaction.late_chunking import late_chunk_stages
 from ...metadata import PoolingStates, build_metadata
 from ...ownership import storage_key, storage_nbytes
 from ..config import SimConfig
@@ -75,9 +76,10 @@ class TensorEngine(EngineLoop):
     padding_value = float("nan")
 
     def __init__(self, prompt_lens: Sequence[int], config: SimConfig, source,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", *,
+                 pooling_params: Sequence | None = None) -> None:
         super().__init__(prompt_lens, config, config.pooling_kind.kept_rows(
-            config, source, len(prompt_lens)))
+            config, source, len(prompt_lens)), pooling_params=pooling_params)
         self.source = source
         self.device = torch.device(device)
         # The persistent output memory: [rows, width], never reallocated (graph output).
@@ -240,22 +242,39 @@ class TensorEngine(EngineLoop):
         """What pooling must hand over for ``request`` (pre-head), on the host."""
         return self.kind.reference(self.cfg, self.source, request)
 
-    def _head_stages(self, x: Tensor):
-        """The head's tensors for ``x``, in order (``vllm_rules.classifier.head_allocations``:
-        cast, classifier, activation), each yielded as it is made; pooling's tensor itself is
-        never yielded."""
+    def _head_stages(self, x: Tensor, params=None):
+        """The head's tensors for ``x``, in order, as ``(tensor, transient)``
+        (``vllm_rules.classifier.head_tensors``: late chunking's means, cast, classifier,
+        the Matryoshka slice, activation), each yielded as it is made; pooling's tensor itself
+        is never yielded (a slice of it is)."""
         cfg = self.cfg
-        y = x.to(cfg.head_dtype) if cfg.head_casts else x  # [rows, width] head dtype
-        if y is not x:
-            yield y
+        embed = cfg.task in ("token_embed", "embed")
+        activation = cfg.use_activation
+        if params is not None and params.use_activation is not None:
+            activation = bool(params.use_activation)
+        y = x
+        if params is not None and params.late_chunking_size is not None and embed:
+            for y, transient in late_chunk_stages(x, params.late_chunking_size):
+                yield y, transient  # float32 chunk means: [ceil(n / chunk), width]
+            target = cfg.head_dtype if cfg.head_dtype is not None else cfg.dtype
+            if y.dtype != target:
+                y = y.to(target)  # [rows, width] head dtype (no head dtype: the model's)
+                yield y, False
+        elif cfg.head_casts:
+            y = x.to(cfg.head_dtype)  # [rows, width] head dtype
+            yield y, False
         if self._classifier is not None:
             y = self._classifier(y)  # [rows, num_labels]
-            yield y
-        if cfg.use_activation:
-            yield self._activation.forward_one(y, use_activation=True)
+            yield y, False
+        if params is not None and params.dimensions is not None and embed:
+            y = y[..., : params.dimensions]  # [rows, dimensions]: a view
+            if not activation:
+                yield y, False
+        if activation:
+            yield self._activation.forward_one(y, use_activation=True), False
 
-    def _apply_head(self, x: Tensor) -> Tensor:
-        stages = list(self._head_stages(x))
+    def _apply_head(self, x: Tensor, params=None) -> Tensor:
+        stages = [t for t, _ in self._head_stages(x, params)]
         return stages[-1] if stages else x
 
     def head(self, step: ScheduledStep, pooled: dict[int, Tensor]) -> list:
@@ -264,7 +283,7 @@ class TensorEngine(EngineLoop):
         for r in step.finished:
             x = pooled[r]
             ref = self._reference(r)
-            expected = self._apply_head(ref)
+            expected = self._apply_head(ref, self.params[r])
             # Oracle before the head. With an identity head the delivered copy is x itself,
             # read later, so the check at delivery is strictly stronger: skip this pass.
             if expected is not ref and not torch.equal(x.cpu(), ref):
@@ -273,12 +292,20 @@ class TensorEngine(EngineLoop):
             self._step_extra = [(t, "head") for _, t, c in outs if c == "head"]
             self._step_extra += [(t, "output") for _, t, c in outs if c == "output"]
             made: list[Tensor] = []
-            for t in self._head_stages(x):  # all alive until the last (forward_chunk's locals)
+            transients: list[Tensor] = []
+            for t, transient in self._head_stages(x, self.params[r]):  # forward_chunk's locals
                 made.append(t)
                 self._checkpoint_with(*made)
+                if transient:
+                    transients.append(t)
+                elif transients:  # torch.cat's inputs die once it exists
+                    made = [m for m in made if not any(m is d for d in transients)]
+                    transients = []
             y = made[-1] if made else x
-            del made
-            outs.append((r, y, "output" if y is x else "head"))
+            del made, transients
+            base = x if x._base is None else x._base
+            of_x = y is x or y._base is base  # pooling's tensor, or its Matryoshka slice
+            outs.append((r, y, "output" if of_x else "head"))
         self._step_extra = []
         self._step_outputs = []
         if self._copy_stream is not None:
@@ -370,11 +397,13 @@ class TensorEngine(EngineLoop):
 
 def run_tensor(
     prompt_lens: Sequence[int], config: SimConfig, steps: Sequence[ScheduledStep], source,
-    *, device: torch.device | str = "cpu",
+    *, device: torch.device | str = "cpu", pooling_params: Sequence | None = None,
 ) -> tuple[list[StepRecord], list[RequestRecord], set[int], list[Tensor], TensorEngine]:
     """Tensor-mode ledger of a schedule: ``(steps, requests, corrupted, delivered outputs,
-    engine)``; the engine holds ``chunks`` and the loop's own verdict ``judged``."""
-    engine = TensorEngine(prompt_lens, config, source, device=device)
+    engine)``; the engine holds ``chunks`` and the loop's own verdict ``judged``.
+    ``pooling_params``: per request, its ``tp.PoolingParams`` or ``None``."""
+    engine = TensorEngine(prompt_lens, config, source, device=device,
+                          pooling_params=pooling_params)
     records = engine.run(steps)
     engine.finish(engine.corrupted)
     outputs = [engine.delivered[r] for r in range(len(prompt_lens))]

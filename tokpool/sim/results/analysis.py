@@ -66,6 +66,44 @@ def overwritten_requests(result: SimResult) -> list[int]:
     return sorted(int(r) for r in np.unique(result.chunks.loc[hit, "request"]))
 
 
+def lucky_requests(result: SimResult) -> dict[int, str]:
+    """Requests delivered intact only because no step wrote far enough into the buffer.
+
+    A view that pooling keeps of the persistent buffer past its own step is safe only while
+    every later write stops short of its rows; a request whose views all survived that way is
+    intact *by luck*: one more token scheduled in the next step and it is corrupted. Read from
+    ``result.chunks`` (``widest_write``: the most rows a step wrote while the view was kept,
+    the view tracker's record).
+
+    Returns:
+        request -> why, e.g. ``"step 2 wrote only rows 0–2"`` (inclusive rows; ``"nothing
+        wrote the buffer before step 3 read it"`` when no step wrote it meanwhile), for every
+        intact request with such a view; empty when none.
+    """
+    _check_result(result, "lucky_requests")
+    kept = _kept_views(result.chunks)
+    corrupted = set(result.corrupted)
+    out: dict[int, str] = {}
+    for r, mine in kept.groupby("request", sort=True):
+        if int(r) in corrupted or (mine["overwritten_rows"] > 0).any():
+            continue
+        wrote = mine["widest_write"].dropna()
+        if len(wrote):  # the widest write that reached one of its views
+            i = wrote.astype("int64").idxmax()
+            w, at = int(mine.at[i, "widest_write"]), int(mine.at[i, "widest_write_step"])
+            out[int(r)] = f"step {at} wrote only row{'s' * (w > 1)} {format_range(0, w)}"
+        else:
+            out[int(r)] = (f"nothing wrote the buffer before step "
+                           f"{int(mine['read_at_step'].max())} read it")
+    return out
+
+
+def _kept_views(chunks: pd.DataFrame) -> pd.DataFrame:
+    """Chunks kept as views of the persistent output memory past their own step."""
+    read = chunks["read_at_step"].fillna(-1).astype("int64")
+    return chunks[(~chunks["owned"]) & (~chunks["eager"]) & (read > chunks["step"])]
+
+
 def explain(result: SimResult) -> list[str]:
     """One sentence per request: how its chunks were kept, and what went wrong if anything.
 
@@ -80,6 +118,7 @@ def explain(result: SimResult) -> list[str]:
     recomputed = (TOKEN_TASK_SKIP_REASON if cfg.enable_prefix_caching
                   and not reads_prefix_cache(cfg.task) else None)
     shared = _shares_a_block(result.prompt_token_ids, cfg.block_size)
+    lucky = lucky_requests(result)
     lines = []
     for rec in result.requests.itertuples(index=False):
         mine = chunks[chunks["request"] == rec.request]
@@ -113,6 +152,14 @@ def explain(result: SimResult) -> list[str]:
                        "delivered → CORRUPTED")
         elif int(getattr(rec, "duplicated_rows", 0)):
             verdict = ""  # said with its preemption below
+        elif rec.request in lucky:
+            views = _kept_views(mine)
+            rows = ", ".join(format_range(int(c.buffer_row_start),
+                                          int(c.buffer_row_start + c.token_end - c.token_start))
+                             for c in views.itertuples(index=False))
+            verdict = (f" → intact by luck ({lucky[rec.request]}; its view{'s' * (len(views) > 1)}"
+                       f" of the reused buffer: rows {rows}, which a longer step would have "
+                       "rewritten)")
         else:
             verdict = " → corrupted" if rec.request in corrupted else " → intact"
         restarts = int(getattr(rec, "num_preemptions", 0))
@@ -149,7 +196,8 @@ def explain(result: SimResult) -> list[str]:
 
         pinned = int(getattr(rec, "stranded_bytes", 0))
         if pinned > 0:
-            verdict += f"; its views stranded {pinned:,} bytes of other rows"
+            verdict += (f"; its views stranded {pinned:,} bytes of other rows (kept alive "
+                        "and unusable: a view keeps its whole step tensor in memory)")
         if result.looked_past:
             verdict += ("; simulated AS IF vLLM accepted the run, which it refuses "
                         "(SimResult.looked_past)")
@@ -182,25 +230,39 @@ def prompt_grid(low: int, high: int, *, points_per_doubling: int = 2) -> np.ndar
 
 
 
-def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.DataFrame:
-    """What each row of a request's delivered output actually holds, with real numbers.
+def corruption_table(result: SimResult, request: int, *, column: int = 0,
+                     values: bool = False) -> pd.DataFrame:
+    """What each row of a request's delivered output actually holds, in tokens.
 
     Every row of the default synthetic source identifies its token exactly, so each delivered
-    row can be traced back to the (request, position) whose hidden state it really is.
+    row can be traced back to the (request, position) whose hidden state it really is: the
+    table says "expected token 3, found token 16" where the raw numbers differ only in
+    decimals.
 
     Args:
         result: a tensor-mode ``tp.simulate(...)`` result run with the default synthetic source,
             one row per position (ALL pooling) and no activation (``use_activation=False``).
         request: which request's output to inspect.
-        column: which hidden-state column to print the values of.
+        column: which hidden-state column ``values`` prints.
+        values: add the raw numbers (``expected_value`` / ``delivered_value``, column
+            ``column``) and the old ``expected`` / ``holds`` labels (``"r0 t5"``).
 
     Returns:
-        DataFrame, one row per position: ``position``, ``expected`` (``"r0 t5"`` = request 0,
-        token 5), ``holds`` (the token whose row was delivered there, ``"?"`` if none),
-        ``expected_value`` / ``delivered_value`` (column ``column``), ``ok``.
+        DataFrame, one row per position: ``position``, ``expected_token`` (the position's
+        own token), ``found_request`` / ``found_token`` (whose row was delivered there; NA when
+        the row is no token of the run), ``ok``, and ``reads``, the row in words
+        (``"token 3 ✓"``, ``"expected token 3, found token 16"``, ``"… found request 1's token
+        2"``); with ``values=True`` also the columns above.
 
     Raises:
         ValueError: an analytic result, another pooling or an activation, or a bad request.
+
+    Example:
+        >>> cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, policy="legacy",
+        ...                    head_dtype=None, use_activation=False)
+        >>> table = tp.corruption_table(tp.simulate([20], cfg), 0)
+        >>> table.loc[0, "reads"]
+        'expected token 0, found token 16'
     """
     import torch  # imported on use: the frames above need no torch
 
@@ -217,26 +279,41 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0) -> pd.
           why=f" (the result has {len(result.prompt_lens)} requests)")
     whole("column", column, minimum=0, maximum=cfg.width - 1,
           why=f" (the hidden states are {cfg.width} wide)")
+    if not isinstance(values, bool):
+        raise TypeError(f"values must be True or False, got {values!r}")
     source = default_source(cfg)  # the source simulate used for this config
     source.prepare(result.prompt_lens)
 
     def key(row: torch.Tensor) -> bytes:  # exact bit pattern of one row
         return row.contiguous().view(torch.uint8).numpy().tobytes()
 
-    owner: dict[bytes, str] = {}
+    owner: dict[bytes, tuple[int, int]] = {}
     for r in range(len(result.prompt_lens)):
         ref = source.reference(r).to(cfg.output_dtype)  # [prompt_len, W]
         for p in range(ref.shape[0]):
-            owner[key(ref[p])] = f"r{r} t{p}"
+            owner[key(ref[p])] = (r, p)
     expected = source.reference(request).to(cfg.output_dtype)  # [prompt_len, W]
     delivered = result.outputs[request]  # [prompt_len, W]
     rows = []
     for p in range(expected.shape[0]):
-        holds = owner.get(key(delivered[p]), "?")
-        rows.append({
-            "position": p, "expected": f"r{request} t{p}", "holds": holds,
-            "expected_value": float(expected[p, column]),
-            "delivered_value": float(delivered[p, column]),
-            "ok": bool(torch.equal(expected[p], delivered[p])),
-        })
-    return pd.DataFrame(rows)
+        found = owner.get(key(delivered[p]))
+        ok = bool(torch.equal(expected[p], delivered[p]))
+        if ok:
+            reads = f"token {p} ✓"
+        elif found is None:
+            reads = f"expected token {p}, found no token of this run"
+        elif found[0] == request:
+            reads = f"expected token {p}, found token {found[1]}"
+        else:
+            reads = f"expected token {p}, found request {found[0]}'s token {found[1]}"
+        row = {"position": p, "expected_token": p,
+               "found_request": None if found is None else found[0],
+               "found_token": None if found is None else found[1], "ok": ok, "reads": reads}
+        if values:
+            row |= {"expected": f"r{request} t{p}",
+                    "holds": "?" if found is None else f"r{found[0]} t{found[1]}",
+                    "expected_value": float(expected[p, column]),
+                    "delivered_value": float(delivered[p, column])}
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.astype({"found_request": "Int64", "found_token": "Int64"})

@@ -34,6 +34,12 @@ class SimResult:
         outputs: tensor mode only: each request's delivered host output, input order.
         chunks: one row per (step, request) chunk: what the keep rule did with it, when it
             was read, which step overwrote it (columns in ``tokpool.sim.CHUNK_COLUMNS``).
+        buffer_writes: one row per step's write of its hidden states (columns in
+            ``tokpool.sim.memory.views.WRITE_COLUMNS``: step, region, rows written).
+        overwrites: one row each time a step's write rewrote rows of a view pooling kept
+            that no earlier write had rewritten (``OVERWRITE_COLUMNS`` there): the rows a
+            kept view still points at after they were rewritten. Both come from the loop's
+            ``ViewTracker``, the one judge of overwrites.
         closed_form: ``mode="closed_form"`` only: the formula's numbers (``summary()``).
         looked_past: what vLLM would have refused of this run and the config looked past on
             purpose (``SimConfig(as_if=True)``), one message each; empty: vLLM runs it.
@@ -53,6 +59,8 @@ class SimResult:
     schedule: list[ScheduledStep] = field(repr=False)
     outputs: list[Tensor] | None = field(default=None, repr=False)
     chunks: pd.DataFrame | None = field(default=None, repr=False)
+    buffer_writes: pd.DataFrame | None = field(default=None, repr=False)
+    overwrites: pd.DataFrame | None = field(default=None, repr=False)
     closed_form: dict | None = field(default=None, repr=False)
     looked_past: list[str] = field(default_factory=list, repr=False)
     prompt_token_ids: list[list[int]] | None = field(default=None, repr=False)

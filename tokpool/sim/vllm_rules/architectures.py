@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ...late_interaction.paths import LATE_INTERACTION_TASKS
+
 __all__ = [
     "FLOAT16_UNSUPPORTED",
     "SUFFIX_DEFAULTS",
@@ -74,7 +76,8 @@ _POOLING_CLASSES = frozenset(
      for head in ("Model", "ForSequenceClassification", "ForTokenClassification")}
     | {"BertForMaskedLM", "RobertaForMaskedLM", "ModernBertForSequenceClassification",
        "ModernBertForTokenClassification", "Qwen2ForProcessRewardModel",
-       "Qwen2ForRewardModel"})
+       "Qwen2ForRewardModel"}
+    | set(LATE_INTERACTION_TASKS))  # ColBERT family, JinaForRanking, BGE-M3 (registry.py)
 #: Model classes without ``SupportsPP`` among the architectures tokpool reads.
 _NO_PIPELINE_PARALLEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "modernbert"})
 _NO_PIPELINE_PARALLEL_ARCHS = frozenset({"Gemma3TextModel"})  # registry: gemma3.Gemma3Model

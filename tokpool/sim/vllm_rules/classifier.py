@@ -19,7 +19,8 @@ Two ways vLLM serves ``token_classify`` (and ``classify``):
   ``TokenClassifierPoolerHead`` runs it. Pooling keeps ``hidden_size``-wide rows (the cache
   is ``hidden_size / num_labels`` times larger), and the head makes ``[T, num_labels]``.
 
-``head_allocations`` lists what the pooler head allocates per finished request, in order
+``head_tensors`` (``head_allocations`` without a request's ``tp.PoolingParams``) lists what
+the pooler head allocates per finished request, in order
 (``TokenClassifierPoolerHead.forward_chunk`` / ``TokenEmbeddingPoolerHead.forward_chunk``):
 the cast to the head dtype (``pooled_data.to(head_dtype)``: no copy when the dtype is
 already the head's), the classifier's logits, the activation's output. They are all alive at
@@ -29,13 +30,26 @@ backends and the closed forms ask it.
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from ...late_interaction.late_chunking import (
+    LATE_CHUNK_DTYPE,
+    late_chunk_rows,
+    late_chunk_tensors,
+)
 
 __all__ = [
     "NATIVE_SCORE_HEAD_CLASSES",
     "ClassifierPlacement",
+    "HeadTensor",
     "classifier_runs_in",
     "head_allocations",
+    "head_output",
+    "head_peak",
+    "head_tensors",
     "pooled_width",
 ]
 
@@ -84,6 +98,7 @@ def head_allocations(config, rows, width) -> list[tuple[object, int]]:
     the cast (when the head dtype differs), the classifier's ``[rows, num_labels]`` logits
     (the adapter's classifier in the pooler head), the activation (``use_activation``). The
     last is the delivered output; ``[]``: the head hands pooling's tensor over as it is.
+    A request with its own ``tp.PoolingParams``: ``head_tensors``.
 
     Example:
         >>> import tokpool as tp
@@ -92,15 +107,122 @@ def head_allocations(config, rows, width) -> list[tuple[object, int]]:
         >>> head_allocations(cfg, 5, cfg.width)
         [(5, 8), (5, 2), (5, 2)]
     """
-    shapes: list[tuple[object, int]] = []
-    if config.head_casts:
-        shapes.append((rows, width))  # pooled_data.to(head_dtype): [rows, width]
-    if config.task in ("token_classify", "classify") and config.classifier == "pooler_head":
+    return [(t.rows, t.cols) for t in head_tensors(config, rows, width)]
+
+
+@dataclass(frozen=True)
+class HeadTensor:
+    """One tensor of the head's pass over a request: ``[rows, cols]`` of ``itemsize`` bytes.
+
+    ``transient``: dies once the next tensor that is not transient exists (the inputs of
+    late chunking's ``torch.cat``); ``view``: no allocation, a view of the tensor before it
+    (the Matryoshka slice ``[..., :dimensions]``, delivered as it is when no activation
+    follows)."""
+
+    rows: Any
+    cols: int
+    itemsize: int
+    transient: bool = False
+    view: bool = False
+
+    @property
+    def nbytes(self) -> Any:
+        return self.rows * self.cols * self.itemsize
+
+
+def head_tensors(config, rows, width, params=None) -> list[HeadTensor]:
+    """What the pooler head makes for one finished request, in order — THE head rule of the
+    simulator: the counting backend allocates these, the tensor backend's stages make them,
+    the closed forms sum them, and the last one is what the request delivers
+    (``head_output``).
+
+    ``TokenEmbeddingPoolerHead.forward_chunk`` (vllm/model_executor/layers/pooler/tokwise/
+    heads.py): late chunking first (``params.late_chunking_size``: the float32 chunk means,
+    ``tokpool.late_interaction.late_chunk_tensors``, then their cast to the head dtype — or,
+    without one, back to the hidden states' dtype — when that is not float32); else the cast
+    to the head dtype; the Matryoshka slice (``params.dimensions``: a view); the
+    normalisation (``use_activation``, the request's or the engine's) on the sliced rows.
+    ``TokenClassifierPoolerHead``: the cast, the classifier's logits, the activation.
+
+    Args:
+        config: the ``SimConfig``.
+        rows: the rows pooling hands the head (an int, or a numpy array in the closed forms
+            without late chunking).
+        width: their width.
+        params: the request's ``tp.PoolingParams`` (``None``: the engine's defaults).
+
+    Returns:
+        ``HeadTensor``s in order; ``[]``: pooling's tensor is delivered as it is.
+
+    Example:
+        >>> import tokpool as tp
+        >>> cfg = tp.SimConfig(hidden_size=8)  # bfloat16 rows, float32 head, normalised
+        >>> chunked = tp.PoolingParams(late_chunking_size=512)
+        >>> [(t.rows, t.cols, t.itemsize) for t in head_tensors(cfg, 32_768, 8, chunked)]
+        [(64, 8, 4), (64, 8, 4)]
+    """
+    embed = config.task in ("token_embed", "embed")
+    activation = config.use_activation
+    if params is not None and params.use_activation is not None:
+        activation = bool(params.use_activation)
+    chunk = params.late_chunking_size if params is not None else None
+    dims = params.dimensions if params is not None and embed else None
+    out: list[HeadTensor] = []
+    size = config.dtype_size  # of the tensor the head holds now
+    if chunk is not None and embed:
+        out += [HeadTensor(n, w, LATE_CHUNK_DTYPE.itemsize, transient)
+                for n, w, transient in late_chunk_tensors(rows, width, chunk)]
+        rows = late_chunk_rows(rows, chunk)
+        target = config.head_dtype if config.head_dtype is not None else config.dtype
+        size = target.itemsize
+        if target != LATE_CHUNK_DTYPE:
+            out.append(HeadTensor(rows, width, size))  # means.to(target): [rows, width]
+    elif config.head_casts:
+        size = config.head_dtype.itemsize
+        out.append(HeadTensor(rows, width, size))  # pooled_data.to(head_dtype): [rows, width]
+    if not embed and config.classifier == "pooler_head":
         width = config.num_labels
-        shapes.append((rows, width))  # self.classifier(pooled_data): [rows, num_labels]
-    if config.use_activation:
-        shapes.append((rows, width))  # activation(logits): [rows, width]
-    return shapes
+        out.append(HeadTensor(rows, width, size))  # self.classifier(pooled_data): [rows, L]
+    if dims is not None:
+        width = dims  # embeddings[..., :dimensions]: a view
+        if not activation:
+            out.append(HeadTensor(rows, width, size, view=True))
+    if activation:
+        out.append(HeadTensor(rows, width, size))  # activation(embeddings): [rows, width]
+    return out
+
+
+def head_output(config, rows, width, params=None) -> tuple[Any, int, int]:
+    """``(rows, cols, itemsize)`` a request delivers: the head's last tensor, or pooling's
+    when the head makes none (``head_tensors``)."""
+    made = head_tensors(config, rows, width, params)
+    if made:
+        return made[-1].rows, made[-1].cols, made[-1].itemsize
+    return rows, width, config.dtype_size
+
+
+def head_peak(made: list[HeadTensor]) -> tuple[Any, Any]:
+    """``(most bytes alive, bytes allocated)`` over the head's tensors (views allocate
+    nothing; a transient dies once the next tensor that is not transient exists; the rest
+    live until the head returns). Works on numpy arrays of rows."""
+    alive = peak = allocated = 0
+    transient = 0
+    for t in made:
+        if t.view:
+            continue
+        alive = alive + t.nbytes
+        allocated = allocated + t.nbytes
+        peak = _max(peak, alive)
+        if t.transient:
+            transient = transient + t.nbytes
+        else:
+            alive, transient = alive - transient, 0
+    return peak, allocated
+
+
+def _max(a, b):
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else \
+        max(a, b)
 
 
 def head_element_bytes(config) -> int:

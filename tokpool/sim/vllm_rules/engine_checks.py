@@ -43,6 +43,8 @@ Request refusals:
 - ``check_sequence_pooling_sees_whole_prompts``: CLS and MEAN pooling fail on any step with a
   partial prefill (``CLSPool.forward`` / ``MeanPool.forward``, run), which the long-prefill
   threshold makes without chunked prefill;
+- ``check_pooling_params``: a request's ``tp.PoolingParams`` (``PoolingParams.verify``, the
+  renderer's late-chunking and truncation checks), called per request by ``simulate``;
 - ``check_prompts_fit_kv_cache``: a prompt whose blocks exceed the cache is never admitted
   (``Scheduler.schedule`` reserves the whole prompt, a sliding-window group its window's
   blocks; vLLM refuses such a ``max_model_len`` at start-up,
@@ -71,6 +73,7 @@ __all__ = [
     "check_kv_cache_holds_one_sequence",
     "check_model_dtype",
     "check_pipeline_parallel",
+    "check_pooling_params",
     "check_pooling_runner",
     "check_prompts_fit",
     "check_prompts_fit_kv_cache",
@@ -651,3 +654,105 @@ def check_sequence_pooling_sees_whole_prompts(steps, prompt_lens: Sequence[int],
                     "(Scheduler.schedule): drop --long-prefill-token-threshold "
                     "(long_prefill_token_threshold=None), or serve it with LAST pooling",
                     follows=f"{pooler}.forward", can_look_past=False)
+
+
+# --- per-request pooling parameters -------------------------------------------------------------
+
+#: ``PoolingParams.valid_parameters`` (vllm/pooling_params.py): the per-request options each
+#: task takes, in vLLM's names (``late_chunking_params`` is ``tp.PoolingParams.
+#: late_chunking_size``).
+POOLING_PARAMS_BY_TASK: dict[str, tuple[str, ...]] = {
+    "embed": ("dimensions", "use_activation"),
+    "classify": ("use_activation",),
+    "token_embed": ("dimensions", "use_activation", "late_chunking_params"),
+    "token_classify": ("use_activation",),
+}
+
+
+def check_pooling_params(params, config, *, request: int | None = None) -> None:
+    """Refuse a request's ``tp.PoolingParams`` as vLLM 0.33.0 refuses them, in vLLM's order.
+
+    - the request's truncation (``TokenizeParams.__post_init__``, vllm/renderers/params.py):
+      ``truncate_prompt_tokens`` above ``max_model_len``;
+    - ``JinaForRanking`` with late chunking (``JinaRankingTokenEmbedIOProcessor.render``,
+      vllm/entrypoints/pooling/embed/io_processor.py: it returns document/query vectors);
+    - ``PoolingParams.verify`` (vllm/pooling_params.py): late chunking for a task other than
+      ``token_embed``, or with late-interaction scoring; step tags on a model whose token
+      pooling is not STEP (``_verify_step_pooling``); ``dimensions`` on a model that is not
+      Matryoshka, outside ``[1, embedding_size]`` or outside its ``matryoshka_dimensions``
+      (``_set_default_parameters``); an option the task does not take
+      (``_verify_valid_parameters``); late chunking with step tags ("requires all token rows");
+    - late chunking with truncation (``prepare_late_chunking_input``,
+      vllm/entrypoints/pooling/token_embed/late_chunking.py).
+
+    The model facts come from ``config.model`` (``architecture``, ``is_matryoshka``,
+    ``matryoshka_dimensions``, ``embedding_size`` as a config.json gives them to
+    ``SimConfig.from_hf_config``; a bare config is a model that is not Matryoshka).
+
+    Args:
+        params: a ``tp.PoolingParams`` (``None``: nothing to check).
+        config: the ``tp.SimConfig`` the request runs on.
+        request: its index, for the message.
+
+    Raises:
+        EngineRefusal: vLLM's words, the rule it follows; the Matryoshka and truncation
+            refusals can be looked past (``as_if=True``: the run goes on as if the model
+            allowed it), the others cannot.
+    """
+    if params is None:
+        return
+    who = f"request {request}: " if request is not None else ""
+    model = config.model
+    name = config.model_name or "the simulated model"
+    task = config.task
+    chunked = params.late_chunking_size is not None
+    keep = params.truncate_prompt_tokens
+
+    def refuse(words: str, follows: str, *, can_look_past: bool = False) -> None:
+        raise EngineRefusal(f"{who}{words} (vLLM's {follows})", follows=follows,
+                            can_look_past=can_look_past)
+
+    if keep is not None and config.max_model_len is not None and keep > config.max_model_len:
+        refuse(f"truncate_prompt_tokens={keep} cannot be greater than max_total_tokens = "
+               f"{config.max_model_len}. Please request a smaller truncation size.",
+               "TokenizeParams.__post_init__", can_look_past=True)
+    if chunked and getattr(model, "architecture", "") == "JinaForRanking":
+        refuse("JinaForRanking returns document/query vectors and does not support late "
+               "chunking", "JinaRankingTokenEmbedIOProcessor.render")
+    if chunked and task != "token_embed":
+        refuse("Late chunking requires token_embed", "PoolingParams.verify")
+    if chunked and params.late_interaction_mode is not None:
+        refuse("Late chunking cannot be combined with late-interaction scoring",
+               "PoolingParams.verify")
+    valid = list(POOLING_PARAMS_BY_TASK[task])
+    step = [k for k in ("step_tag_id", "returned_token_ids") if getattr(params, k) is not None]
+    if step and not config.pooling_kind.takes_step_params:
+        refuse(f"Task {task} only supports {valid} parameters, does not support {step} "
+               "parameters", "PoolingParams._verify_step_pooling")
+    dims = params.dimensions
+    if dims is not None and task in ("embed", "token_embed"):
+        size = getattr(model, "embedding_size", None) or config.hidden_size
+        mds = getattr(model, "matryoshka_dimensions", None)
+        if not (getattr(model, "is_matryoshka", False) or mds):
+            refuse(f"Model {name!r} does not support Matryoshka embeddings; dimensions must "
+                   f"be unset (received dimensions={dims}).",
+                   "PoolingParams._set_default_parameters", can_look_past=True)
+        if not 1 <= dims <= size:
+            refuse(f"Model {name!r} only supports dimensions in range [1, {size}], got "
+                   f"{dims}.", "PoolingParams._set_default_parameters")
+        if mds is not None and dims not in mds:
+            refuse(f"Model {name!r} only supports Matryoshka dimensions {list(mds)}, got "
+                   f"{dims}.", "PoolingParams._set_default_parameters", can_look_past=True)
+    given = {"dimensions": dims, "use_activation": params.use_activation,
+             "late_chunking_params": params.late_chunking_size}
+    invalid = [k for k, v in given.items() if v is not None and k not in valid]
+    if invalid:
+        refuse(f"Task {task!r} only supports {valid} parameters, does not support {invalid} "
+               "parameters", "PoolingParams._verify_valid_parameters")
+    tag = params.step_tag_id if params.step_tag_id is not None else \
+        config.pooling_kind.row_tag(config)
+    if chunked and tag is not None:
+        refuse("Late chunking requires all token rows", "PoolingParams.verify")
+    if chunked and keep is not None:
+        refuse("Late chunking does not support input padding, truncation or renderer text "
+               "normalization", "prepare_late_chunking_input")

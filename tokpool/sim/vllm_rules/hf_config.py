@@ -34,6 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from ...heads import dtype_size, resolve_dtype
+from ...late_interaction.paths import (
+    LATE_INTERACTION_TASKS,
+    LateInteractionHead,
+    late_interaction_head,
+)
 from ...st_config import read_sentence_transformers_config
 from . import engine_checks
 from .architectures import (
@@ -81,6 +86,13 @@ class HFModelPreset(ModelPreset):
         classifier: where a classify task's score head runs as vLLM builds the model
             (``classifier.classifier_runs_in``, resolved by ``as_served``): ``"model"`` or
             ``"pooler_head"`` (vLLM's ``as_seq_cls_model`` adapter).
+        late_interaction: the token_embed head vLLM builds from the folder (ColBERT's
+            projection, sentence-transformers Dense layers, BGE-M3's BOS filter,
+            JinaForRanking's marker rows: ``tokpool.late_interaction.paths``).
+        is_matryoshka, matryoshka_dimensions, embedding_size: the config's keys of those names
+            (``ModelConfig.is_matryoshka``: a non-empty ``matryoshka_dimensions`` or
+            ``is_matryoshka``; ``embedding_size``: the row width a request's ``dimensions``
+            may cut, default the hidden size), read by ``engine_checks.check_pooling_params``.
     """
 
     torch_dtype: str = "bfloat16"
@@ -90,6 +102,10 @@ class HFModelPreset(ModelPreset):
     sentence_transformers: bool = False
     declared_tasks: tuple[str, ...] = ()
     classifier: str = "model"
+    late_interaction: LateInteractionHead | None = None
+    is_matryoshka: bool = False
+    matryoshka_dimensions: tuple[int, ...] | None = None
+    embedding_size: int | None = None
 
     @property
     def served_dtype(self) -> str:
@@ -338,10 +354,27 @@ def preset_from_hf_config(
         model_type=model_type,
         intermediate_size=int(cfg.get("intermediate_size") or 0),
         sentence_transformers=_st_pooling(directory) is not None,
+        **_matryoshka(cfg),
         # each layer's window as vLLM builds the model (kv_spec); encoders keep no KV cache
         sliding_windows=(None if attn_type == "encoder_only"
                          else _windows_or_none(layer_sliding_windows(cfg))),
+        late_interaction=late_interaction_head(cfg, directory=directory),
     )
+
+
+def _matryoshka(cfg: dict) -> dict:
+    """``is_matryoshka`` / ``matryoshka_dimensions`` / ``embedding_size`` as vLLM's
+    ``ModelConfig`` reads them from the config (vllm/config/model.py)."""
+    mds = cfg.get("matryoshka_dimensions")
+    if mds is not None and (isinstance(mds, str) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in mds)):
+        raise ValueError(f"matryoshka_dimensions must be a list of ints, got {mds!r}")
+    size = cfg.get("embedding_size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"embedding_size must be an int >= 1, got {size!r}")
+    return {"is_matryoshka": bool(mds) or bool(cfg.get("is_matryoshka", False)),
+            "matryoshka_dimensions": tuple(mds) if mds is not None else None,
+            "embedding_size": size}
 
 
 def _windows_or_none(windows: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
@@ -397,6 +430,8 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
         fields["pooling"] = "LAST"
     if preset.architecture.endswith("ForRewardModel"):
         fields["use_activation"] = False  # Qwen2ForRewardModelConfig's default
+    if preset.late_interaction is not None and not preset.late_interaction.head_dtype:
+        fields.update(head_dtype=None, use_activation=False)  # JinaForRanking: no head
     fields.update(overrides)
     return fields
 
@@ -424,8 +459,10 @@ def as_served(preset: HFModelPreset, *, runner: str = "pooling",
         runner_type=runner_type, convert_type=convert_type,
         pooling_class=is_pooling_class(preset.architecture),
         generative_class=is_generative_class(preset.architecture))
-    changes: dict[str, Any] = {"declared_tasks": declared_tasks(preset.default_task,
-                                                                convert_type),
+    tasks = (LATE_INTERACTION_TASKS[preset.architecture]  # their poolers' own (late interaction)
+             if preset.architecture in LATE_INTERACTION_TASKS and convert_type == "none"
+             else declared_tasks(preset.default_task, convert_type))
+    changes: dict[str, Any] = {"declared_tasks": tasks,
                                "classifier": classifier_runs_in(preset.architecture,
                                                                 convert_type)}
     if runs_on_transformers_backend(preset.architecture, runner_type, convert_type):

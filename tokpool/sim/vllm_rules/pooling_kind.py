@@ -105,6 +105,9 @@ class PoolingKind:
     #: A decoder whose token pooling is this kind may chunk its prompts
     #: (``ModelConfig.is_chunked_prefill_supported``: STEP never does).
     chunks: ClassVar[bool] = True
+    #: A request may give ``step_tag_id`` / ``returned_token_ids``
+    #: (``PoolingParams._verify_step_pooling``: only where the token pooling is STEP).
+    takes_step_params: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<pooling kind {self.name}>"
@@ -203,6 +206,7 @@ class StepKind(AllKind):
     name = "STEP"
     tok_pooling_type = "STEP"
     chunks = False
+    takes_step_params = True
 
     def columns(self, config) -> tuple[int, ...] | None:
         if config.num_returned_columns is not None:

@@ -1,0 +1,154 @@
+"""Listwise rerankers (JinaForRanking), ColBERT-style heads and BGE-M3's token_embed, resolved
+from config.json as vLLM 0.33.0 resolves them, and their bytes in ``tp.simulate_score``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import tokpool as tp
+from tokpool.late_interaction.listwise import (
+    DOC_TOKEN_ID,
+    QUERY_TOKEN_ID,
+    JinaRankingPool,
+    jina_prompt_text,
+    listwise_prompts,
+    marker_rows,
+)
+from tokpool.late_interaction.paths import late_interaction_head
+
+#: jinaai/jina-reranker-v3's config.json (Qwen3-0.6B backbone), as published.
+JINA = {"architectures": ["JinaForRanking"], "model_type": "qwen3", "hidden_size": 1024,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True, "rope_theta": 1000000}
+COLBERT = {"architectures": ["HF_ColBERT"], "model_type": "bert", "hidden_size": 768,
+           "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+           "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2,
+           "torch_dtype": "float32"}
+BGE_M3 = {"architectures": ["BgeM3EmbeddingModel"], "model_type": "xlm-roberta",
+          "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+          "intermediate_size": 4096, "vocab_size": 250002, "max_position_embeddings": 8194,
+          "type_vocab_size": 1, "torch_dtype": "float32", "bos_token_id": 0}
+
+
+def jina_config(**changes) -> tp.SimConfig:
+    return tp.SimConfig.from_hf_config(JINA, **changes)
+
+
+def test_jina_resolves_as_vllm_pools_it():
+    cfg = jina_config()
+    assert cfg.model.declared_tasks == ("token_embed",) and cfg.task == "token_embed"
+    assert cfg.head_dtype is None and cfg.use_activation is False  # TokenPooler, no head
+    head = cfg.model.late_interaction
+    assert (head.dim, head.head_dtype, head.marker_rows) == (512, False,
+                                                            (DOC_TOKEN_ID, QUERY_TOKEN_ID))
+
+
+def test_the_64_document_prompt():
+    """12,850 tokens, 64 documents: 65 rows x 512 in bf16 = 66,560 B delivered; the AllPool
+    chunk cache holds every hidden state until the prompt finishes."""
+    cfg = jina_config(max_num_batched_tokens=2048)
+    template = 12850 - 64 * 191 - 136  # 64 documents of 190 tokens, a 135-token query
+    r = tp.simulate_score([135], [190] * 64, cfg, mode="analytic", template_tokens=template)
+    assert r.path.name == "listwise" and not r.path.two_stage
+    assert [len(p) for p in r.prompts] == [12850] and marker_rows(r.prompts[0]) == 65
+    rec = r.requests.iloc[0]
+    assert (rec.delivered_rows, rec.output_bytes) == (65, 66_560) and r.host_bytes == 66_560
+    steps = r.steps
+    last = len(steps) - 1
+    held = steps.loc[last - 1, "pool_cache_bytes"]
+    assert held == (12850 - 562) * 1024 * 2  # every earlier chunk, model dtype
+    # the finishing step: the cache, the cat of all 12,850 rows, then the projector's tensors
+    cat = 12850 * 1024 * 2
+    assert steps.loc[last, "pool_peak_bytes"] == held + cat
+    plain = tp.simulate(r.prompts, cfg, mode="analytic")
+    assert plain.requests.loc[0, "output_bytes"] == cat  # what plain ALL pooling would deliver
+    t = tp.simulate_score([135], [190] * 64, cfg, mode="tensor", template_tokens=template)
+    assert t.steps.filter(like="bytes").equals(steps.filter(like="bytes"))
+
+
+def test_jina_one_shot_projector_peak():
+    """One step: the one-shot view owns nothing; the gather and the first layer's output are
+    the peak (65 x 1024 + 65 x 512, bf16)."""
+    r = tp.simulate_score([135], [190] * 64, jina_config(), mode="analytic",
+                          template_tokens=12850 - 64 * 191 - 136)
+    assert r.peak_pooling_bytes == (65 * 1024 + 65 * 512) * 2
+
+
+def test_listwise_prompts_as_vllm_builds_them():
+    assert [len(p) for p in listwise_prompts([2], [3, 4, 5])] == [3 + 4 + 5 + 3 + 2 + 1]
+    pairs = listwise_prompts([[7, 8], [9]], [[1], [2, 3]])
+    assert pairs == [[1, DOC_TOKEN_ID, 7, 8, QUERY_TOKEN_ID], [2, 3, DOC_TOKEN_ID, 9,
+                                                                QUERY_TOKEN_ID]]
+    with pytest.raises(ValueError, match="N:1 is refused"):
+        listwise_prompts([1, 2], [3])
+    with pytest.raises(TypeError, match="tokenize="):
+        listwise_prompts(["what?"], ["a doc"])
+    text = jina_prompt_text("q<|rerank_token|>", ["d1", "d2<|embed_token|>"])
+    assert text.count("<|embed_token|>") == 2 and text.count("<|rerank_token|>") == 1
+    assert 'Rank the passages based on their relevance to query: q\n<passage id="0">' in text
+    ids = listwise_prompts(["q"], ["d1", "d2"], tokenize=lambda s: [ord(c) for c in s])[0]
+    assert ids == [ord(c) for c in jina_prompt_text("q", ["d1", "d2"])]
+
+
+def test_jina_pool_chunked_equals_one_shot_and_reference():
+    torch.manual_seed(0)
+    proj = nn.Sequential(nn.Linear(16, 8, bias=False), nn.ReLU(), nn.Linear(8, 4, bias=False))
+    ids = torch.tensor([3, DOC_TOKEN_ID, 4, 5, DOC_TOKEN_ID, QUERY_TOKEN_ID, 6, DOC_TOKEN_ID])
+    hidden = torch.randn(8, 16)
+    with torch.inference_mode():
+        whole = JinaRankingPool(proj)(hidden, tp.build_metadata([8], prompt_token_ids=ids[None]))
+        pool = JinaRankingPool(proj)
+        first = tp.build_metadata([8], num_scheduled_tokens=[5], seq_lens=[5],
+                                  prompt_token_ids=ids[None])
+        assert pool(hidden[:5], first) == [None]
+        second = tp.build_metadata([8], num_scheduled_tokens=[3], seq_lens=[8],
+                                   states=first.pooling_states, prompt_token_ids=ids[None])
+        chunked = pool(hidden[5:], second)
+        rows = torch.tensor([1, 4, 7, 5])  # documents first, then the query
+        assert torch.equal(whole[0], chunked[0])
+        assert torch.equal(whole[0], proj(hidden[rows]))
+
+
+def test_colbert_heads_as_vllm_resolves_them(tmp_path):
+    assert late_interaction_head({**COLBERT, "colbert_dim": 96, "dim": 128}).dim == 96
+    assert late_interaction_head({**COLBERT, "dim": 128, "projection_dim": 64}).dim == 128
+    assert late_interaction_head({**COLBERT, "projection_dim": 64}).dim == 64
+    assert late_interaction_head({**COLBERT, "colbert_dim": 0, "dim": 32}).dim == 32  # `or`
+    (tmp_path / "config.json").write_text(json.dumps(COLBERT))
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}]))
+    (tmp_path / "1_Dense").mkdir()
+    (tmp_path / "1_Dense" / "config.json").write_text(json.dumps(
+        {"in_features": 768, "out_features": 48, "bias": False}))
+    assert late_interaction_head(tmp_path).projector is None  # no weights: vLLM skips it
+    (tmp_path / "1_Dense" / "model.safetensors").write_bytes(b"")
+    head = late_interaction_head(tmp_path)
+    assert head.dim == 48 and "1_Dense" in head.projector
+    cfg = tp.SimConfig.from_hf_config({**COLBERT, "dim": 128})
+    assert cfg.model.declared_tasks == ("token_embed",) and cfg.task == "token_embed"
+    r = tp.simulate_score([32], [180] * 3, cfg, mode="analytic")
+    assert r.peak_query_cache_bytes == 32 * 128 * 4  # projected rows, float32 head
+    # unchunked encoder: the three documents finish in one step and share the query: one
+    # flash launch over [32] x [180] * 3 at width 128
+    assert r.maxsim[["step", "pairs", "max_q", "max_d"]].values.tolist() == [[1, 3, 32, 180]]
+    one = tp.simulate_score([32], [180] * 3, cfg, mode="analytic", flash_late_interaction=False)
+    assert one.host_bytes == (32 + 3 * 180) * 128 * 4
+
+
+def test_bge_m3_token_embed_drops_bos():
+    cfg = tp.SimConfig.from_hf_config(BGE_M3)
+    assert "token_embed" in cfg.model.declared_tasks and cfg.task == "embed"
+    late = tp.SimConfig.from_hf_config(BGE_M3, task="token_embed")
+    head = late.model.late_interaction
+    assert head.drops_bos and head.dim == 1024
+    r = tp.simulate_score([20], [100], late, mode="analytic", flash_late_interaction=False)
+    assert list(r.requests["delivered_rows"]) == [19, 99]
+    assert r.host_bytes == (19 + 99) * 1024 * 4
+    assert any("BOS" in n for n in r.notes)
