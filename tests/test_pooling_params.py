@@ -384,3 +384,31 @@ def test_refusals_are_pooling_params_verify(case, parity_count):
     if theirs is not None:
         assert theirs in mine, (mine, theirs)
     parity_count("PoolingParams.verify refusals", 1)
+
+
+def test_a_nan_the_head_makes_is_not_corruption():
+    # late chunking averages +c and -c to 0; a float16 normalisation of 0 is NaN (eps
+    # underflows), as in vLLM: the same NaN in every mode, not a corrupted output
+    cfg = tp.SimConfig(hidden_size=1, dtype="float16", head_dtype=None, use_activation=True,
+                       max_num_batched_tokens=2, max_num_seqs=1, enable_chunked_prefill=False,
+                       policy="legacy", output_memory="one_buffer", as_if=True)
+    params = [tp.PoolingParams(late_chunking_size=2)]
+    tensor = tp.simulate([2], cfg, mode="tensor", pooling_params=params)
+    analytic = tp.simulate([2], cfg, mode="analytic", pooling_params=params)
+    assert torch.isnan(tensor.outputs[0]).all()
+    assert tensor.corrupted == analytic.corrupted == []
+
+
+def test_an_offloaded_matryoshka_slice_pins_its_whole_host_tensor():
+    # offload keeps outputs on the host: the delivered dimensions-slice is a view of the
+    # host tensor, so the host holds the whole width, while the output is the slice
+    cfg = tp.SimConfig(hidden_size=2, head_dtype=None, use_activation=False,
+                       max_num_batched_tokens=1, max_num_seqs=1, enable_chunked_prefill=False,
+                       policy="offload", output_memory="one_buffer", as_if=True)
+    params = [tp.PoolingParams(dimensions=1)]
+    for mode in ("tensor", "analytic"):
+        r = tp.simulate([1], cfg, mode=mode, pooling_params=params)
+        assert r.requests.output_bytes.tolist() == [2], mode
+        assert r.steps.host_bytes.tolist() == [4], mode
+    row = tp.simulate([1], cfg, mode="closed_form", pooling_params=params[0]).summary()
+    assert row["host_bytes"] == 4 and row["output_bytes"] == 2

@@ -474,7 +474,8 @@ def explorer_arguments(a: str, w: World) -> list[Case]:
                        "(1000, 2000)": (1000, 2000), "'1K'": "1K"},
         "budget": {"3": 3, "'16K'": "16K", "1.5": 1.5},
         "policies": {"'clone'": "clone", "['copy']": ["copy"], "5": 5},
-        "async_scheduling": BAD_FLAGS,
+        # None is vLLM's default (off for a pooling model), a valid value since round five
+        "async_scheduling": {k: v for k, v in BAD_FLAGS.items() if v is not None},
     })
     cases += _sweep(a, "token_explorer", tp.token_explorer, {"model": model, "text": "hi"}, {
         "model": {"None": None, "dict": {"a": 1}, "'tiny-decoder'": "tiny-decoder"},
@@ -534,6 +535,7 @@ def explorer_controls(w: World) -> list[Case]:
         "policies": {"('copy',)": ("copy",), "'clone'": "clone"},
         "tensor_parallel_size": {"0": 0, "9": 9, "1.5": 1.5},
         "async_scheduling": {"'yes'": "yes"},
+        "activation": {"'maybe'": "maybe", "None": None},
     }.items():
         description = label_of(getattr(mem, name)) or name
         for label, value in values.items():

@@ -150,6 +150,11 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig,
         allocated = [t for t in made if not t.view]
         out_bytes = allocated[-1].nbytes if allocated else rows_out * W * s
     out_bytes = out_bytes + zero
+    host_bytes = out_bytes
+    if made and made[-1].view and offload:
+        # offloaded: the delivered slice is a view of the host tensor, which it pins whole
+        allocated = [t for t in made if not t.view]
+        host_bytes = (allocated[-1].nbytes if allocated else rows_out * W * s) + zero
     if offload:
         peak_head, copy_head = zero, zero
     else:
@@ -180,7 +185,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig,
         "peak_device_bytes": peak + cfg.buffer_bytes,
         "copy_bytes": copy_total,
         "d2h_bytes": d2h_total,
-        "host_bytes": out_bytes,
+        "host_bytes": host_bytes,
         "output_bytes": out_bytes,
         "corrupted": corrupted,
         **times,

@@ -66,6 +66,7 @@ class CountingEngine(EngineLoop):
         self.states: dict[int, _State] = {}
         self.device_live = 0  # device bytes of live (counted) storages, right now
         self.host_live = 0  # host bytes of live storages (offload buffers, host outputs)
+        self._host_pinned: dict[int, int] = {}  # request -> host bytes its delivered view pins
         self.peak_step = 0
         self.copy = 0
         self.d2h = 0
@@ -261,9 +262,13 @@ class CountingEngine(EngineLoop):
                 if not made:
                     self._hold(x)  # a view of pooling's tensor is delivered
                 nbytes = last.nbytes
-                if last.view and not self.host_copy_copies:  # the host holds all of y
+                if last.view and (host or not self.host_copy_copies):
                     base = y.base if isinstance(y, _View) else y
-                    nbytes = base.nbytes if base is not None else y.rows * self.row_bytes
+                    whole = base.nbytes if base is not None else y.rows * self.row_bytes
+                    if host:  # offloaded: the user's view pins the whole host tensor
+                        self._host_pinned[r] = whole
+                    else:  # the CPU platform delivers the tensor itself: all of y
+                        nbytes = whole
                 category = "head" if made else "output"
             outs.append((r, (y, nbytes), category))
         for t in pooled.values():
@@ -293,7 +298,7 @@ class CountingEngine(EngineLoop):
         t, nbytes = output
         if not (isinstance(t, _Storage) and t.host) and self.host_copy_copies:
             self.d2h += nbytes  # a device tensor (or a view) copied to the host
-        self.delivered_bytes += nbytes
+        self.delivered_bytes += self._host_pinned.pop(request, nbytes)
         self._drop(t)
         return nbytes
 
