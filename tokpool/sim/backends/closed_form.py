@@ -30,7 +30,7 @@ from ..config import SimConfig
 # Called through the modules, never copied: the seam and refusal tests swap the rules there.
 from ..vllm_rules import engine_checks
 from ..vllm_rules import step_memory as step_memory_rule
-from ..vllm_rules.classifier import head_peak, head_tensors
+from ..vllm_rules.classifier import head_peak, head_tensors, whole_tensor_delivered
 from ..vllm_rules.cpu_platform import host_copy_copies
 from .loop import copies_at_finish
 
@@ -145,16 +145,14 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig,
         rows_out = int(np.asarray(rows_out).reshape(-1)[0])
     made = head_tensors(cfg, rows_out, width_out, params)
     out_bytes = made[-1].nbytes if made else rows_out * width_out * s  # delivered
-    if made and made[-1].view and not host_copy_copies(cfg.hardware):
-        # the host holds the sliced tensor's storage whole (no copy on the CPU platform)
-        allocated = [t for t in made if not t.view]
-        out_bytes = allocated[-1].nbytes if allocated else rows_out * W * s
+    whole_tensor = whole_tensor_delivered(made, on_host=offload,
+                                          host_copy_copies=host_copy_copies(cfg.hardware))
+    allocated = [t for t in made if not t.view]
+    whole = allocated[-1].nbytes if allocated else rows_out * W * s  # the sliced tensor
+    if whole_tensor == "delivered":
+        out_bytes = whole
     out_bytes = out_bytes + zero
-    host_bytes = out_bytes
-    if made and made[-1].view and offload:
-        # offloaded: the delivered slice is a view of the host tensor, which it pins whole
-        allocated = [t for t in made if not t.view]
-        host_bytes = (allocated[-1].nbytes if allocated else rows_out * W * s) + zero
+    host_bytes = (whole + zero) if whole_tensor == "pinned" else out_bytes
     if offload:
         peak_head, copy_head = zero, zero
     else:

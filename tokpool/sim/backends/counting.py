@@ -18,7 +18,7 @@ from ...keep_rule import KeepRule
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
-from ..vllm_rules.classifier import head_tensors
+from ..vllm_rules.classifier import head_tensors, whole_tensor_delivered
 from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.step_memory import StepOutput
 from .loop import EngineLoop
@@ -262,12 +262,14 @@ class CountingEngine(EngineLoop):
                 if not made:
                     self._hold(x)  # a view of pooling's tensor is delivered
                 nbytes = last.nbytes
-                if last.view and (host or not self.host_copy_copies):
+                whole_tensor = whole_tensor_delivered(
+                    [last], on_host=host, host_copy_copies=self.host_copy_copies)
+                if whole_tensor is not None:
                     base = y.base if isinstance(y, _View) else y
                     whole = base.nbytes if base is not None else y.rows * self.row_bytes
-                    if host:  # offloaded: the user's view pins the whole host tensor
+                    if whole_tensor == "pinned":
                         self._host_pinned[r] = whole
-                    else:  # the CPU platform delivers the tensor itself: all of y
+                    else:
                         nbytes = whole
                 category = "head" if made else "output"
             outs.append((r, (y, nbytes), category))

@@ -201,6 +201,20 @@ def head_output(config, rows, width, params=None) -> tuple[Any, int, int]:
     return rows, width, config.dtype_size
 
 
+def whole_tensor_delivered(made: list[HeadTensor], *, on_host: bool,
+                           host_copy_copies: bool) -> Literal["delivered", "pinned"] | None:
+    """What a Matryoshka slice (the head's last tensor a view) hands the user, by where the
+    tensor lives: ``"delivered"`` on vLLM's CPU platform (no copy: the user gets the tensor
+    itself, so its whole width counts as the output), ``"pinned"`` for an output already on
+    the host (offload: the output is the slice, but the view keeps the whole host tensor
+    alive), ``None`` where the host copy copies only the slice's elements (or no view)."""
+    if not made or not made[-1].view:
+        return None
+    if on_host:
+        return "pinned"
+    return None if host_copy_copies else "delivered"
+
+
 def head_peak(made: list[HeadTensor]) -> tuple[Any, Any]:
     """``(most bytes alive, bytes allocated)`` over the head's tensors (views allocate
     nothing; a transient dies once the next tensor that is not transient exists; the rest
