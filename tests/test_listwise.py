@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import tokpool as tp
@@ -66,18 +69,105 @@ def test_the_64_document_prompt():
     # the finishing step: the cache, the cat of all 12,850 rows, then the projector's tensors
     cat = 12850 * 1024 * 2
     assert steps.loc[last, "pool_peak_bytes"] == held + cat
-    plain = tp.simulate(r.prompts, cfg, mode="analytic")
-    assert plain.requests.loc[0, "output_bytes"] == cat  # what plain ALL pooling would deliver
     t = tp.simulate_score([135], [190] * 64, cfg, mode="tensor", template_tokens=template)
     assert t.steps.filter(like="bytes").equals(steps.filter(like="bytes"))
 
 
+def test_plain_simulate_delivers_the_marker_rows_as_vllm():
+    """tp.simulate on the JinaForRanking config pools as JinaForRankingPool (the 65 marker
+    rows x 512 in bf16), in every mode, the same ledger as simulate_score's; plain ALL pooling
+    with vLLM's float32 head would deliver every row: 12,850 x 1,024 x 4 B."""
+    cfg = jina_config(max_num_batched_tokens=2048)
+    assert cfg.pooling_method == "JINA_RANKING" and cfg.output_width == 512
+    prompts = listwise_prompts([135], [190] * 64, template_tokens=12850 - 64 * 191 - 136)
+    analytic = tp.simulate(prompts, cfg, mode="analytic")
+    tensor = tp.simulate(prompts, cfg, mode="tensor")
+    for r in (analytic, tensor):
+        assert r.requests.loc[0, ["delivered_rows", "output_bytes"]].tolist() == [65, 66_560]
+        assert r.corrupted == []
+    pd.testing.assert_frame_equal(analytic.steps, tensor.steps)
+    assert tensor.outputs[0].shape == (65, 512) and tensor.outputs[0].dtype == torch.bfloat16
+    scored = tp.simulate_score([135], [190] * 64, cfg, mode="analytic",
+                               template_tokens=12850 - 64 * 191 - 136)
+    assert scored.steps["pool_peak_bytes"].tolist() == analytic.steps["pool_peak_bytes"].tolist()
+    everything = tp.simulate(prompts, jina_config(max_num_batched_tokens=2048, pooling="ALL"),
+                             mode="analytic")
+    assert everything.requests.loc[0, "output_bytes"] == 12850 * 1024 * 4 == 52_633_600
+
+
+def test_marker_rows_need_token_ids_in_every_mode():
+    cfg = jina_config()
+    for mode in ("analytic", "tensor", "closed_form"):
+        with pytest.raises(ValueError, match=r"marker tokens .*give token-id prompts"):
+            tp.simulate([12_850], cfg, mode=mode)
+    with pytest.raises(ValueError, match="no pooler head"):
+        jina_config(use_activation=True)
+    with pytest.raises(ValueError, match="no pooler head"):
+        tp.SimConfig(pooling="JINA_RANKING", hidden_size=8, head_dtype="float32")
+    with pytest.raises(ValueError, match="does not serve task"):
+        tp.SimConfig(pooling="JINA_RANKING", hidden_size=8, task="token_classify")
+    with pytest.raises(ValueError, match="policy='clone'"):
+        tp.SimConfig(pooling="JINA_RANKING", hidden_size=8, policy="vllm")
+
+
+def test_a_request_s_use_activation_changes_nothing_without_a_head():
+    cfg = jina_config(max_num_batched_tokens=64)
+    prompts = listwise_prompts([5], [7, 9])
+    plain = tp.simulate(prompts, cfg, mode="tensor")
+    asked = tp.simulate(prompts, cfg, mode="tensor",
+                        pooling_params=tp.PoolingParams(use_activation=True))
+    assert torch.equal(plain.outputs[0], asked.outputs[0])
+    pd.testing.assert_frame_equal(plain.steps, asked.steps)
+
+
+@st.composite
+def jina_runs(draw):
+    """Token-id prompts with markers anywhere, and an engine of any memory model, dtype,
+    budget, chunking, scheduling and policy."""
+    prompts = draw(st.lists(st.lists(st.sampled_from([0, 5, DOC_TOKEN_ID, QUERY_TOKEN_ID]),
+                                     min_size=1, max_size=40), min_size=1, max_size=4))
+    memory = draw(st.sampled_from(("one_buffer", "vllm", "eager")))
+    engine = ({"output_memory": "one_buffer"} if memory == "one_buffer" else
+              {"output_memory": "vllm", "enforce_eager": True} if memory == "eager" else
+              {"output_memory": "vllm",
+               "max_cudagraph_capture_size": draw(st.sampled_from((1, 4, 16)))})
+    chunked = draw(st.booleans())
+    budget = draw(st.integers(1, 24))
+    if not chunked:
+        budget = max(budget, max(len(p) for p in prompts))
+    cfg = tp.SimConfig(pooling="JINA_RANKING", hidden_size=draw(st.integers(2, 8)),
+                       dtype=draw(st.sampled_from(("bfloat16", "float16", "float32"))),
+                       max_num_batched_tokens=budget,
+                       max_num_seqs=min(budget, draw(st.integers(1, 4))),
+                       enable_chunked_prefill=chunked, async_scheduling=draw(st.booleans()),
+                       policy=draw(st.sampled_from(tp.RETENTION_POLICIES)), **engine)
+    return cfg, prompts
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=jina_runs())
+def test_jina_ranking_tensor_equals_analytic(run):
+    """Tensor mode (real tensors through JinaRankingPool, every output checked against the
+    projected reference rows) and analytic mode agree on every column and on corruption."""
+    cfg, prompts = run
+    tensor = tp.simulate(prompts, cfg, mode="tensor")
+    analytic = tp.simulate(prompts, cfg, mode="analytic")
+    pd.testing.assert_frame_equal(tensor.steps, analytic.steps)
+    pd.testing.assert_frame_equal(tensor.requests, analytic.requests)
+    assert tensor.corrupted == analytic.corrupted
+    if cfg.policy != "legacy":
+        assert tensor.corrupted == []
+    for out, ids in zip(tensor.outputs, prompts, strict=True):
+        assert out.shape == (marker_rows(ids), 512) and out.dtype == cfg.dtype
+
+
 def test_jina_one_shot_projector_peak():
-    """One step: the one-shot view owns nothing; the gather and the first layer's output are
-    the peak (65 x 1024 + 65 x 512, bf16)."""
+    """One step: the one-shot view owns nothing; the peak is the gather (alive until the
+    projector returns), the first layer's output and the ReLU's (65 x (1024 + 512 + 512),
+    bf16)."""
     r = tp.simulate_score([135], [190] * 64, jina_config(), mode="analytic",
                           template_tokens=12850 - 64 * 191 - 136)
-    assert r.peak_pooling_bytes == (65 * 1024 + 65 * 512) * 2
+    assert r.peak_pooling_bytes == 65 * (1024 + 512 + 512) * 2
 
 
 def test_listwise_prompts_as_vllm_builds_them():

@@ -7,7 +7,11 @@
   step equal ``ScoreResult.steps.query_cache_bytes``; what it hands the host equals
   ``requests.output_bytes``.
 - ``JinaRankingPool`` vs vLLM's ``JinaForRankingPool`` on random hidden states over random
-  chunked schedules (``torch.equal``).
+  chunked schedules (``torch.equal``); and the bytes: ``tp.simulate`` of a JINA_RANKING config
+  (marker rows from random token-id prompts) has, at every step, the ``pool_peak_bytes`` that
+  vLLM's ``JinaForRankingPool`` holds at its highest when replayed on that schedule (every
+  floating-point storage it makes, watched by a ``TorchDispatchMode``; its int64 index and
+  bool mask tensors, which tokpool does not count, left out).
 - The serving rules: ``SCORE_TYPE_MAP``, the pairing check, the data-parallel engine index,
   ColBERT's dimension keys and JinaForRanking's projector width, against vLLM's functions.
 
@@ -18,6 +22,7 @@ terminal summary (``parity_count``).
 from __future__ import annotations
 
 import random
+import weakref
 from types import SimpleNamespace as NS
 
 import pytest
@@ -37,6 +42,8 @@ if vllm_version() != VLLM_REFERENCE_VERSION:
 
 import numpy as np  # noqa: E402
 from torch import nn  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
 from vllm.config import VllmConfig, set_current_vllm_config  # noqa: E402
 from vllm.entrypoints.pooling.scoring.utils import _validate_score_input_lens  # noqa: E402
 from vllm.model_executor.models.colbert import ColBERTMixin  # noqa: E402
@@ -58,6 +65,7 @@ from tokpool.late_interaction.listwise import (  # noqa: E402
     DOC_TOKEN_ID,
     QUERY_TOKEN_ID,
     JinaRankingPool,
+    seeded_projector,
 )
 
 WORKLOADS = 120
@@ -210,6 +218,96 @@ def test_jina_pool_matches_vllms_on_random_chunked_schedules(parity_count):
                         parity_count("JinaForRanking pooled rows (torch.equal)")
             assert all(v == 1 for v in done.values())
         assert compared >= WORKLOADS
+
+
+class FloatStorages(TorchDispatchMode):
+    """Bytes of the floating-point storages made under it that are still alive, and the most
+    alive at once since ``peak`` was last reset; ``skip``: storages not to count (the step's
+    hidden states, which the engine owns)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skip: set[int] = set()
+        self._live: dict[int, list[int]] = {}  # storage address -> [bytes, tensors alive]
+        self.alive = self.peak = 0
+
+    def _drop(self, key: int) -> None:
+        rec = self._live.get(key)
+        if rec is not None:
+            rec[1] -= 1
+            if rec[1] == 0:
+                self.alive -= rec[0]
+                del self._live[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                continue
+            storage = t.untyped_storage()
+            key = storage.data_ptr()
+            if key in self.skip or storage.nbytes() == 0:
+                continue
+            rec = self._live.get(key)
+            if rec is None:
+                rec = self._live[key] = [storage.nbytes(), 0]
+                self.alive += rec[0]
+                self.peak = max(self.peak, self.alive)
+            rec[1] += 1
+            weakref.finalize(t, self._drop, key)
+        return out
+
+
+def test_jina_ranking_bytes_are_vllms_pool_s_step_by_step(parity_count):
+    """``tp.simulate`` with JINA_RANKING pooling: every step's ``pool_peak_bytes`` is the most
+    vLLM's ``JinaForRankingPool`` holds at once in that step, replayed on the same schedule
+    with the simulator's projector (the AllPool clones and cat, the gather, the projector's
+    layers; CPU platform: each output is delivered as it is made)."""
+    rng = random.Random(1024)
+    gen = torch.Generator().manual_seed(512)
+    steps = 0
+    with set_current_vllm_config(VllmConfig()):
+        for _ in range(WORKLOADS // 3):
+            width = rng.choice([8, 16, 64])
+            lens = [rng.randint(1, 80) for _ in range(rng.randint(1, 4))]
+            tokens = [[rng.choice([1, 2, 3, DOC_TOKEN_ID, QUERY_TOKEN_ID]) for _ in range(n)]
+                      for n in lens]
+            cfg = tp.SimConfig(pooling="JINA_RANKING", hidden_size=width, hardware="CPU",
+                               dtype=rng.choice(["float32", "bfloat16"]),
+                               max_num_batched_tokens=rng.choice([8, 16, 64]),
+                               max_num_seqs=rng.choice([1, 2, 8]))
+            sim = tp.simulate(tokens, cfg, mode="analytic")
+            pool = JinaForRankingPool(seeded_projector(width, 512, cfg.dtype))
+            states: dict[int, VStates] = {}
+            watch = FloatStorages()
+            for step, peak in zip(sim.schedule, sim.steps["pool_peak_bytes"], strict=True):
+                reqs = [r for r, _, _ in step.chunks]
+                for r, start, _ in step.chunks:
+                    if start == 0:
+                        states[r] = VStates()
+                scheduled = [stop - start for _, start, stop in step.chunks]
+                seq_lens = [stop for _, _, stop in step.chunks]
+                ids = torch.zeros((len(reqs), max(lens[r] for r in reqs)), dtype=torch.int64)
+                for i, r in enumerate(reqs):
+                    ids[i, : lens[r]] = torch.tensor(tokens[r])
+                hidden = torch.randn(sum(scheduled), width, generator=gen).to(cfg.dtype)
+                watch.skip = {hidden.untyped_storage().data_ptr()}
+                meta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]),
+                             prompt_token_ids=None, prompt_token_ids_cpu=ids,
+                             pooling_params=[PoolingParams(task="token_embed") for _ in reqs],
+                             pooling_states=[states[r] for r in reqs])
+                meta.build_pooling_cursor(np.array(scheduled), torch.tensor(seq_lens),
+                                          torch.device("cpu"))
+                watch.peak = watch.alive
+                with torch.inference_mode(), watch:
+                    out = pool(hidden, meta)
+                assert watch.peak == peak, (lens, cfg.max_num_batched_tokens, step.index)
+                for r in step.finished:
+                    del states[r]
+                del out  # delivered (the CPU platform hands the tensors over as they are)
+                steps += 1
+                parity_count("JinaForRanking steps: pool_peak_bytes equal")
+    assert steps >= WORKLOADS
 
 
 def test_serving_rules_match_vllms(parity_count):

@@ -253,7 +253,7 @@ def test_every_backend_follows_the_swapped_pooling_kind(monkeypatch, cfg, lens):
                 assert values[i] == row[name] if np.ndim(values) else values == row[name], name
 
 
-_KIND_NAMES = {"ALL", "STEP", "LAST"}
+_KIND_NAMES = {"ALL", "STEP", "JINA_RANKING", "LAST"}
 _KIND_HOME = Path(tp.__file__).parent / "sim" / "vllm_rules" / "pooling_kind.py"
 
 

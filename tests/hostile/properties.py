@@ -300,7 +300,7 @@ _FIELDS: dict[str, st.SearchStrategy] = {
     "head_dtype": st.sampled_from(["auto", None, "float32", "bfloat16"]),
     "use_activation": st.booleans(), "task": st.sampled_from(
         ["token_embed", "token_classify", "embed", "classify"]),
-    "pooling": st.sampled_from([None, "ALL", "STEP", "LAST"]),
+    "pooling": st.sampled_from([None, "ALL", "STEP", "JINA_RANKING", "LAST"]),
     "max_num_batched_tokens": st.integers(1, 128), "max_num_seqs": st.integers(1, 6),
     "long_prefill_token_threshold": st.integers(1, 64),
     "enable_chunked_prefill": st.booleans(), "async_scheduling": st.booleans(),

@@ -15,13 +15,16 @@ row against each document row.
 
 ``JinaRankingPool`` is that pooling method on tokpool's ``AllPool``
 (``tests/test_parity_late_interaction.py`` compares it with vLLM's class on random hidden
-states, ``torch.equal``); ``listwise_prompts`` builds the prompts; ``marker_rows`` and
-``projector_allocations`` give the rows and the tensors the projector makes, which the scoring
-simulator puts in its ledger.
+states, ``torch.equal``, and the bytes alive at each of its allocations); ``listwise_prompts``
+builds the prompts; ``marker_rows`` and ``projector_allocations`` give the rows and the tensors
+the projector makes. The simulator runs it as the ``JINA_RANKING`` pooling kind
+(``tokpool.sim.vllm_rules.pooling_kind.JinaRankingKind``), which ``SimConfig.from_hf_config``
+picks for a ``JinaForRanking`` config.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -32,18 +35,22 @@ from ..pooling import AllPool
 
 __all__ = [
     "DOC_TOKEN_ID",
+    "MARKER_TOKEN_IDS",
     "QUERY_TOKEN_ID",
     "JinaRankingPool",
     "jina_prompt_text",
     "listwise_prompts",
+    "marker_positions",
     "marker_rows",
     "projector_allocations",
+    "seeded_projector",
 ]
 
 #: ``JinaForRankingPool.doc_token_id`` (``<|embed_token|>``) and ``query_token_id``
 #: (``<|rerank_token|>``).
 DOC_TOKEN_ID = 151670
 QUERY_TOKEN_ID = 151671
+MARKER_TOKEN_IDS = (DOC_TOKEN_ID, QUERY_TOKEN_ID)
 _DOC_MARK, _QUERY_MARK = "<|embed_token|>", "<|rerank_token|>"
 
 
@@ -87,10 +94,50 @@ class JinaRankingPool(AllPool):
             if data is None:
                 out.append(None)
                 continue
-            rows = torch.cat([torch.where(ids == DOC_TOKEN_ID)[0],
-                              torch.where(ids == QUERY_TOKEN_ID)[0]])  # documents, then query
-            out.append(self.projector(data[rows.to(data.device)]))  # [n_rows, E]
+            gathered = data[marker_positions(ids).to(data.device)]  # [n_rows, H]
+            self._notify("select", [*out, gathered, *pooled])
+            out.append(self._project(gathered, [*out, *pooled]))  # [n_rows, E]
         return out
+
+    def _project(self, gathered: Tensor, alive: list[Tensor | None]) -> Tensor:
+        """``self.projector(gathered)``, layer by layer when it is an ``nn.Sequential`` so the
+        probe sees each output while its input (and the gather, which the call holds) lives."""
+        if not isinstance(self.projector, nn.Sequential):
+            return self.projector(gathered)
+        x = gathered
+        for layer in self.projector:
+            y = layer(x)
+            self._notify("select", [*alive, gathered, x, y])
+            x = y  # the input dies here (nn.Sequential rebinds it), the gather does not
+        return x
+
+
+def marker_positions(token_ids: Sequence[int] | Tensor) -> Tensor:
+    """The rows ``JinaForRankingPool`` keeps, in its order: every document marker's position,
+    then every query marker's (int64).
+
+    Example:
+        >>> marker_positions([QUERY_TOKEN_ID, 5, DOC_TOKEN_ID, DOC_TOKEN_ID]).tolist()
+        [2, 3, 0]
+    """
+    ids = torch.as_tensor(token_ids)
+    return torch.cat([torch.where(ids == DOC_TOKEN_ID)[0], torch.where(ids == QUERY_TOKEN_ID)[0]])
+
+
+@functools.lru_cache(maxsize=8)
+def seeded_projector(hidden_size: int, dim: int, dtype: torch.dtype) -> nn.Sequential:
+    """A ``JinaForRanking`` projector with fixed seeded weights in ``dtype`` (the simulator's
+    stand-in for the checkpoint's; no gradients, so nothing keeps an input alive):
+    ``[rows, hidden_size] -> [rows, dim]``."""
+    generator = torch.Generator().manual_seed(31)
+    half = hidden_size // 2
+    projector = nn.Sequential(nn.Linear(hidden_size, half, bias=False), nn.ReLU(),
+                              nn.Linear(half, dim, bias=False))
+    with torch.no_grad():
+        for layer in (projector[0], projector[2]):
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=generator)
+                               / layer.weight.shape[1] ** 0.5)
+    return projector.to(dtype).requires_grad_(False)
 
 
 def marker_rows(token_ids: Sequence[int] | Tensor) -> int:
@@ -108,16 +155,19 @@ def marker_rows(token_ids: Sequence[int] | Tensor) -> int:
 def projector_allocations(rows: int, hidden_size: int, dim: int) -> list[list[tuple[int, int]]]:
     """The tensors alive at each moment of one request's projection, as ``(rows, columns)``
     in the model dtype (inference mode: nothing saved for backward): the gather
-    ``data[indexes]``, then each layer's output while its input is alive, the input dropped
-    after (``nn.Sequential`` rebinds its running value).
+    ``data[indexes]`` (alive until the projector returns: the call holds its argument), then
+    each layer's output while its input is alive, the input dropped after (``nn.Sequential``
+    rebinds its running value). ``JinaRankingKind.selection_shapes`` / ``selection_dies`` say
+    the same to the simulator.
 
     Example:
-        >>> projector_allocations(65, 1024, 512)
-        [[(65, 1024)], [(65, 1024), (65, 512)], [(65, 512), (65, 512)], [(65, 512), (65, 512)]]
+        >>> projector_allocations(65, 1024, 512)  # doctest: +NORMALIZE_WHITESPACE
+        [[(65, 1024)], [(65, 1024), (65, 512)], [(65, 1024), (65, 512), (65, 512)],
+         [(65, 1024), (65, 512), (65, 512)]]
     """
     half = hidden_size // 2
     gather, first, relu, last = (rows, hidden_size), (rows, half), (rows, half), (rows, dim)
-    return [[gather], [gather, first], [first, relu], [relu, last]]
+    return [[gather], [gather, first], [gather, first, relu], [gather, relu, last]]
 
 
 def jina_prompt_text(query: str, docs: Sequence[str], *, instruction: str | None = None) -> str:

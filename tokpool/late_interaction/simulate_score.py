@@ -20,17 +20,18 @@ this module adds what the scoring layer changes about the bytes, as ledger entri
 
 Ledger (``ScoreResult.steps``, per engine): the simulator's columns with each finished
 request's output replaced, from the moment vLLM replaces it, by what vLLM keeps and delivers
-(4 bytes in two stages; the projected rows for ColBERT heads, BGE-M3 without its BOS row and
-JinaForRanking's marker rows), plus ``query_cache_bytes`` (alive at the end of the step; in
-``pool_bytes`` and ``pool_peak_bytes``), ``maxsim_scratch_bytes`` (the worker's MaxSim peak
-in the step, in ``pool_peak_bytes``) and ``stage``.
+(4 bytes in two stages; the projected rows for ColBERT heads, BGE-M3 without its BOS row;
+JinaForRanking's marker rows are the simulator's own ``JINA_RANKING`` pooling), plus
+``query_cache_bytes`` (alive at the end of the step; in ``pool_bytes`` and
+``pool_peak_bytes``), ``maxsim_scratch_bytes`` (the worker's MaxSim peak in the step, in
+``pool_peak_bytes``) and ``stage``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import pandas as pd
 
@@ -39,7 +40,7 @@ from ..sim.backends.loop import copies_at_finish
 from ..sim.memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 from ..sim.vllm_rules import engine_checks
 from ..sim.vllm_rules.cpu_platform import host_copy_copies, is_cpu
-from .listwise import listwise_prompts, marker_rows, projector_allocations
+from .listwise import listwise_prompts
 from .maxsim import maxsim_plan
 from .paths import LateInteractionHead, ScoringPath, scoring_path
 from .query_cache import QueryCache
@@ -412,14 +413,13 @@ class _Ledger:
 
     # --- what vLLM keeps and delivers of one finished request ----------------------------
 
-    def _delivered(self, req: ScoreRequest, sim_rows: int, prompt: Any) -> tuple[int, int, int]:
+    def _delivered(self, req: ScoreRequest, sim_rows: int) -> tuple[int, int, int]:
         """``(rows, kept_bytes, host_bytes)``: rows of the head's output and the bytes that
         stay on the device until the host copy, and the bytes delivered."""
         head = self.head
-        if self.path.name == "listwise":
-            rows = marker_rows(prompt) if not isinstance(prompt, int) else 0
-            nbytes = rows * head.dim * self.cfg.dtype_size  # no head: the model dtype
-            return rows, nbytes, nbytes
+        if self.path.name == "listwise":  # the simulator's own: marker rows x 512, no head
+            nbytes = sim_rows * head.dim * self.cfg.dtype_size
+            return sim_rows, nbytes, nbytes
         if self.path.name == "bi-encoder":
             nbytes = sim_rows * self.cfg.output_width * self.out_size
             return sim_rows, nbytes, nbytes
@@ -438,9 +438,7 @@ class _Ledger:
         info = {}
         for local, r in enumerate(group):
             rec = reqs.iloc[local]
-            rows, kept, host = self._delivered(r, int(rec.delivered_rows),
-                                               res.prompt_token_ids[local]
-                                               if res.prompt_token_ids else int(rec.prompt_len))
+            rows, kept, host = self._delivered(r, int(rec.delivered_rows))
             info[local] = dict(req=r, rows=rows, kept=kept, host=host, owned=owned[local],
                                sim_host=int(rec.output_bytes), finish=int(rec.finish_step),
                                delivered=int(rec.delivered_step))
@@ -510,16 +508,8 @@ class _Ledger:
         MaxSim scratch)``; updates the query cache."""
         if not fin:
             return 0, 0, 0
-        name = self.path.name
-        if name == "listwise":
-            peak, kept, written = 0, 0, 0
-            for i in fin:
-                stages = projector_allocations(i["rows"], self.cfg.width, self.head.dim)
-                size = self.cfg.dtype_size
-                peak = max(peak, kept + max(sum(n * w for n, w in m) * size for m in stages))
-                written += sum(m[-1][0] * m[-1][1] for m in stages) * size
-                kept += i["kept"]
-            return peak, written, 0
+        # listwise: the simulator's JINA_RANKING kind already ran the marker rows and the
+        # projector (tokpool.sim.vllm_rules.pooling_kind.JinaRankingKind)
         if not self.path.two_stage:
             return 0, 0, 0
         queries = [i for i in fin if i["req"].role == "query"]

@@ -34,7 +34,7 @@ __all__ = ["OUTPUT_MEMORIES", "SIM_TASKS", "SYNTHETIC_STEP_TAG_ID", "SimConfig"]
 
 SimTask = Literal["token_embed", "token_classify", "embed", "classify"]
 SIM_TASKS: tuple[str, ...] = ("token_embed", "token_classify", "embed", "classify")
-SimPooling = Literal["ALL", "STEP", "LAST"]
+SimPooling = Literal["ALL", "STEP", "JINA_RANKING", "LAST"]
 OutputMemory = Literal["vllm", "one_buffer"]
 RowsFrom = Literal["backbone", "score_head"]
 Usage = Literal["llm", "server"]
@@ -85,7 +85,10 @@ class SimConfig:
             (default): the model's (``from_hf_config`` reads it off vLLM's registry and
             adapters), else ``"model"``. Embed tasks see ``hidden_size`` rows either way.
         pooling: ``"ALL"`` (token tasks), ``"STEP"`` (token_classify: ALL, then columns, then
-            step-tag rows) or ``"LAST"`` (sequence tasks); ``None`` picks ALL or LAST.
+            step-tag rows), ``"JINA_RANKING"`` (token_embed: vLLM's ``JinaForRankingPool``,
+            the marker rows of token-id prompts projected to 512, no head; what
+            ``from_hf_config`` picks for ``JinaForRanking``) or ``"LAST"`` (sequence tasks);
+            ``None`` picks ALL or LAST.
         num_returned_columns: STEP: keep columns ``0..k-1`` of each row (e.g. 2 of a
             full-vocabulary row, Math-Shepherd's token pair). Memory depends only on ``k``.
         returned_token_ids: STEP: keep these columns instead (real models).

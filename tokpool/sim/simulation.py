@@ -15,7 +15,7 @@ from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.limits import check_byte_range, check_work
 from .backends.loop import CHUNK_COLUMNS, paused_gc
-from .backends.source import HiddenStateSource, check_source, default_source
+from .backends.source import HiddenStateSource, PromptTokenIds, check_source, default_source
 from .backends.tensor import run_tensor
 from .backends.timing import estimate_step_times
 from .config import SimConfig
@@ -26,6 +26,7 @@ from .schedule.given import check_schedule
 from .schedule.scheduler import ScheduledStep, check_prompt_token_ids, validate_prompt_lens
 from .schedule.scheduler import schedule as tokpool_schedule
 from .vllm_rules import engine_checks, runner
+from .vllm_rules.pooling_kind import MARKER_ROWS_NEED_TOKEN_IDS
 from .vllm_rules.prefix_cache import reads_prefix_cache
 from .vllm_run import vllm_schedule
 
@@ -165,6 +166,14 @@ def simulate(
     if source is not None:
         check_source(source, width=config.width, dtype=config.dtype)
         source.prepare(lens)  # the source validates the lengths (both modes)
+    if config.pooling_kind.reads_prompt_token_ids:  # JinaForRanking: rows at its markers
+        if token_ids is None and source is None:
+            raise ValueError(MARKER_ROWS_NEED_TOKEN_IDS)
+        if token_ids is not None:
+            if source is None:
+                source = default_source(config)
+                source.prepare(lens)
+            source = PromptTokenIds(source, token_ids)
     if mode == "tensor":
         _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params)
         if source is None:

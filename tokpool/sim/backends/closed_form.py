@@ -133,7 +133,7 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig,
         if offload:
             peak_sel, copy_sel, Q = zero, zero, zero
         else:
-            peak_sel = P + sum(sizes, zero)
+            peak_sel = P + kind.selection_peak(cfg, T, rows_out, s)
             copy_sel = sum(sizes, zero)
             Q = sizes[-1] if sizes else P
 

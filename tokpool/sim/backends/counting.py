@@ -204,8 +204,9 @@ class CountingEngine(EngineLoop):
         return pooled
 
     def _select(self, pooled: dict[int, Handle]) -> dict[int, Handle]:
-        """The pooling kind's selection (STEP: columns, then tag rows), each tensor dying once
-        the next is made; the AllPool outputs die when the pooler returns. Without a
+        """The pooling kind's selection (STEP: columns, then tag rows; JINA_RANKING: the
+        marker rows and the projector), each tensor dying when ``selection_dies`` says; the
+        AllPool outputs die when the pooler returns. Without a
         selection the pooler returns AllPool's tensor itself."""
         cfg, kind = self.cfg, self.kind
         if not self._selects:
@@ -214,15 +215,17 @@ class CountingEngine(EngineLoop):
         out: dict[int, Handle] = {}
         for r, data in pooled.items():
             start, stop = self._spans[r]
-            previous = None
-            for rows, width in kind.selection_shapes(cfg, stop - start,
-                                                     self.kept.count(r, start, stop)):
-                data = self._alloc(rows * width * s, host)  # [rows, width]
-                self._drop(previous)
-                previous = data
-            if previous is None:
+            shapes = kind.selection_shapes(cfg, stop - start, self.kept.count(r, start, stop))
+            dies = kind.selection_dies(cfg, len(shapes))
+            made = []
+            for j, (rows, width) in enumerate(shapes):
+                made.append(self._alloc(rows * width * s, host))  # [rows, width]
+                for i in range(j):
+                    if dies[i] == j:  # its life ends once tensor j exists
+                        self._drop(made[i])
+            if not made:
                 self._hold(data)  # no selection: StepPool returns AllPool's tensor itself
-            out[r] = data
+            out[r] = made[-1] if made else data
         for t in pooled.values():
             self._drop(t)
         return out

@@ -311,3 +311,24 @@ def warn_renamed(old: str, new: str) -> None:
     tasks), not the model's hidden size: the name is now ``width``."""
     warnings.warn(f"{old} is now {new!r} (the width of the rows pooling sees, not the model's "
                   "hidden size)", TokpoolDeprecationWarning, stacklevel=3)
+
+
+class PromptTokenIds:
+    """A source whose ``token_ids`` are the prompts' own (the pooling kinds that select rows
+    by the prompt's tokens: JinaForRanking's markers); everything else is ``source``'s.
+
+    Args:
+        source: the hidden-state source (rows, reference, reset).
+        token_ids: per request, its prompt token ids (as ``tp.simulate`` was given them).
+    """
+
+    def __init__(self, source, token_ids) -> None:
+        self.source = source
+        self._ids = [torch.as_tensor(list(ids), dtype=torch.int64) for ids in token_ids]
+
+    def __getattr__(self, name: str):
+        return getattr(self.source, name)  # width, dtype, prepare, fill, reference, reset
+
+    def token_ids(self, request: int) -> Tensor:
+        """``[prompt_len]`` int64: the prompt's token ids."""
+        return self._ids[request]

@@ -203,7 +203,7 @@ class TensorEngine(EngineLoop):
         batch = [r for r, _, _ in step.chunks]
         hidden = self._hidden  # [n_step_tokens, width]
         token_ids = None
-        if self.tag is not None:  # the kind selects rows by their token id
+        if self.kind.needs_token_ids(cfg):  # the kind selects rows by their token id
             token_ids = [self.source.token_ids(r) for r in batch]
         columns = self.kind.columns(cfg)
         meta = build_metadata(
@@ -248,6 +248,8 @@ class TensorEngine(EngineLoop):
         the Matryoshka slice, activation), each yielded as it is made; pooling's tensor itself
         is never yielded (a slice of it is)."""
         cfg = self.cfg
+        if not self.kind.has_head:
+            return  # TokenPooler(head=None): pooling's output is delivered as it is
         embed = cfg.task in ("token_embed", "embed")
         activation = cfg.use_activation
         if params is not None and params.use_activation is not None:

@@ -116,9 +116,9 @@ def peak_parts(result: SimResult, step: int | None = None) -> dict[str, int]:
             head,  # ... beside a view of the step's hidden states (a one-shot view: 0 owned)
             {"chunk cache": start_cache, "pooled output": full},  # the cat beside the cache
             {"chunk cache": start_cache},  # what the step started with
-            {"pooled output": full, "STEP selection": sum(  # STEP: columns, then tag rows
-                n * w * cfg.dtype_size for n, w in
-                kind.selection_shapes(cfg, int(request["prompt_len"]), out_rows))},
+            {"pooled output": full, kind.selection_label: int(  # STEP: columns, tag rows
+                kind.selection_peak(cfg, int(request["prompt_len"]), out_rows,
+                                    cfg.dtype_size))},
         ]
     elif len(finishing) == 0:  # the cache grows: the peak is the start or the end
         candidates.append(end)

@@ -161,6 +161,8 @@ def head_tensors(config, rows, width, params=None) -> list[HeadTensor]:
         >>> [(t.rows, t.cols, t.itemsize) for t in head_tensors(cfg, 32_768, 8, chunked)]
         [(64, 8, 4), (64, 8, 4)]
     """
+    if not config.pooling_kind.has_head:
+        return []  # TokenPooler(head=None) (JinaForRanking): pooling's output, as it is
     embed = config.task in ("token_embed", "embed")
     activation = config.use_activation
     if params is not None and params.use_activation is not None:

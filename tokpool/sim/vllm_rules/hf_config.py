@@ -430,8 +430,8 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
         fields["pooling"] = "LAST"
     if preset.architecture.endswith("ForRewardModel"):
         fields["use_activation"] = False  # Qwen2ForRewardModelConfig's default
-    if preset.late_interaction is not None and not preset.late_interaction.head_dtype:
-        fields.update(head_dtype=None, use_activation=False)  # JinaForRanking: no head
+    if preset.late_interaction is not None and preset.late_interaction.marker_rows:
+        fields["pooling"] = "JINA_RANKING"  # JinaForRankingPool; its TokenPooler has no head
     fields.update(overrides)
     return fields
 

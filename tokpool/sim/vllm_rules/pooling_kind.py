@@ -1,4 +1,5 @@
-"""The pooling kind — ALL, STEP or LAST — decided once; every backend asks the record it gets.
+"""The pooling kind — ALL, STEP, JINA_RANKING or LAST — decided once; every backend asks the
+record it gets.
 
 vLLM branches on the pooling type in one place (``get_tok_pooling_method``,
 vllm/model_executor/layers/pooler/tokwise/methods.py) and ``StepPool`` builds on ``AllPool``:
@@ -8,11 +9,13 @@ one branch; the record it returns says, for its kind:
 - whether chunks are kept across steps under the keep rule (``token_level``: ALL, STEP) or each
   step gathers the last scheduled row of every request (LAST), and the keep rule of a chunk
   (``chunk_rule``) with its label for ``SimResult.chunks``;
-- which positions a request delivers (``kept_rows``: all, or STEP's step-tag rows) and which
-  columns (``columns``: STEP's ``returned_token_ids``);
+- which positions a request delivers (``kept_rows``: all, STEP's step-tag rows, or
+  JinaForRanking's marker rows read from the prompt's token ids) and which columns
+  (``columns``: STEP's ``returned_token_ids``);
 - the output's shape (``delivered_shape``), the tensors its selection allocates after the
-  AllPool pass (``selection_shapes``), and the reference a correct engine delivers
-  (``reference``);
+  AllPool pass (``selection_shapes``) and when each dies (``selection_dies``), and the
+  reference a correct engine delivers (``reference``);
+- whether a pooler head follows (``has_head``: JinaForRanking's ``TokenPooler`` has none);
 - which pooler runs it (``pooler``, through ``tokpool.pooling.get_pooling_method``, or the
   installed vLLM's own under ``policy="vllm"``);
 - how a config is checked (``check``) and what vLLM's chunked-prefill rule reads
@@ -31,6 +34,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ...keep_rule import VLLM_POLICY, KeepRule, keep_rule
+from ...late_interaction.listwise import (
+    MARKER_TOKEN_IDS,
+    JinaRankingPool,
+    marker_positions,
+    seeded_projector,
+)
+from ...late_interaction.paths import JINA_EMBEDDING_SIZE
 from ...pooling import get_pooling_method
 from ...vllm_bridge import VllmPool
 
@@ -43,6 +53,7 @@ __all__ = [
     "SYNTHETIC_STEP_TAG_ID",
     "TOKEN_TASKS",
     "AllKind",
+    "JinaRankingKind",
     "KeptRows",
     "LastKind",
     "PoolingKind",
@@ -56,6 +67,12 @@ SYNTHETIC_STEP_TAG_ID = 1
 TOKEN_TASKS = frozenset({"token_embed", "token_classify"})
 #: Tasks with one output row per request (LAST pooling).
 SEQUENCE_TASKS = frozenset({"embed", "classify"})
+#: Why a JinaForRanking run needs the prompts' token ids.
+MARKER_ROWS_NEED_TOKEN_IDS = (
+    "JINA_RANKING pooling (JinaForRanking) keeps the rows at its marker tokens "
+    "(151670 per document, then 151671 for the query), which only the prompts' token ids say: "
+    "give token-id prompts (tp.listwise_prompts builds them from lengths or texts) in "
+    "mode='tensor' or 'analytic', or score with tp.simulate_score")
 #: SimConfig fields that only STEP pooling reads.
 _STEP_FIELDS = ("num_returned_columns", "returned_token_ids", "step_tag_every", "step_tag_id")
 
@@ -108,6 +125,14 @@ class PoolingKind:
     #: A request may give ``step_tag_id`` / ``returned_token_ids``
     #: (``PoolingParams._verify_step_pooling``: only where the token pooling is STEP).
     takes_step_params: ClassVar[bool] = False
+    #: A pooler head (cast, classifier, activation) runs after pooling; ``False``: the
+    #: pooler's output is delivered as it is, in the model dtype (``TokenPooler(head=None)``).
+    has_head: ClassVar[bool] = True
+    #: The kept rows are read from each prompt's own token ids (``tp.simulate`` hands the
+    #: prompts' ids to the source: ``backends.source.PromptTokenIds``).
+    reads_prompt_token_ids: ClassVar[bool] = False
+    #: What the selection is called in a peak's parts (``tp.sim.peak_parts``).
+    selection_label: ClassVar[str] = "STEP selection"
 
     def __repr__(self) -> str:
         return f"<pooling kind {self.name}>"
@@ -134,6 +159,10 @@ class PoolingKind:
         """The token id whose rows are delivered (``None``: every row)."""
         return None
 
+    def needs_token_ids(self, config) -> bool:
+        """Whether the pooler reads each request's prompt token ids (to select rows)."""
+        return self.row_tag(config) is not None
+
     def kept_rows(self, config, source=None, n_requests: int = 0) -> KeptRows:
         """Which positions of each request are delivered."""
         return KeptRows(keep_all=True)
@@ -156,8 +185,29 @@ class PoolingKind:
 
     def selection_shapes(self, config, prompt_len, kept_rows) -> list[tuple[Any, int]]:
         """The ``(rows, width)`` tensors the selection allocates after the AllPool pass, in
-        order (each dies once the next is made; the last is the output): ``[]`` for none."""
+        order, in the model dtype (when each dies: ``selection_dies``; the last is the
+        output): ``[]`` for none."""
         return []
+
+    def selection_dies(self, config, count: int) -> list[int | None]:
+        """For each of ``count`` selection tensors, the index of the tensor whose creation
+        ends its life (``None``: the output, alive after the pooler returns). By default each
+        dies once the next is made (STEP rebinds ``data``)."""
+        return [*range(1, count), None][:count]
+
+    def selection_peak(self, config, prompt_len, kept_rows, itemsize: int):
+        """The most selection bytes alive at once (beside AllPool's output, which lives until
+        the pooler returns): the max over each tensor's creation of what is alive then (ints,
+        or numpy arrays in the closed forms)."""
+        shapes = self.selection_shapes(config, prompt_len, kept_rows)
+        dies = self.selection_dies(config, len(shapes))
+        sizes = [rows * width * itemsize for rows, width in shapes]
+        peak = 0 * kept_rows
+        for j in range(len(sizes)):
+            alive = sum((sizes[i] for i in range(j + 1) if dies[i] is None or dies[i] >= j),
+                        0 * kept_rows)
+            peak = np.maximum(peak, alive)
+        return peak
 
     def reference(self, config, source, request: int) -> Tensor:
         """What pooling must hand over for ``request`` before the head (host tensor)."""
@@ -263,6 +313,86 @@ class StepKind(AllKind):
                 )
 
 
+class JinaRankingKind(AllKind):
+    """JINA_RANKING: vLLM's ``JinaForRankingPool`` (jina-reranker-v3, a listwise reranker):
+    ``AllPool`` (every hidden state cached until the prompt finishes), then the rows at the
+    document markers and then the query marker (``tokpool.late_interaction.listwise``), each
+    projected ``Linear(H, H/2) -> ReLU -> Linear(H/2, 512)`` inside the pooling method; no
+    pooler head follows, so the rows leave in the model dtype (vllm/model_executor/models/
+    jina.py).
+
+    The selection's tensors, ``self.projector(data[indexes])``: the gather ``[k, H]`` (alive
+    until the projector returns: the call holds its argument), the first layer's
+    ``[k, H/2]`` (dies once the ReLU's output exists: ``nn.Sequential`` rebinds its input),
+    the ReLU's ``[k, H/2]`` and the output ``[k, 512]``; AllPool's ``[T, H]`` lives until the
+    pooler returns (``pooled_data_lst``). The marker rows come from the prompt's token ids,
+    so a run needs token-id prompts (``tp.listwise_prompts`` builds them) or a source with
+    real token ids.
+    """
+
+    name = "JINA_RANKING"
+    tasks = frozenset({"token_embed"})
+    has_head = False
+    reads_prompt_token_ids = True
+    selection_label = "marker rows and projector"
+
+    def needs_token_ids(self, config) -> bool:
+        return True
+
+    def output_width(self, config) -> int:
+        head = getattr(config.model, "late_interaction", None)
+        return head.dim if head is not None else JINA_EMBEDDING_SIZE
+
+    def selects(self, config) -> bool:
+        return True
+
+    def kept_rows(self, config, source=None, n_requests: int = 0) -> KeptRows:
+        ids = [source.token_ids(r) for r in range(n_requests)] if source is not None else []
+        if source is None or any(i is None for i in ids):
+            raise ValueError(MARKER_ROWS_NEED_TOKEN_IDS)
+        return KeptRows(positions=[np.flatnonzero(np.isin(i.numpy(), MARKER_TOKEN_IDS))
+                                   for i in ids])
+
+    def selection_shapes(self, config, prompt_len, kept_rows) -> list[tuple[Any, int]]:
+        half = config.width // 2
+        return [(kept_rows, config.width), (kept_rows, half), (kept_rows, half),
+                (kept_rows, self.output_width(config))]
+
+    def selection_dies(self, config, count: int) -> list[int | None]:
+        return [3, 2, 3, None]  # gather, Linear, ReLU, Linear: see the class docstring
+
+    def reference(self, config, source, request: int) -> Tensor:
+        ref = source.reference(request)  # [prompt_len, H]
+        rows = marker_positions(source.token_ids(request))  # documents', then the query's
+        projector = seeded_projector(config.width, self.output_width(config), config.dtype)
+        return projector(ref[rows])  # [n_markers, 512], the model dtype
+
+    def pooler(self, config):
+        return JinaRankingPool(
+            seeded_projector(config.width, self.output_width(config), config.dtype),
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            async_scheduling=config.async_scheduling, policy=config.policy)
+
+    def check(self, config) -> None:
+        super().check(config)
+        if config.width < 2:
+            raise ValueError(f"JINA_RANKING projects rows Linear(H, H/2): hidden_size="
+                             f"{config.width} leaves no H/2; give hidden_size >= 2")
+        if config.policy == VLLM_POLICY:
+            raise ValueError("policy='vllm' drives the installed vLLM's AllPool/StepPool; "
+                             "JINA_RANKING is vLLM's JinaForRankingPool, which tokpool's "
+                             "JinaRankingPool equals (tests/test_parity_late_interaction.py): "
+                             "use policy='clone', vLLM 0.33.0's rule")
+        casts = not (isinstance(config.head_dtype, str) or config.head_dtype is None
+                     or config.head_dtype == config.dtype)  # both resolved by now
+        if casts or config.use_activation:
+            raise ValueError(
+                "JINA_RANKING pooling has no pooler head (JinaForRanking's TokenPooler): no "
+                f"cast to head_dtype={config.head_dtype!r} and no activation "
+                f"(use_activation={config.use_activation!r}); leave head_dtype='auto' (or "
+                "None) and use_activation None/False — SimConfig.from_hf_config does")
+
+
 class LastKind(PoolingKind):
     """LAST: one row per request, the last scheduled token's, gathered by each step
     (``LastPool``); nothing is kept across steps."""
@@ -289,7 +419,8 @@ class LastKind(PoolingKind):
 
 
 #: The kinds by vLLM's name.
-POOLING_KINDS: dict[str, PoolingKind] = {k.name: k for k in (AllKind(), StepKind(), LastKind())}
+POOLING_KINDS: dict[str, PoolingKind] = {
+    k.name: k for k in (AllKind(), StepKind(), JinaRankingKind(), LastKind())}
 
 
 def kind_of(config) -> PoolingKind:

@@ -145,6 +145,8 @@ def resolve_engine(config) -> ResolvedEngine:
         dtype_name = str(config.dtype).removeprefix("torch.")
         head_dtype = getattr(torch, default_head_dtype(dtype_name, runner="pooling"))
     use_activation = default_use_activation(config.use_activation)
+    if not config.pooling_kind.has_head:  # TokenPooler(head=None): no cast, no activation
+        head_dtype, use_activation = None, False
     async_scheduling = default_async_scheduling("pooling", config.async_scheduling)
     if cpu_platform.forces_async_off(device):  # CpuPlatform.check_and_update_config
         async_scheduling = False
