@@ -242,3 +242,51 @@ def test_bge_m3_token_embed_drops_bos():
     assert list(r.requests["delivered_rows"]) == [19, 99]
     assert r.host_bytes == (19 + 99) * 1024 * 4
     assert any("BOS" in n for n in r.notes)
+
+
+def test_plain_simulate_runs_a_colbert_head_s_projector_in_every_mode():
+    """ColBERT's colbert_linear runs in the head (TokenEmbeddingPoolerHead: cast, projector,
+    normalise): 180 rows x 128 float32 delivered, not x 768; the in-step peak holds the
+    pooled rows, the projection and its normalisation."""
+    cfg = tp.SimConfig.from_hf_config({**COLBERT, "dim": 128})
+    runs = {m: tp.simulate([180], cfg, mode=m) for m in ("analytic", "tensor", "closed_form")}
+    for r in runs.values():
+        assert r.requests.loc[0, "output_bytes"] == 180 * 128 * 4
+        assert r.peak_pooling_bytes == 180 * 768 * 4 + 2 * 180 * 128 * 4
+    assert runs["tensor"].outputs[0].shape == (180, 128)
+    pd.testing.assert_frame_equal(runs["analytic"].steps, runs["tensor"].steps)
+    scored = tp.simulate_score([32], [180] * 3, cfg, mode="analytic")
+    assert scored.notes == [] and scored.peak_query_cache_bytes == 32 * 128 * 4
+
+
+def _st_folder(tmp_path, activation):
+    (tmp_path / "config.json").write_text(json.dumps(COLBERT))
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "sentence_transformers.models.Dense"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
+    for folder, (n_in, n_out, act) in {"1_Dense": (768, 256, activation),
+                                       "2_Dense": (256, 64, None)}.items():
+        (tmp_path / folder).mkdir()
+        layer = {"in_features": n_in, "out_features": n_out, "bias": False}
+        if act is not None:
+            layer["activation_function"] = act
+        (tmp_path / folder / "config.json").write_text(json.dumps(layer))
+        (tmp_path / folder / "model.safetensors").write_bytes(b"")
+    return tmp_path
+
+
+@pytest.mark.parametrize("activation, layers", [
+    ("torch.nn.modules.activation.Tanh", ((256, True), (256, False), (64, True))),
+    ("torch.nn.modules.linear.Identity", ((256, True), (64, True))),
+    ("torch.nn.modules.activation.Mish", ()),  # get_act_fn refuses it: vLLM loads no projector
+])
+def test_sentence_transformers_dense_layers_as_vllm_loads_them(tmp_path, activation, layers):
+    head = late_interaction_head(_st_folder(tmp_path, activation))
+    assert head.layers == layers and (head.dim == 64 if layers else True)
+    if layers:
+        cfg = tp.SimConfig.from_hf_config(tmp_path, task="token_embed")
+        tensor = tp.simulate([40], cfg, mode="tensor")
+        analytic = tp.simulate([40], cfg, mode="analytic")
+        assert tensor.outputs[0].shape == (40, 64)
+        pd.testing.assert_frame_equal(tensor.steps, analytic.steps)

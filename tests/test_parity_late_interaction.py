@@ -6,6 +6,8 @@
   parameters vLLM's serving layer builds — and the bytes its ``_query_cache`` holds after every
   step equal ``ScoreResult.steps.query_cache_bytes``; what it hands the host equals
   ``requests.output_bytes``.
+- A projector head (ColBERT's ``colbert_linear`` in ``TokenEmbeddingPoolerHead``): its in-step
+  peak bytes equal ``head_peak(head_tensors(...))``.
 - ``JinaRankingPool`` vs vLLM's ``JinaForRankingPool`` on random hidden states over random
   chunked schedules (``torch.equal``); and the bytes: ``tp.simulate`` of a JINA_RANKING config
   (marker rows from random token-id prompts) has, at every step, the ``pool_peak_bytes`` that
@@ -223,12 +225,14 @@ def test_jina_pool_matches_vllms_on_random_chunked_schedules(parity_count):
 class FloatStorages(TorchDispatchMode):
     """Bytes of the floating-point storages made under it that are still alive, and the most
     alive at once since ``peak`` was last reset; ``skip``: storages not to count (the step's
-    hidden states, which the engine owns)."""
+    hidden states, which the engine owns); ``skip_shape``: leave out storages first made as a
+    tensor whose last dim is this (the normaliser's ``[rows, 1]`` norms), views of them too."""
 
     def __init__(self) -> None:
         super().__init__()
         self.skip: set[int] = set()
-        self._live: dict[int, list[int]] = {}  # storage address -> [bytes, tensors alive]
+        self.skip_shape: int | None = None
+        self._live: dict[int, list[int]] = {}  # storage address -> [bytes counted, tensors]
         self.alive = self.peak = 0
 
     def _drop(self, key: int) -> None:
@@ -250,7 +254,9 @@ class FloatStorages(TorchDispatchMode):
                 continue
             rec = self._live.get(key)
             if rec is None:
-                rec = self._live[key] = [storage.nbytes(), 0]
+                left_out = self.skip_shape is not None and t.ndim and \
+                    t.shape[-1] == self.skip_shape
+                rec = self._live[key] = [0 if left_out else storage.nbytes(), 0]
                 self.alive += rec[0]
                 self.peak = max(self.peak, self.alive)
             rec[1] += 1
@@ -308,6 +314,46 @@ def test_jina_ranking_bytes_are_vllms_pool_s_step_by_step(parity_count):
                 steps += 1
                 parity_count("JinaForRanking steps: pool_peak_bytes equal")
     assert steps >= WORKLOADS
+
+
+def test_a_projector_head_s_bytes_are_vllms_token_embedding_head_s(parity_count):
+    """ColBERT's head as vLLM builds it (``TokenEmbeddingPoolerHead`` with ``colbert_linear``
+    in the head dtype and ``PoolerNormalize``): the most bytes its ``forward_chunk`` holds
+    at once equals ``head_peak(head_tensors(...))`` for the config ``from_hf_config`` reads
+    (the cast, the projection, the normalised rows; the normaliser's ``[rows, 1]`` norms,
+    which tokpool does not count, left out), and it delivers ``[rows, dim]``."""
+    from vllm.model_executor.layers.pooler.activations import PoolerNormalize
+    from vllm.model_executor.layers.pooler.tokwise.heads import TokenEmbeddingPoolerHead
+
+    from tokpool.sim.vllm_rules.classifier import head_peak, head_tensors
+
+    rng = random.Random(768)
+    compared = 0
+    for _ in range(WORKLOADS // 3):
+        hidden, dim = rng.choice([8, 32, 96]), rng.choice([4, 16, 128])
+        dtype = rng.choice(["float32", "bfloat16", "float16"])
+        cfg = tp.SimConfig.from_hf_config({
+            "architectures": ["HF_ColBERT"], "model_type": "bert", "hidden_size": hidden,
+            "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 4,
+            "vocab_size": 10, "max_position_embeddings": 512, "type_vocab_size": 2,
+            "torch_dtype": dtype, "dim": dim})
+        head_dtype = cfg.head_dtype if cfg.head_casts else cfg.dtype
+        rows = rng.randint(1, 300)
+        x = torch.randn(rows, hidden).to(cfg.dtype)
+        vhead = TokenEmbeddingPoolerHead(
+            head_dtype=head_dtype, activation=PoolerNormalize(),
+            projector=nn.Linear(hidden, dim, bias=False, dtype=head_dtype))
+        watch = FloatStorages()
+        watch.skip = {x.untyped_storage().data_ptr()}
+        watch.skip_shape = 1
+        with torch.inference_mode(), watch:
+            out = vhead.forward_chunk(x, PoolingParams(task="token_embed", use_activation=True))
+        made = head_tensors(cfg, rows, hidden)
+        assert out.shape == (rows, dim) and (made[-1].rows, made[-1].cols) == (rows, dim)
+        assert watch.peak == head_peak(made)[0], (rows, hidden, dim, dtype)
+        compared += 1
+        parity_count("projector heads: in-step peak bytes equal (TokenEmbeddingPoolerHead)")
+    assert compared == WORKLOADS // 3
 
 
 def test_serving_rules_match_vllms(parity_count):

@@ -21,13 +21,21 @@ class SentenceTransformersConfig:
     max_seq_length: int | None = None
 
 
-def read_sentence_transformers_config(path: Path) -> SentenceTransformersConfig | None:
+def read_sentence_transformers_config(path: Path, *, dense: bool = False,
+                                      ) -> SentenceTransformersConfig | None:
     """Pooling mode, normalisation and ``max_seq_length`` of a sentence-transformers directory.
+
+    Args:
+        path: the directory.
+        dense: accept ``Dense`` modules (the simulator models them as vLLM's head projector:
+            ``tokpool.late_interaction.paths.late_interaction_head``); the model loader does
+            not reproduce them.
 
     Returns ``None`` when ``path`` has no ``modules.json``.
 
     Raises:
-        ValueError: a module tokpool does not reproduce (e.g. ``Dense``), named in the message.
+        ValueError: a module tokpool does not reproduce (e.g. ``Dense`` without ``dense``),
+            named in the message.
     """
     modules_file = path / "modules.json"
     if not modules_file.is_file():
@@ -35,7 +43,7 @@ def read_sentence_transformers_config(path: Path) -> SentenceTransformersConfig 
     pooling, normalize = None, False
     for module in json.loads(modules_file.read_text()):
         kind = module.get("type", "").rsplit(".", 1)[-1]
-        if kind == "Transformer":
+        if kind == "Transformer" or (dense and kind == "Dense"):
             continue
         if kind == "Normalize":
             normalize = True

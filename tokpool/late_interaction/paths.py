@@ -193,6 +193,10 @@ class LateInteractionHead:
             ``TokenPooler`` has no head).
         marker_rows: listwise only: rows are kept at these token ids (documents', then the
             query's), not at every token.
+        layers: the tensors the head's projector makes, in order, as ``(width, linear)``
+            (``linear``: a ``Linear``'s output; else an activation layer's), in the head dtype
+            after its cast (``TokenEmbeddingPoolerHead``: cast, projector, slice, normalise);
+            ``()``: no projector in the head (JinaForRanking's is in its pooling method).
     """
 
     architecture: str
@@ -201,6 +205,7 @@ class LateInteractionHead:
     drops_bos: bool = False
     head_dtype: bool = True
     marker_rows: tuple[int, ...] | None = None
+    layers: tuple[tuple[int, bool], ...] = ()
 
 
 def late_interaction_head(source: Any, *, hidden_size: int | None = None,
@@ -241,19 +246,47 @@ def late_interaction_head(source: Any, *, hidden_size: int | None = None,
                                    marker_rows=(DOC_TOKEN_ID, QUERY_TOKEN_ID))
     if arch == "BgeM3EmbeddingModel":
         return LateInteractionHead(arch, hidden, f"colbert_linear Linear({hidden}, {hidden})",
-                                   drops_bos=True)
+                                   drops_bos=True, layers=((hidden, True),))
     if arch in LATE_INTERACTION_TASKS:
         for key in ("colbert_dim", "dim", "projection_dim"):  # `or`: the first truthy one
             if cfg.get(key):
                 dim = _positive(cfg[key], key)
                 return LateInteractionHead(arch, dim, f"colbert_linear Linear({hidden}, {dim}) "
-                                           f"(config.json {key})")
+                                           f"(config.json {key})", layers=((dim, True),))
     dense = _dense_layers(directory)
-    if dense:
-        dim = _positive(dense[-1].get("out_features"), "out_features")
+    layers = _dense_tensors(dense)
+    if layers:
+        dim = layers[-1][0]
         return LateInteractionHead(arch, dim, "sentence-transformers Dense layers "
-                                   f"{[d['folder'] for d in dense]} -> {dim}")
+                                   f"{[d['folder'] for d in dense]} -> {dim}", layers=layers)
     return LateInteractionHead(arch, hidden, None)
+
+
+#: ``get_act_fn``'s names (vllm/model_executor/layers/activation.py ``_ACTIVATION_REGISTRY``):
+#: an ST Dense layer's activation outside them fails ``_load_st_projector``, which then
+#: serves the model with no projector at all.
+_ACTIVATIONS = frozenset({"gelu", "gelu_fast", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2",
+                          "silu", "swish", "quick_gelu", "tanh", "sigmoid", "xielu"})
+
+
+def _dense_tensors(dense: list[dict]) -> tuple[tuple[int, bool], ...]:
+    """The tensors ``_load_st_projector``'s ``nn.Sequential`` makes: each Linear's output and,
+    after it, its activation's (none for Identity); ``()`` where vLLM's loading fails (an
+    activation ``get_act_fn`` does not know: vLLM logs it and builds no projector)."""
+    out: list[tuple[int, bool]] = []
+    for layer in dense:
+        width = _positive(layer.get("out_features"), "out_features")
+        out.append((width, True))
+        name = str(layer.get("activation_function") or "").lower()
+        if name.startswith("torch.nn.modules."):
+            name = name.rsplit(".", 1)[-1]
+            if name == "identity":
+                continue
+        if name:
+            if name not in _ACTIVATIONS:
+                return ()
+            out.append((width, False))
+    return tuple(out)
 
 
 def _read(source: Any) -> tuple[dict, Path | None]:

@@ -39,6 +39,7 @@ from ..sim import SimConfig, SimResult, simulate
 from ..sim.backends.loop import copies_at_finish
 from ..sim.memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 from ..sim.vllm_rules import engine_checks
+from ..sim.vllm_rules.classifier import projector_layers
 from ..sim.vllm_rules.cpu_platform import host_copy_copies, is_cpu
 from .listwise import listwise_prompts
 from .maxsim import maxsim_plan
@@ -322,10 +323,16 @@ def _head(config: SimConfig, head: LateInteractionHead | None) -> LateInteractio
 
 def _notes(config: SimConfig, head: LateInteractionHead, path: ScoringPath) -> list[str]:
     notes = []
-    if head.projector and head.head_dtype and path.name != "bi-encoder":
+    ran = projector_layers(config)
+    if head.projector and head.head_dtype and path.name != "bi-encoder" and not ran:
         notes.append(f"the head's own in-step tensors are the simulator's (cast and "
-                     f"normalise at width {config.width}); the projection to {head.dim} is "
-                     "applied to what is cached, scored and delivered")
+                     f"normalise at width {config.width}, no projector in the config's "
+                     f"model); the projection to {head.dim} is applied to what is cached, "
+                     "scored and delivered")
+    if len(ran) > 1:
+        notes.append("the projector's intermediate outputs are counted alive until its last "
+                     "one exists (nn.Sequential frees each as the next is made): an upper "
+                     "bound on the head's in-step peak")
     if head.drops_bos:
         notes.append("every prompt is taken to start with BOS (BOSEOSFilter drops row 0 only "
                      "when it is the BOS token)")

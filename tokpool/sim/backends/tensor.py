@@ -32,6 +32,7 @@ from ...ownership import storage_key, storage_nbytes
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
+from ..vllm_rules.classifier import projector_layers
 from ..vllm_rules.step_memory import StepOutput
 from .loop import EngineLoop
 
@@ -68,6 +69,22 @@ def make_classifier(config: SimConfig):
     return lambda x: torch.nn.functional.linear(x, weight.to(x.device))  # [rows, num_labels]
 
 
+def make_projector(config: SimConfig) -> list:
+    """The token_embed head's projector layers (``vllm_rules.classifier.projector_layers``):
+    seeded ``[width, in]`` Linear weights (plain tensors, no autograd) in the input's dtype,
+    and ``tanh`` for an activation layer (its values do not matter, its tensor does)."""
+    generator = torch.Generator().manual_seed(29)
+    layers, width = [], config.width
+    for out, linear in projector_layers(config):
+        if not linear:
+            layers.append(torch.tanh)
+            continue
+        weight = torch.randn((out, width), generator=generator) / width ** 0.5  # [out, in]
+        layers.append(lambda x, w=weight: torch.nn.functional.linear(x, w.to(x.device, x.dtype)))
+        width = out
+    return layers
+
+
 class TensorEngine(EngineLoop):
     """Runs a schedule on real tensors; see the module docstring."""
 
@@ -95,6 +112,7 @@ class TensorEngine(EngineLoop):
         self.pooler = make_pooler(config)
         self.head_module = make_head(config)
         self._classifier = self.head_module.__dict__.get("classifier")
+        self._projector = make_projector(config)
         # the activation alone (the cast and the classifier are their own stages)
         self._activation = (TokenEmbeddingHead(head_dtype=None, check_finite=False)
                             if config.task in ("token_embed", "embed") else
@@ -265,6 +283,9 @@ class TensorEngine(EngineLoop):
         elif cfg.head_casts:
             y = x.to(cfg.head_dtype)  # [rows, width] head dtype
             yield y, False
+        for i, layer in enumerate(self._projector):
+            y = layer(y)  # [rows, layer width]
+            yield y, i < len(self._projector) - 1
         if self._classifier is not None:
             y = self._classifier(y)  # [rows, num_labels]
             yield y, False

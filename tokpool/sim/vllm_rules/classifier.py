@@ -51,6 +51,7 @@ __all__ = [
     "head_peak",
     "head_tensors",
     "pooled_width",
+    "projector_layers",
 ]
 
 ClassifierPlacement = Literal["model", "pooler_head"]
@@ -140,7 +141,8 @@ def head_tensors(config, rows, width, params=None) -> list[HeadTensor]:
     heads.py): late chunking first (``params.late_chunking_size``: the float32 chunk means,
     ``tokpool.late_interaction.late_chunk_tensors``, then their cast to the head dtype — or,
     without one, back to the hidden states' dtype — when that is not float32); else the cast
-    to the head dtype; the Matryoshka slice (``params.dimensions``: a view); the
+    to the head dtype; the projector (``projector_layers``: ColBERT's ``colbert_linear``, ST
+    Dense layers); the Matryoshka slice (``params.dimensions``: a view); the
     normalisation (``use_activation``, the request's or the engine's) on the sliced rows.
     ``TokenClassifierPoolerHead``: the cast, the classifier's logits, the activation.
 
@@ -182,6 +184,11 @@ def head_tensors(config, rows, width, params=None) -> list[HeadTensor]:
     elif config.head_casts:
         size = config.head_dtype.itemsize
         out.append(HeadTensor(rows, width, size))  # pooled_data.to(head_dtype): [rows, width]
+    layers = projector_layers(config)
+    for i, (width, _linear) in enumerate(layers):  # self.projector(pooled_data)
+        # nn.Sequential: each output but the last dies as the next is made (counted alive
+        # until the last exists: a bound); the cast stays alive (forward_chunk's local)
+        out.append(HeadTensor(rows, width, size, transient=i < len(layers) - 1))
     if not embed and config.classifier == "pooler_head":
         width = config.num_labels
         out.append(HeadTensor(rows, width, size))  # self.classifier(pooled_data): [rows, L]
@@ -192,6 +199,16 @@ def head_tensors(config, rows, width, params=None) -> list[HeadTensor]:
     if activation:
         out.append(HeadTensor(rows, width, size))  # activation(embeddings): [rows, width]
     return out
+
+
+def projector_layers(config) -> tuple[tuple[int, bool], ...]:
+    """The tensors the token_embed head's projector makes (``LateInteractionHead.layers``,
+    read from the model folder by ``SimConfig.from_hf_config``: ColBERT's ``colbert_linear``,
+    BGE-M3's, Sentence-Transformers Dense layers), as ``(width, linear)``; ``()``: none."""
+    if config.task != "token_embed":
+        return ()
+    head = getattr(config.model, "late_interaction", None)
+    return head.layers if head is not None else ()
 
 
 def head_output(config, rows, width, params=None) -> tuple[Any, int, int]:

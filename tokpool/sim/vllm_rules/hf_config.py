@@ -251,7 +251,7 @@ def _is_causal(cfg: Mapping, arch: str, encoder: bool) -> bool:
 def _st_pooling(directory: Path | None) -> str | None:
     if directory is None or not (directory / "modules.json").is_file():
         return None
-    st = read_sentence_transformers_config(directory)
+    st = read_sentence_transformers_config(directory, dense=True)
     return st.pooling if st is not None else None
 
 
@@ -566,7 +566,7 @@ def max_model_lens(cfg: Mapping, directory: Path | None = None) -> tuple[int | N
             if kind not in _UNSCALED_ROPE and isinstance(rope.get("factor"), (int, float)):
                 factor = rope["factor"] or 1.0
         derived = int(derived * factor)
-    st = read_sentence_transformers_config(directory) if directory is not None else None
+    st = read_sentence_transformers_config(directory, dense=True) if directory is not None else None
     if st is not None and st.max_seq_length is not None:
         derived = st.max_seq_length  # all-MiniLM-L6-v2: 512 -> 256
     if derived is None:
