@@ -265,3 +265,31 @@ def test_on_vllms_cpu_platform():
     assert a.peak_maxsim_scratch_bytes == maxsim_plan([40, 40], [300, 200], 576).attrs[
         "peak_scratch_bytes"]
     assert list(a.steps["query_cache_bytes"]) == [40 * 576 * 4] * 2 + [0]
+
+
+def test_pooling_params_reach_every_request_as_vllm_sends_them():
+    """A score call's options go to every engine request; in two stages each also carries
+    its late-interaction mode, so late chunking is refused as vLLM refuses it, while one
+    stage (the frontend flag off) late-chunks every document."""
+    chunked = tp.PoolingParams(late_chunking_size=64)
+    with pytest.raises(ValueError, match="cannot be combined with late-interaction"):
+        tp.simulate_score([32], [512] * 3, small(), mode="analytic", pooling_params=chunked)
+    one = {m: tp.simulate_score([32], [512] * 3, small(), mode=m, pooling_params=chunked,
+                                flash_late_interaction=False) for m in ("analytic", "tensor")}
+    for r in one.values():
+        assert r.requests["delivered_rows"].tolist() == [1, 8, 8, 8]  # ceil(n / 64) each
+        assert r.host_bytes == (1 + 3 * 8) * 64 * 4
+    pd.testing.assert_frame_equal(byte_columns(one["analytic"].steps),
+                                  byte_columns(one["tensor"].steps))
+    plain = tp.simulate_score([32], [512] * 3, small(), mode="analytic")
+    raw = tp.simulate_score([32], [512] * 3, small(), mode="analytic",
+                            pooling_params=tp.PoolingParams(use_activation=False))
+    assert raw.host_bytes == plain.host_bytes == 16  # the host still gets 4 B a request
+    assert raw.peak_pooling_bytes < plain.peak_pooling_bytes  # no normalised copy
+    cut = tp.simulate_score([32], [512] * 3, small(), mode="analytic",
+                            pooling_params=[None, *[tp.PoolingParams(truncate_prompt_tokens=100)]
+                                            * 3])
+    assert cut.requests["prompt_len"].tolist() == [32, 100, 100, 100]
+    with pytest.raises(ValueError, match="4 requests"):
+        tp.simulate_score([32], [512] * 3, small(), mode="analytic",
+                          pooling_params=[chunked, chunked])

@@ -35,6 +35,7 @@ from typing import Literal
 
 import pandas as pd
 
+from ..pooling_params import PoolingParams, per_request_params
 from ..sim import SimConfig, SimResult, simulate
 from ..sim.backends.loop import copies_at_finish
 from ..sim.memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
@@ -199,6 +200,7 @@ def simulate_score(
     tokenize: Callable[[str], list[int]] | None = None,
     template_tokens: int = 0,
     scheduler: Literal["tokpool", "vllm"] = "tokpool",
+    pooling_params: PoolingParams | Sequence[PoolingParams | None] | None = None,
 ) -> ScoreResult:
     """Simulate one ``/score`` (or ``/rerank``) call as vLLM 0.33.0's server runs it.
 
@@ -223,6 +225,13 @@ def simulate_score(
             read from its files by ``from_hf_config``; else the pooled width, no projector).
         tokenize, template_tokens: listwise prompts (``listwise.listwise_prompts``).
         scheduler: ``tp.simulate``'s scheduler.
+        pooling_params: vLLM's per-request options (``tp.PoolingParams``: ``dimensions``,
+            ``use_activation``, truncation, late chunking): one for every engine request
+            (a score request carries one set), or one (or ``None``) per engine request in
+            ``requests`` order (queries, then documents; listwise: one per prompt). In two
+            stages each request also carries the scoring path's ``late_interaction_mode``
+            (``"cache_query"`` / ``"score_doc"``), so vLLM's refusals apply as vLLM applies
+            them (late chunking cannot be combined with late-interaction scoring).
 
     Returns:
         A ``ScoreResult``.
@@ -272,17 +281,19 @@ def simulate_score(
     else:
         entries = list(zip(plan, [*q_items, *d_items], strict=True))
     _check_prompts(entries, config)
+    params = _request_params(pooling_params, entries, path)
     stages_out, maps, offsets, step_frames, req_frames, maxsim_frames = [], [], [], [], [], []
     for engine in sorted({r.engine for r, _ in entries}):
         mine = [(r, p) for r, p in entries if r.engine == engine]
         groups = ([[e for e in mine if e[0].role == "query"],
                    [e for e in mine if e[0].role == "doc"]] if path.two_stage else [mine])
-        ledger = _Ledger(config, path, head, engine, flash_maxsim_kernel)
+        ledger = _Ledger(config, path, head, engine, flash_maxsim_kernel, params)
         offset = 0
         for stage, group in enumerate(groups, start=1):
             if not group:
                 continue
-            res = simulate([p for _, p in group], config, mode=mode, scheduler=scheduler)
+            res = simulate([p for _, p in group], config, mode=mode, scheduler=scheduler,
+                           pooling_params=[params[r.request] for r, _ in group])
             stages_out.append(res)
             maps.append([r.request for r, _ in group])
             offsets.append(offset)
@@ -306,6 +317,21 @@ def simulate_score(
         peak_maxsim_scratch_bytes=int(steps["maxsim_scratch_bytes"].max()),
         host_bytes=int(requests["output_bytes"].sum()), api_maxsim_bytes=api, prompts=prompts,
         notes=_notes(config, head, path))
+    return out
+
+
+def _request_params(pooling_params, entries, path: ScoringPath) -> list[PoolingParams | None]:
+    """Each engine request's ``tp.PoolingParams`` (``requests`` order), with the scoring
+    path's ``late_interaction_mode`` in two stages (``ServingScores`` builds the
+    late-interaction parameters of every query and document request)."""
+    params = per_request_params(pooling_params, len(entries))
+    if not path.two_stage:
+        return params
+    out = []
+    for (r, _), p in zip(entries, params, strict=True):
+        mode = "cache_query" if r.role == "query" else "score_doc"
+        out.append(PoolingParams(late_interaction_mode=mode) if p is None
+                   else p.replace(late_interaction_mode=mode))
     return out
 
 
@@ -402,8 +428,9 @@ def _check_prompts(entries, config: SimConfig) -> None:
 class _Ledger:
     """One engine's score ledger: the stages' frames, the scoring layer's bytes added."""
 
-    def __init__(self, config, path, head, engine, flash_kernel) -> None:
+    def __init__(self, config, path, head, engine, flash_kernel, params) -> None:
         self.cfg, self.path, self.head, self.engine = config, path, head, engine
+        self.params = params  # per score-call request: its tp.PoolingParams or None
         self.flash_kernel = flash_kernel
         self.cache = QueryCache()
         self.rows: list[dict] = []
@@ -420,21 +447,26 @@ class _Ledger:
 
     # --- what vLLM keeps and delivers of one finished request ----------------------------
 
-    def _delivered(self, req: ScoreRequest, sim_rows: int) -> tuple[int, int, int]:
-        """``(rows, kept_bytes, host_bytes)``: rows of the head's output and the bytes that
-        stay on the device until the host copy, and the bytes delivered."""
+    def _delivered(self, req: ScoreRequest, sim_rows: int,
+                   sim_bytes: int) -> tuple[int, int, int, int]:
+        """``(rows, row_bytes, kept_bytes, host_bytes)``: rows of the head's output, the
+        bytes of one, the bytes that stay on the device until the host copy, and the bytes
+        delivered. The simulator's own delivery where it runs the model's pooler and head
+        (listwise marker rows, projector, ``dimensions``, late chunking); the head given to
+        ``simulate_score`` otherwise."""
         head = self.head
-        if self.path.name == "listwise":  # the simulator's own: marker rows x 512, no head
-            nbytes = sim_rows * head.dim * self.cfg.dtype_size
-            return sim_rows, nbytes, nbytes
-        if self.path.name == "bi-encoder":
-            nbytes = sim_rows * self.cfg.output_width * self.out_size
-            return sim_rows, nbytes, nbytes
-        rows = sim_rows - (1 if head.drops_bos and sim_rows else 0)
-        nbytes = rows * head.dim * self.out_size  # [rows, dim] in the head dtype
+        if self.path.name in ("listwise", "bi-encoder"):
+            return sim_rows, sim_bytes // max(sim_rows, 1), sim_bytes, sim_bytes
+        params = self.params[req.request]
+        chunked = params is not None and params.late_chunking_size is not None
+        # BOSEOSFilter drops row 0 (BGE-M3), not for late-chunked outputs
+        rows = sim_rows - (1 if head.drops_bos and sim_rows and not chunked else 0)
+        ran = projector_layers(self.cfg) or (params is not None and params.dimensions)
+        row_bytes = (sim_bytes // sim_rows if ran and sim_rows
+                     else head.dim * self.out_size)  # [rows, dim] in the head dtype
         if self.path.two_stage:
-            return rows, SCALAR_BYTES, SCALAR_BYTES
-        return rows, nbytes, nbytes
+            return rows, row_bytes, SCALAR_BYTES, SCALAR_BYTES
+        return rows, row_bytes, rows * row_bytes, rows * row_bytes
 
     def add_stage(self, res: SimResult, group: list[ScoreRequest], stage: int,
                   offset: int) -> None:
@@ -445,8 +477,10 @@ class _Ledger:
         info = {}
         for local, r in enumerate(group):
             rec = reqs.iloc[local]
-            rows, kept, host = self._delivered(r, int(rec.delivered_rows))
-            info[local] = dict(req=r, rows=rows, kept=kept, host=host, owned=owned[local],
+            rows, row_bytes, kept, host = self._delivered(r, int(rec.delivered_rows),
+                                                          int(rec.output_bytes))
+            info[local] = dict(req=r, rows=rows, row_bytes=row_bytes, kept=kept, host=host,
+                               owned=owned[local],
                                sim_host=int(rec.output_bytes), finish=int(rec.finish_step),
                                delivered=int(rec.delivered_step))
             if r.role == "query":
@@ -523,7 +557,7 @@ class _Ledger:
         docs = [i for i in fin if i["req"].role == "doc"]
         clones = 0
         for i in queries:  # output.clone(), then a 0-d float32 zero for the host
-            full = i["rows"] * self.head.dim * self.out_size
+            full = i["rows"] * i["row_bytes"]  # output.clone() of [rows, dim]
             clones += self.cache.store(i["req"].key, nbytes=full, uses=i["req"].uses)
         peak = clones + SCALAR_BYTES * len(queries) if queries else 0
         scratch = 0
@@ -532,7 +566,8 @@ class _Ledger:
             d_lens = [i["rows"] for i in docs]
             shared = len({i["req"].key for i in docs}) == 1
             flash = self.cuda and self.flash_kernel and shared
-            plan = maxsim_plan(q_lens, d_lens, self.head.dim, dtype=self.cfg.output_dtype,
+            width = docs[0]["row_bytes"] // self.out_size  # the head's dim, or `dimensions`
+            plan = maxsim_plan(q_lens, d_lens, width, dtype=self.cfg.output_dtype,
                                device="cuda" if flash else "cpu",
                                path="flash" if flash else "reference")
             plan.insert(0, "step", step)
