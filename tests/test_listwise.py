@@ -290,3 +290,10 @@ def test_sentence_transformers_dense_layers_as_vllm_loads_them(tmp_path, activat
         analytic = tp.simulate([40], cfg, mode="analytic")
         assert tensor.outputs[0].shape == (40, 64)
         pd.testing.assert_frame_equal(tensor.steps, analytic.steps)
+
+
+def test_explain_names_the_marker_rows():
+    r = tp.simulate(listwise_prompts([5], [7, 9]), jina_config(), mode="analytic")
+    (line,) = r.explain()
+    assert "kept its 3 marker rows" in line and "projected to 512" in line
+    assert "no head (3,072 B delivered)" in line

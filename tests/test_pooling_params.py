@@ -412,3 +412,13 @@ def test_an_offloaded_matryoshka_slice_pins_its_whole_host_tensor():
         assert r.steps.host_bytes.tolist() == [4], mode
     row = tp.simulate([1], cfg, mode="closed_form", pooling_params=params[0]).summary()
     assert row["host_bytes"] == 4 and row["output_bytes"] == 2
+
+
+def test_explain_says_what_late_chunking_delivered():
+    cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=4096)
+    r = tp.simulate([32_768, 100], cfg, mode="analytic",
+                    pooling_params=[tp.PoolingParams(late_chunking_size=512), None])
+    first, second = r.explain()
+    assert "late chunking at 512 tokens" in first and "into 64 chunk rows" in first
+    assert "while pooling held all 32,768 rows" in first
+    assert "late chunking" not in second

@@ -213,6 +213,7 @@ def simulate(
         overwrites=overwrites_frame(engine.tracker),
         looked_past=[*config.looked_past, *refuse.looked_past],
         prompt_token_ids=token_ids,
+        pooling_params=params,
     )
 
 

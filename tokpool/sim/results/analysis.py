@@ -194,6 +194,7 @@ def explain(result: SimResult) -> list[str]:
         elif recomputed is not None and (restarts or rec.request in shared):
             verdict += f"; {recomputed}"
 
+        verdict += _what_the_pooler_kept(result, rec)
         pinned = int(getattr(rec, "stranded_bytes", 0))
         if pinned > 0:
             verdict += (f"; its views stranded {pinned:,} bytes of other rows (kept alive "
@@ -203,6 +204,27 @@ def explain(result: SimResult) -> list[str]:
                         "(SimResult.looked_past)")
         lines.append(head + verdict + ".")
     return lines
+
+
+def _what_the_pooler_kept(result: SimResult, rec) -> str:
+    """What the request's pooler and head made of its rows, where that is not every row as it
+    is: JinaForRanking's marker rows, late chunking's chunk means, a Matryoshka slice."""
+    cfg = result.config
+    params = (result.pooling_params or [None] * (rec.request + 1))[rec.request]
+    rows = int(rec.delivered_rows)
+    held = f"while pooling held all {rec.prompt_len:,} rows until the prompt finished"
+    if not cfg.pooling_kind.has_head:  # JINA_RANKING
+        return (f"; JinaForRanking kept its {rows} marker rows (documents', then the query's), "
+                f"projected to {cfg.output_width} in the model dtype, no head "
+                f"({int(rec.output_bytes):,} B delivered), {held}")
+    text = ""
+    if params is not None and params.late_chunking_size is not None:
+        text += (f"; late chunking at {params.late_chunking_size:,} tokens: the head mean-pooled "
+                 f"its rows into {rows:,} chunk rows ({int(rec.output_bytes):,} B delivered), "
+                 f"{held}")
+    if params is not None and params.dimensions is not None:
+        text += f"; dimensions={params.dimensions}: each delivered row is sliced to that width"
+    return text
 
 
 def _shares_a_block(token_ids, block_size: int) -> set[int]:

@@ -45,6 +45,8 @@ class SimResult:
             purpose (``SimConfig(as_if=True)``), one message each; empty: vLLM runs it.
         prompt_token_ids: the prompts' token ids when they were given as token ids (they
             decide the prefix-cache hits), else ``None``.
+        pooling_params: each request's ``tp.PoolingParams`` (``None``: the engine's
+            defaults), as ``simulate`` was given them.
     """
 
     config: SimConfig
@@ -64,6 +66,7 @@ class SimResult:
     closed_form: dict | None = field(default=None, repr=False)
     looked_past: list[str] = field(default_factory=list, repr=False)
     prompt_token_ids: list[list[int]] | None = field(default=None, repr=False)
+    pooling_params: list | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         c = self.config
