@@ -297,3 +297,52 @@ def test_explain_names_the_marker_rows():
     (line,) = r.explain()
     assert "kept its 3 marker rows" in line and "projected to 512" in line
     assert "no head (3,072 B delivered)" in line
+
+
+@st.composite
+def bge_m3_runs(draw):
+    lens = draw(st.lists(st.integers(1, 40), min_size=1, max_size=4))
+    cfg = tp.SimConfig.from_hf_config(
+        {**BGE_M3, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1,
+         "intermediate_size": 16}, task="token_embed", max_model_len=64,
+        dtype=draw(st.sampled_from(["float32", "bfloat16", "float16"])),
+        head_dtype=draw(st.sampled_from(["auto", None, "float32"])),
+        use_activation=draw(st.sampled_from([None, False, True])),
+        async_scheduling=draw(st.booleans()), policy=draw(st.sampled_from(tp.RETENTION_POLICIES)),
+        hardware=draw(st.sampled_from(["CPU", "H100 SXM"])))
+    return cfg, lens, draw(st.sampled_from([None, None, 4]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=bge_m3_runs())
+def test_bge_m3_drops_its_bos_row_in_every_mode(run):
+    """BGE-M3's token_embed: colbert_linear in the head, then BOSEOSFilter's ``[1:]`` (a view;
+    late-chunked outputs keep every chunk row): n - 1 rows delivered, tensor == analytic ==
+    the closed form, on the CPU platform (no host copy: the view pins its whole tensor) and
+    on CUDA (the copy copies the slice)."""
+    cfg, lens, chunk = run
+    params = tp.PoolingParams(late_chunking_size=chunk) if chunk else None
+    tensor = tp.simulate(lens, cfg, mode="tensor", pooling_params=params)
+    analytic = tp.simulate(lens, cfg, mode="analytic", pooling_params=params)
+    pd.testing.assert_frame_equal(tensor.steps, analytic.steps)
+    pd.testing.assert_frame_equal(tensor.requests, analytic.requests)
+    for out, n in zip(tensor.outputs, lens, strict=True):
+        assert out.shape == (-(-n // chunk) if chunk else n - 1, 8)
+    if len(lens) == 1:
+        closed = tp.simulate(lens, cfg, mode="closed_form", pooling_params=params)
+        assert closed.peak_pooling_bytes == analytic.peak_pooling_bytes
+        assert closed.requests["output_bytes"].tolist() == analytic.requests[
+            "output_bytes"].tolist()
+
+
+def test_a_slice_on_the_cpu_platform_is_the_output_and_pins_its_tensor():
+    """A Matryoshka slice without activation on vLLM's CPU platform: the user gets the slice
+    (5 x 4 float32 = 80 B, in every mode) and the view keeps the whole 5 x 8 tensor (160 B)
+    in host memory."""
+    cfg = tp.SimConfig(hidden_size=8, hardware="CPU", as_if=True, use_activation=False,
+                       dtype="float32")
+    runs = [tp.simulate([5], cfg, mode=m, pooling_params=tp.PoolingParams(dimensions=4))
+            for m in ("tensor", "analytic")]
+    for r in runs:
+        assert r.requests["output_bytes"].tolist() == [80]
+        assert r.steps["host_bytes"].iloc[-1] == 160

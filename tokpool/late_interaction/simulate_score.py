@@ -40,7 +40,7 @@ from ..sim import SimConfig, SimResult, simulate
 from ..sim.backends.loop import copies_at_finish
 from ..sim.memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 from ..sim.vllm_rules import engine_checks
-from ..sim.vllm_rules.classifier import projector_layers
+from ..sim.vllm_rules.classifier import drops_bos, projector_layers
 from ..sim.vllm_rules.cpu_platform import host_copy_copies, is_cpu
 from .listwise import listwise_prompts
 from .maxsim import maxsim_plan
@@ -459,8 +459,10 @@ class _Ledger:
             return sim_rows, sim_bytes // max(sim_rows, 1), sim_bytes, sim_bytes
         params = self.params[req.request]
         chunked = params is not None and params.late_chunking_size is not None
-        # BOSEOSFilter drops row 0 (BGE-M3), not for late-chunked outputs
-        rows = sim_rows - (1 if head.drops_bos and sim_rows and not chunked else 0)
+        # BOSEOSFilter drops row 0 (BGE-M3), not for late-chunked outputs; the simulator's
+        # head already does for the config's own model (classifier.drops_bos)
+        dropped_here = head.drops_bos and not drops_bos(self.cfg)
+        rows = sim_rows - (1 if dropped_here and sim_rows and not chunked else 0)
         ran = projector_layers(self.cfg) or (params is not None and params.dimensions)
         row_bytes = (sim_bytes // sim_rows if ran and sim_rows
                      else head.dim * self.out_size)  # [rows, dim] in the head dtype

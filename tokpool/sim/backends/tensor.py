@@ -32,7 +32,7 @@ from ...ownership import storage_key, storage_nbytes
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep
-from ..vllm_rules.classifier import projector_layers
+from ..vllm_rules.classifier import drops_bos, projector_layers
 from ..vllm_rules.step_memory import StepOutput
 from .loop import EngineLoop
 
@@ -294,7 +294,10 @@ class TensorEngine(EngineLoop):
             if not activation:
                 yield y, False
         if activation:
-            yield self._activation.forward_one(y, use_activation=True), False
+            y = self._activation.forward_one(y, use_activation=True)
+            yield y, False
+        if drops_bos(cfg) and (params is None or params.late_chunking_size is None):
+            yield y[1:], False  # BOSEOSFilter: the BOS row dropped, a view
 
     def _apply_head(self, x: Tensor, params=None) -> Tensor:
         stages = [t for t, _ in self._head_stages(x, params)]

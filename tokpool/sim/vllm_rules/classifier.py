@@ -46,6 +46,7 @@ __all__ = [
     "ClassifierPlacement",
     "HeadTensor",
     "classifier_runs_in",
+    "drops_bos",
     "head_allocations",
     "head_output",
     "head_peak",
@@ -198,7 +199,21 @@ def head_tensors(config, rows, width, params=None) -> list[HeadTensor]:
             out.append(HeadTensor(rows, width, size, view=True))
     if activation:
         out.append(HeadTensor(rows, width, size))  # activation(embeddings): [rows, width]
+    if drops_bos(config) and chunk is None:  # BOSEOSFilter: output[1:], a view
+        out.append(HeadTensor(_minus_one(rows), width, size, view=True))
     return out
+
+
+def drops_bos(config) -> bool:
+    """The token_embed output loses its first row after the head (BGE-M3's ``BOSEOSFilter``:
+    ``pooled_data[1:]`` when the prompt starts with BOS, which the simulator takes every
+    prompt to do; late-chunked outputs keep it)."""
+    head = getattr(config.model, "late_interaction", None)
+    return config.task == "token_embed" and head is not None and head.drops_bos
+
+
+def _minus_one(rows):
+    return np.maximum(rows - 1, 0) if isinstance(rows, np.ndarray) else max(rows - 1, 0)
 
 
 def projector_layers(config) -> tuple[tuple[int, bool], ...]:
@@ -222,16 +237,18 @@ def head_output(config, rows, width, params=None) -> tuple[Any, int, int]:
 
 def whole_tensor_delivered(made: list[HeadTensor], *, on_host: bool,
                            host_copy_copies: bool) -> Literal["delivered", "pinned"] | None:
-    """What a Matryoshka slice (the head's last tensor a view) hands the user, by where the
-    tensor lives: ``"delivered"`` on vLLM's CPU platform (no copy: the user gets the tensor
-    itself, so its whole width counts as the output), ``"pinned"`` for an output already on
-    the host (offload: the output is the slice, but the view keeps the whole host tensor
-    alive), ``None`` where the host copy copies only the slice's elements (or no view)."""
+    """What a slice (the head's last tensor a view: a Matryoshka slice, BGE-M3's dropped BOS
+    row) hands the user, by where the tensor lives: ``"pinned"`` where no host copy is made —
+    an output already on the host (offload), or vLLM's CPU platform (``.to("cpu")`` of a CPU
+    tensor is the tensor itself) — so the user gets the slice (its bytes are the output) while
+    the view keeps the whole tensor alive in host memory; ``None`` where the host copy copies
+    only the slice's elements (or no view). (``"delivered"``, the whole tensor counted as the
+    output, is no longer returned: tensor mode measures the slice's bytes as the output.)"""
     if not made or not made[-1].view:
         return None
-    if on_host:
+    if on_host or not host_copy_copies:
         return "pinned"
-    return None if host_copy_copies else "delivered"
+    return None
 
 
 def head_peak(made: list[HeadTensor]) -> tuple[Any, Any]:
