@@ -70,6 +70,8 @@ EXPLORERS = {
                     "ex = tp.step_reward_explorer(prm, 'What is 2 + 3 * 4?', "
                     "['3 * 4 = 12.', '2 + 12 = 15.', 'The answer is 15.'], "
                     "true_first_error=1, step_labels=[True, False, False])\nex"),
+    # notebook 06's explorer as the notebook opens it (100 documents of 512 tokens)
+    "rerank": "import tokpool as tp\nex = tp.rerank_explorer()\nex",
     # memory_explorer(model=...) given a folder, as the "your model" box takes it
     "memory_model": ("import tempfile, pathlib\nimport tokpool as tp\n"
                      "folder = pathlib.Path(tempfile.mkdtemp())\n"
@@ -137,7 +139,7 @@ class Driver:
     def box(self, label: str):
         """The typed box beside the slider described ``label``."""
         row = self.root.locator(".widget-hbox", has=self.page.locator(
-            f".widget-slider:has(label:text-is('{label}'))")).last
+            f".widget-slider:has(label:text-is({json.dumps(label)}))")).last
         return row.locator("input.widget-input, .tokpool-typed input").last
 
     def _described(self, kind: str, label: str):
@@ -487,6 +489,40 @@ def test_step_reward_explorer_refuses_hostile_values_and_answers(browser_page) -
     }
     d.shows_figure()
     _record(d, "step_reward", times)
+
+
+def test_rerank_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
+    d = browser_page("rerank")
+    d.shows_figure()
+    shown = d.root.inner_text()
+    assert "two stages" in shown and "one stage" in shown and "bytes to the host" in shown
+    d.refused(lambda: d.type_into(d.box("document length"), "99999"), "from 1 to 32768",
+              "is out of range")
+    # past SmolLM2's context: vLLM's own refusal, in the panel
+    d.refused(lambda: d.type_into(d.box("document length"), "9000"), "max_model_len=8192",
+              "--max-model-len")
+    d.refused(lambda: d.type_into(d.box("documents"), "0"), "from 1 to 1000")
+    d.refused(lambda: d.type_into(d.box("query length"), "many"), "not a whole number")
+    d.refused(lambda: d.type_into(d.box("output width (0: model's)"), "99999"), "from 0 to 8192")
+    d.type_into(d.box("document length"), "512")
+    d.shows_figure()
+    d.click("one stage")
+    d.shows_figure()
+    d.click("two stages")
+    d.shows_figure()
+    d.screenshot("rerank")
+    times = {
+        "documents": _alternate(lambda v: d.type_into(d.box("documents"), v), ("200", "100")),
+        "document length": _alternate(lambda v: d.type_into(d.box("document length"), v),
+                                      ("1024", "512")),
+        "query length": _alternate(lambda v: d.type_into(d.box("query length"), v),
+                                   ("64", "32")),
+        "output width": _alternate(
+            lambda v: d.type_into(d.box("output width (0: model's)"), v), ("128", "0")),
+        "path": _alternate(d.click, ("one stage", "two stages")),
+    }
+    d.shows_figure()
+    _record(d, "rerank", times)
 
 
 def test_memory_explorer_takes_a_model_folder(browser_page) -> None:
