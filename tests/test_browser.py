@@ -4,9 +4,11 @@ change what it shows.
 
 Starts JupyterLab on a free loopback port over a temporary copy of ``notebooks/`` (kernels get
 ``TOKPOOL_QUICK=1``), drives Debian's ``chromium`` with Playwright's Python API (never a
-downloaded browser), runs all cells, and checks what a user would see. A screenshot of the
-explorer is saved under ``docs/``. Skipped, with the reason, when chromium or playwright is
-missing.
+downloaded browser), runs all cells, and checks what a user would see. Screenshots of the
+explorer go to the run's output folder (``tests/artifacts.py``), and replace the committed
+``docs/jupyterlab_*.png`` only with ``TOKPOOL_UPDATE_DOCS=1`` (``make docs-screenshots``); without
+it the module fails if anything under ``docs/`` or ``benchmarks/results/`` changed. Skipped, with
+the reason, when chromium or playwright is missing.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from artifacts import Artifacts, Protected, artifact_dirs, updating_docs
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "02_chunked_prefill_ownership.ipynb"
-SCREENSHOT = ROOT / "docs" / "jupyterlab_ownership_explorer.png"
-WINDOW_SCREENSHOT = ROOT / "docs" / "jupyterlab_notebook02.png"
+SCREENSHOT = "jupyterlab_ownership_explorer.png"
+WINDOW_SCREENSHOT = "jupyterlab_notebook02.png"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -122,6 +125,26 @@ def _stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Artifacts:
+    """Where screenshots and timings go: the committed folders only with TOKPOOL_UPDATE_DOCS=1."""
+    return artifact_dirs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _writes_nothing_committed() -> Iterator[None]:
+    """Without TOKPOOL_UPDATE_DOCS=1 the module's tests leave docs/ and benchmarks/results/ as
+    they found them (``make test`` keeps a clean checkout clean)."""
+    if updating_docs():
+        yield
+        return
+    guard = Protected()
+    yield
+    changed = guard.changed()
+    assert not changed, (f"the browser tests wrote {changed} without TOKPOOL_UPDATE_DOCS=1: "
+                         "write into the `artifacts` fixture's folders instead")
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     if _chromium() is None:
@@ -172,7 +195,8 @@ def _wait_changed(page, locator, attribute: str, old: str | None) -> None:
     )
 
 
-def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
+def test_notebook_02_renders_widget_and_plot_in_jupyterlab(
+        lab: Lab, artifacts: Artifacts) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -240,11 +264,11 @@ def test_notebook_02_renders_widget_and_plot_in_jupyterlab(lab: Lab) -> None:
             box.locator("input").first.click()
             _wait_changed(page, image, "src", before)
             explorer.scroll_into_view_if_needed()
-            SCREENSHOT.parent.mkdir(exist_ok=True)
-            explorer.screenshot(path=str(SCREENSHOT))
+            shot, window = artifacts.docs / SCREENSHOT, artifacts.docs / WINDOW_SCREENSHOT
+            explorer.screenshot(path=str(shot))
             page.set_viewport_size({"width": 1400, "height": 1000})
             explorer.scroll_into_view_if_needed()
-            page.screenshot(path=str(WINDOW_SCREENSHOT))
+            page.screenshot(path=str(window))
         finally:
             browser.close()
-    assert SCREENSHOT.stat().st_size > 10_000 and WINDOW_SCREENSHOT.stat().st_size > 10_000
+    assert shot.stat().st_size > 10_000 and window.stat().st_size > 10_000

@@ -8,7 +8,9 @@ fixture of ``test_browser.py``: Debian's chromium, JupyterLab on a loopback port
 30,000-character text — and asserts that within ``ANSWER_TIMEOUT_S`` a message naming the
 problem appears and no figure is left standing. Then it changes each control a few times and
 records the median time from the change to the kernel's finished redraw, written to
-``benchmarks/results/explorer_response_times.json`` (the README's table comes from there).
+``explorer_response_times.json`` in the run's output folder (``tests/artifacts.py``); with
+``TOKPOOL_UPDATE_DOCS=1`` (``make docs-screenshots``) to the committed
+``benchmarks/results/explorer_response_times.json``, where the README's table comes from.
 
 Each trap a reader fell into (issue 30) is played too and must be gone: a CPU in the memory
 explorer's device menu, tasks the model does not declare, a hidden policy that looks selected, a
@@ -16,7 +18,9 @@ tooltip reading "null", refusals naming engine flags instead of the panel's cont
 not a whole number", a long schedule shrunk to 5-px text, a cut heatmap without a caption, CJK
 and emoji labels drawn as boxes, token chips broken inside a word, a 40-step reward chart as a
 strip, the labelled error's outline lost on an edit. Screenshots of the changed explorers go to
-``docs/explorer_*.png``.
+``explorer_*.png`` in the same output folder (the committed ``docs/explorer_*.png`` only with the
+switch; without it the module fails if anything under ``docs/`` or ``benchmarks/results/``
+changed).
 """
 
 from __future__ import annotations
@@ -30,12 +34,20 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_browser import CHROMIUM_ARGS, PAGE_TIMEOUT_MS, Lab, _chromium, lab  # noqa: F401
+from artifacts import Artifacts, committed_json
+from test_browser import (  # noqa: F401  (fixtures, used by name)
+    CHROMIUM_ARGS,
+    PAGE_TIMEOUT_MS,
+    Lab,
+    _chromium,
+    _writes_nothing_committed,
+    artifacts,
+    lab,
+)
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "explorer_response_times.json"
+RESULTS_FILE = "explorer_response_times.json"
 #: A refusal must be on screen within this many seconds of the value being committed.
 ANSWER_TIMEOUT_S = 30
 #: How often each control is changed for its median.
@@ -58,6 +70,8 @@ EXPLORERS = {
                     "ex = tp.step_reward_explorer(prm, 'What is 2 + 3 * 4?', "
                     "['3 * 4 = 12.', '2 + 12 = 15.', 'The answer is 15.'], "
                     "true_first_error=1, step_labels=[True, False, False])\nex"),
+    # notebook 06's explorer as the notebook opens it (100 documents of 512 tokens)
+    "rerank": "import tokpool as tp\nex = tp.rerank_explorer()\nex",
     # memory_explorer(model=...) given a folder, as the "your model" box takes it
     "memory_model": ("import tempfile, pathlib\nimport tokpool as tp\n"
                      "folder = pathlib.Path(tempfile.mkdtemp())\n"
@@ -72,7 +86,6 @@ YOUR_MODEL = json.dumps({
     "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151665,
     "max_position_embeddings": 32768, "torch_dtype": "bfloat16"})
 EXPLORERS["memory_model"] = EXPLORERS["memory_model"].replace("{YOUR_MODEL}", repr(YOUR_MODEL))
-DOCS = ROOT / "docs"
 
 #: What the kernel redraws: the figure and the text below the controls (children 2 and 3: the
 #: message line and the output), not the controls, whose readouts the browser updates itself.
@@ -95,8 +108,8 @@ def _write_notebook(folder: Path, name: str, source: str) -> str:
 class Driver:
     """One explorer on one page: commit values, wait for the kernel's answer."""
 
-    def __init__(self, page) -> None:
-        self.page = page
+    def __init__(self, page, out: Artifacts) -> None:
+        self.page, self.artifacts = page, out
         panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
         self.root = panel.locator(".jp-OutputArea-output .jupyter-widgets.widget-vbox").first
 
@@ -126,7 +139,7 @@ class Driver:
     def box(self, label: str):
         """The typed box beside the slider described ``label``."""
         row = self.root.locator(".widget-hbox", has=self.page.locator(
-            f".widget-slider:has(label:text-is('{label}'))")).last
+            f".widget-slider:has(label:text-is({json.dumps(label)}))")).last
         return row.locator("input.widget-input, .tokpool-typed input").last
 
     def _described(self, kind: str, label: str):
@@ -207,11 +220,12 @@ class Driver:
     def screenshot(self, name: str, *, figure: bool = False) -> None:
         """The explorer (or only its figure: a tall explorer is cut at the window's edge)."""
         shot = self.root.locator("img").filter(visible=True).first if figure else self.root
-        shot.screenshot(path=str(DOCS / f"explorer_{name}.png"))
+        shot.screenshot(path=str(self.artifacts.docs / f"explorer_{name}.png"))
 
 
 @pytest.fixture(scope="module")
-def browser_page(lab: Lab) -> Iterator[Callable[[str], Driver]]:  # noqa: F811
+def browser_page(lab: Lab, artifacts: Artifacts  # noqa: F811
+                 ) -> Iterator[Callable[[str], Driver]]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -236,7 +250,7 @@ def browser_page(lab: Lab) -> Iterator[Callable[[str], Driver]]:  # noqa: F811
                                        timeout=150_000)
                 page.wait_for_function(KERNEL_IDLE_JS, timeout=150_000)
                 assert "Error displaying widget" not in page.locator(".jp-Notebook").inner_text()
-                driver = Driver(page)
+                driver = Driver(page, artifacts)
                 # no editable slider readout (they clamped or blanked what was typed there)
                 readouts = driver.root.locator(".widget-readout").filter(visible=True)
                 assert readouts.count() == 0
@@ -249,8 +263,11 @@ def browser_page(lab: Lab) -> Iterator[Callable[[str], Driver]]:  # noqa: F811
             browser.close()
 
 
-def _record(explorer: str, times: dict[str, list[float]]) -> None:
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+def _record(d: Driver, explorer: str, times: dict[str, list[float]]) -> None:
+    """``explorer``'s medians into the output folder's JSON (started from the committed one, so
+    it holds every explorer: the README's table in full)."""
+    out = d.artifacts.results / RESULTS_FILE
+    data = json.loads(out.read_text()) if out.exists() else committed_json(RESULTS_FILE)
     data[explorer] = {control: {"median_s": round(statistics.median(t), 3),
                                 "runs_s": [round(x, 3) for x in t]}
                       for control, t in times.items()}
@@ -260,8 +277,7 @@ def _record(explorer: str, times: dict[str, list[float]]) -> None:
     data["_how"] = ("tests/test_browser_explorers.py: seconds from committing a control's new "
                     "value in headless chromium to the redrawn explorer with the kernel idle "
                     f"again, median of {REPEATS}; JupyterLab on this machine")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def _alternate(act: Callable[[str], float], values: tuple[str, str]) -> list[float]:
@@ -318,7 +334,7 @@ def test_ownership_explorer_refuses_hostile_values_and_answers(browser_page) -> 
         "vLLM's head": [d.check("vLLM's head") for _ in range(REPEATS - 1)],
     }
     d.shows_figure()
-    _record("ownership", times)
+    _record(d, "ownership", times)
 
 
 def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
@@ -396,7 +412,7 @@ def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> Non
                                  (YOUR_MODEL, "")),
     }
     d.shows_figure()
-    _record("memory", times)
+    _record(d, "memory", times)
 
 
 def test_token_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
@@ -434,7 +450,7 @@ def test_token_explorer_refuses_hostile_values_and_answers(browser_page) -> None
                        for i in range(REPEATS)],
     }
     d.shows_figure()
-    _record("token", times)
+    _record(d, "token", times)
 
 
 def test_step_reward_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
@@ -472,7 +488,41 @@ def test_step_reward_explorer_refuses_hostile_values_and_answers(browser_page) -
                                       blur=True) for i in range(REPEATS)],
     }
     d.shows_figure()
-    _record("step_reward", times)
+    _record(d, "step_reward", times)
+
+
+def test_rerank_explorer_refuses_hostile_values_and_answers(browser_page) -> None:
+    d = browser_page("rerank")
+    d.shows_figure()
+    shown = d.root.inner_text()
+    assert "two stages" in shown and "one stage" in shown and "bytes to the host" in shown
+    d.refused(lambda: d.type_into(d.box("document length"), "99999"), "from 1 to 32768",
+              "is out of range")
+    # past SmolLM2's context: vLLM's own refusal, in the panel
+    d.refused(lambda: d.type_into(d.box("document length"), "9000"), "max_model_len=8192",
+              "--max-model-len")
+    d.refused(lambda: d.type_into(d.box("documents"), "0"), "from 1 to 1000")
+    d.refused(lambda: d.type_into(d.box("query length"), "many"), "not a whole number")
+    d.refused(lambda: d.type_into(d.box("output width (0: model's)"), "99999"), "from 0 to 8192")
+    d.type_into(d.box("document length"), "512")
+    d.shows_figure()
+    d.click("one stage")
+    d.shows_figure()
+    d.click("two stages")
+    d.shows_figure()
+    d.screenshot("rerank")
+    times = {
+        "documents": _alternate(lambda v: d.type_into(d.box("documents"), v), ("200", "100")),
+        "document length": _alternate(lambda v: d.type_into(d.box("document length"), v),
+                                      ("1024", "512")),
+        "query length": _alternate(lambda v: d.type_into(d.box("query length"), v),
+                                   ("64", "32")),
+        "output width": _alternate(
+            lambda v: d.type_into(d.box("output width (0: model's)"), v), ("128", "0")),
+        "path": _alternate(d.click, ("one stage", "two stages")),
+    }
+    d.shows_figure()
+    _record(d, "rerank", times)
 
 
 def test_memory_explorer_takes_a_model_folder(browser_page) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -51,7 +52,7 @@ def sweep(
         policies: retention policies to compare.
         async_scheduling: scheduling modes to compare.
         mode: ``"closed_form"``, ``"analytic"`` or ``"tensor"``.
-        progress: show a tqdm bar; ``None``: only when the sweep is long.
+        progress: show a text bar on stdout (tqdm); ``None``: only when the sweep is long.
 
     Returns:
         DataFrame with ``SWEEP_COLUMNS``, ordered by prompt length, then policy, then async.
@@ -166,4 +167,6 @@ def _bar(total: int, show: bool):
         return None
     from tqdm.std import tqdm  # on use (import tokpool stays light); text bars survive save+reopen
 
-    return tqdm(total=total, desc="tokpool sweep", unit="pt")
+    # one line on stdout, redrawn in place (carriage return), as tp.prm's scoring bar: a notebook
+    # shows it as ordinary output, not a stderr box
+    return tqdm(total=total, desc="tokpool sweep", unit="pt", file=sys.stdout, mininterval=0.5)
