@@ -160,3 +160,11 @@ def test_max_steps_is_the_command_lines_own_bound_in_place_of_the_env_var(capsys
     _, out, _ = run(capsys, "simulate", "--help")
     text = " ".join(out.split())
     assert f"replaces the Python API's {MAX_STEPS_ENV} (default 1,000,000" in text
+
+
+def test_sweep_keeps_its_progress_bar_off_the_table(capsys):
+    """The CLI's stdout carries the table; the bar (stdout in a notebook) goes to stderr."""
+    code, out, err = run(capsys, "sweep", "--prompt-lens", "1K..8K:3", "--policies", "clone",
+                         "--hidden-size", "64", "--mode", "analytic")
+    assert code == 0 and "peak pooling bytes" in out
+    assert "tokpool sweep" in err and "tokpool sweep" not in out

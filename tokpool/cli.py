@@ -11,6 +11,7 @@ no traceback; output paths are checked before any work starts. Sizes accept vLLM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -359,7 +360,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     config = _sim_config(args)
     check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps, per_prompt=True,
                 runs=len(policies) * len(modes), mode=args.mode)
-    with _step_limit(args, prompt_lens, runs=len(policies) * len(modes)):
+    # the bar (stdout in a notebook) goes to stderr here: stdout carries the table
+    with _step_limit(args, prompt_lens, runs=len(policies) * len(modes)), \
+            contextlib.redirect_stdout(sys.stderr):
         df = tp.sweep(prompt_lens, config, policies=policies, async_scheduling=modes,
                       mode=args.mode, progress=not args.no_progress)
     if args.out:
