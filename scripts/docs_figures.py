@@ -97,15 +97,47 @@ def first_example():
     return _fig(tp.plot_memory_timeline(run))
 
 
+#: jinaai/jina-reranker-v3's config.json (a listwise reranker on a Qwen3-0.6B backbone).
+JINA = {"architectures": ["JinaForRanking"], "model_type": "qwen3", "hidden_size": 1024,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True, "rope_theta": 1000000}
+
+
+def reranker_points(config) -> list[dict]:
+    """Two single runs beside the curves, each its peak and what it delivers: a 64-document
+    listwise prompt on jina-reranker-v3 (another model) and a 32K-token document late-chunked
+    at 512 on the curves' model (README's reranker tour, notebook 05)."""
+    from tokpool.late_interaction.listwise import listwise_prompts
+
+    jina = tp.SimConfig.from_hf_config(JINA, hardware=config.hardware)  # vLLM's defaults
+    prompts = listwise_prompts([135], [190] * 64, template_tokens=12850 - 64 * 191 - 136)
+    listwise = tp.simulate(prompts, jina, mode="analytic")
+    chunked = tp.simulate([32_768], config, mode="analytic",
+                          pooling_params=tp.PoolingParams(late_chunking_size=512))
+    n_list, n_doc = listwise.requests.iloc[0], chunked.requests.iloc[0]
+    return [
+        dict(listwise.summary(), label=f"jina-reranker-v3 (another model): 64 documents in "
+                                       f"one {n_list['prompt_len']:,}-token listwise prompt, "
+                                       f"{n_list['delivered_rows']} rows delivered"),
+        dict(chunked.summary(), label=f"{config.model.name}: one {n_doc['prompt_len']:,}-token "
+                                      f"document, late chunking at 512, "
+                                      f"{n_doc['delivered_rows']} rows delivered"),
+    ]
+
+
 def memory_vs_prompt_length():
-    """Qwen3-Embedding-8B token_embed, every policy, H100 line, vLLM's defaults (notebook 05)."""
+    """Qwen3-Embedding-8B token_embed, every policy, H100 line, vLLM's defaults, with two
+    reranker runs drawn over it (notebook 05)."""
     config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM", **LIFTED)
     swept = tp.sweep(_lens(), config, async_scheduling=[config.async_scheduling])  # vLLM's: sync
     swept = tp.sim.mark_startup_refusals(swept, config)  # refusals marked
     return _fig(tp.plot_memory_vs_prompt_length(
-        swept, hardware="H100 SXM",
+        swept, hardware="H100 SXM", points=reranker_points(config),
         title="Qwen3-Embedding-8B token_embed, vLLM's defaults (float32 head + activation, sync, "
-              "16K-token chunks); past its 40,960-token context as if --max-model-len 1M"))
+              "16K-token chunks);\npast its 40,960-token context as if --max-model-len 1M; two "
+              "single runs drawn over it"))
 
 
 def memory_per_model():

@@ -237,6 +237,15 @@ CLAIMS: dict[str, dict[str, str]] = {
             "_chunk / 2**20)",
         "(92 % of the GPU": "mine.gpu_memory_utilization * 100",
         "(200 dpi)": "_view.PNG_DPI",
+        "reads 64 documents in one 12,850-token prompt": "(n_docs, listwise.prompt_lens[0])",
+        "260 KiB at its peak but delivers only the 65 marker rows × 512 in bfloat16, 66,560 B":
+            "(listwise.peak_pooling_bytes / 2**10, int(listwise.requests['delivered_rows'][0]), "
+            "jina.output_width, int(listwise.requests['output_bytes'][0]))",
+        "32,768-token document late-chunked at 512 on Qwen3-Embedding-8B":
+            "(late.prompt_lens[0], chunk)",
+        "holds 384 MiB, every token's row until the last chunk, while the user gets 64 rows, "
+        "1 MiB": "(late.peak_pooling_bytes / 2**20, int(late.requests['delivered_rows'][0]), "
+                 "int(late.requests['output_bytes'][0]) / 2**20)",
     },
     "06_late_interaction": {
         "against 100 documents of 512 tokens":

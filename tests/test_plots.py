@@ -382,6 +382,60 @@ def test_memory_vs_prompt_length_clone_is_twice_prealloc_for_long_prompts() -> N
     assert lines["clone"][-1] / lines["prealloc"][-1] == pytest.approx((2 * 4096 - 256) / 4096)
 
 
+def _late_chunked_row(prompt_len: int = 2048) -> dict:
+    """One run as a point: a late-chunked document on the sweep's config, its summary row."""
+    config = tp.SimConfig(hidden_size=64, max_num_batched_tokens=256, head_dtype=None,
+                          use_activation=False)
+    run = tp.simulate([prompt_len], config, mode="analytic",
+                      pooling_params=tp.PoolingParams(late_chunking_size=512))
+    return dict(run.summary(), label=f"one {prompt_len:,}-token document, late chunking")
+
+
+def test_memory_vs_prompt_length_draws_single_runs_held_and_delivered() -> None:
+    row = _late_chunked_row()
+    assert row["output_bytes"] < row["peak_pooling_bytes"]  # 4 rows delivered, 2,048 held
+    plain = plots.plot_memory_vs_prompt_length(_sweep())
+    assert not [line for line in plain.lines if str(line.get_gid()).startswith("point")]
+    plain_labels = [t.get_text() for t in plain.get_legend().get_texts()]
+    ax = plots.plot_memory_vs_prompt_length(_sweep(), points=pd.DataFrame([row]))
+    by_gid = {line.get_gid(): line for line in ax.lines if line.get_gid()}
+    label = row["label"]
+    held, out = by_gid[f"point: {label}"], by_gid[f"point delivered: {label}"]
+    assert (held.get_xdata().tolist(), held.get_ydata().tolist()) == (
+        [2048], [row["peak_pooling_bytes"]])
+    assert (out.get_xdata().tolist(), out.get_ydata().tolist()) == ([2048], [row["output_bytes"]])
+    assert out.get_markerfacecolor() == "white" and held.get_marker() == out.get_marker()
+    link = by_gid[f"point link: {label}"]
+    assert link.get_ydata().tolist() == [row["peak_pooling_bytes"], row["output_bytes"]]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:len(plain_labels)] == plain_labels  # the curves' legend as it was
+    mine = [t for t in labels if t.startswith("one 2,048-token document")]
+    assert mine and "holds " in mine[0] and "delivers " in mine[0]
+    assert any("delivers to the host" in t for t in labels)
+    assert not [t for t in labels if PRIVATE_NAME.search(t)]
+    # without output_bytes, a list of dicts: the held marker alone
+    alone = plots.plot_memory_vs_prompt_length(_sweep(), points=[
+        {"prompt_len": 3000, "peak_pooling_bytes": 5000, "label": "a run"}])
+    gids = [line.get_gid() for line in alone.lines if line.get_gid()]
+    assert gids == ["point: a run"]
+
+
+@pytest.mark.parametrize(("points", "error", "match"), [
+    ({"prompt_len": 1, "peak_pooling_bytes": 1, "label": "x"}, TypeError, r"wrap it in a list"),
+    ([("prompt_len", 1)], TypeError, r"every item must be a dict"),
+    ("points", TypeError, r"DataFrame or a list of dicts"),
+    ([], ValueError, r"points=None"),
+    ([{"prompt_len": 9, "peak_pooling_bytes": 9}], ValueError, r"lack column\(s\) \['label'\]"),
+    ([{"prompt_len": 9, "peak_pooling_bytes": 0, "label": "x"}], ValueError, r"loglog=False"),
+    ([{"prompt_len": 9, "peak_pooling_bytes": 9, "output_bytes": "a", "label": "x"}], ValueError,
+     r"output_bytes must be > 0"),
+    ([{"prompt_len": 9, "peak_pooling_bytes": 9, "label": 3}], TypeError, r"non-empty string"),
+])
+def test_memory_vs_prompt_length_refuses_bad_points(points, error, match) -> None:
+    with pytest.raises(error, match=match):
+        plots.plot_memory_vs_prompt_length(_sweep(), points=points)
+
+
 def test_time_plot_says_estimate() -> None:
     ax = plots.plot_time_vs_prompt_length(_sweep(), y="est_pool_s")
     assert "ESTIMATE" in ax.get_ylabel() and "ESTIMATE" in ax.get_title(loc="left")

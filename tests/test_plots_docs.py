@@ -48,3 +48,18 @@ def test_model_figures_are_skipped_without_models(tmp_path: Path) -> None:
 def test_unknown_figure_names_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown figure"):
         docs_figures.make_figures(tmp_path, only=["nope"])
+
+
+def test_the_memory_figure_draws_the_two_reranker_runs_as_simulated() -> None:
+    """The listwise prompt and the late-chunked document come from tp.simulate, not typed in:
+    65 marker rows x 512 in bf16 delivered; 64 chunk means of a 4,096-wide float32 head."""
+    import tokpool as tp
+
+    config = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM")
+    listwise, chunked = docs_figures.reranker_points(config)
+    assert listwise["prompt_len"] == 12_850 and listwise["output_bytes"] == 65 * 512 * 2
+    assert chunked["prompt_len"] == 32_768 and chunked["output_bytes"] == 64 * 4096 * 4
+    for row in (listwise, chunked):
+        assert row["output_bytes"] < row["peak_pooling_bytes"]
+    assert "another model" in listwise["label"] and "65 rows" in listwise["label"]
+    assert chunked["label"].startswith("Qwen3-Embedding-8B") and "64 rows" in chunked["label"]

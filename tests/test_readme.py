@@ -47,3 +47,29 @@ def test_the_glossary_defines_the_words_the_figures_use():
                  "chunk cache", "async scheduling", "engine step", "float32 head, activation"):
         assert word in rows, word
         assert rows[word].count("|") == 4  # one line: word, meaning, vLLM's name
+
+
+def test_the_reranker_picture_numbers_are_what_the_example_computes():
+    """The Rerankers tour's two runs (the memory picture's points): held and delivered bytes
+    as its comments and its prose say them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    (block,) = [b for b in python_blocks() if "late_chunking_size" in b]
+    namespace: dict = {}
+    exec(compile(block, str(README), "exec"), namespace)
+    listwise, late = namespace["listwise"], namespace["late"]
+    held, out = listwise.peak_pooling_bytes, listwise.summary()["output_bytes"]
+    assert f"# {held:,} B held, {out:,} B out" in block and out == 65 * 512 * 2
+    held, out = late.peak_pooling_bytes, late.summary()["output_bytes"]
+    assert f"# {held:,} B held, {out:,} B out" in block
+    tour = README.read_text().split("### Rerankers", 1)[1].split("\n## ", 1)[0]
+    prose = " ".join(tour.split("The memory picture above", 1)[1].split("```", 1)[0].split())
+    said = (f"holds {listwise.peak_pooling_bytes // 1024} KiB and delivers "
+            f"{listwise.summary()['output_bytes']:,} B",
+            f"holds {late.peak_pooling_bytes // 2**20} MiB, every token's row, and delivers "
+            f"{late.summary()['output_bytes'] // 2**20} MiB")
+    assert all(s in prose for s in said), (said, prose)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

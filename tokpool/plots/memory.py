@@ -399,6 +399,78 @@ def _wrap(text: str, width: int = 30) -> str:
     return "\n".join(textwrap.wrap(text, width)) or text
 
 
+#: Colours of the single runs drawn over the curves (``points=``), none a policy's colour.
+POINT_COLOURS: tuple[str, ...] = (OKABE_ITO[4], OKABE_ITO[7], OKABE_ITO[5], OKABE_ITO[6])
+#: Markers of the single runs, one per point (the open one of the same shape: delivered).
+POINT_MARKERS: tuple[str, ...] = ("D", "*", "^", "P")
+
+
+def _points_frame(points: Any, y: str, *, log: bool) -> pd.DataFrame:
+    """``points`` as a checked DataFrame: ``prompt_len``, ``label``, the ``y`` column and
+    optionally ``output_bytes`` (what the run delivers to the host)."""
+    if isinstance(points, dict):
+        raise TypeError("points must be a DataFrame or a list of dicts (one per run), got one "
+                        "dict; wrap it in a list: points=[{...}]")
+    if isinstance(points, (list, tuple)):
+        if not all(isinstance(p, dict) for p in points):
+            raise TypeError("points: every item must be a dict with prompt_len, label and "
+                            f"{y!r} (optionally output_bytes), got "
+                            f"{sorted({type(p).__name__ for p in points})}")
+        points = pd.DataFrame(list(points))
+    if not isinstance(points, pd.DataFrame):
+        raise TypeError(f"points must be a DataFrame or a list of dicts, got "
+                        f"{type(points).__name__}")
+    if points.empty:
+        raise ValueError("points is empty; pass points=None to draw the curves alone")
+    missing = [c for c in ("prompt_len", "label", y) if c not in points.columns]
+    if missing:
+        raise ValueError(f"points lack column(s) {missing}: each point needs prompt_len, a "
+                         f"label and {y!r} (the curves' y), optionally output_bytes; they have "
+                         f"{list(points.columns)} (a run's row: dict(r.summary(), label=...))")
+    numbers = ["prompt_len", y] + (["output_bytes"] if "output_bytes" in points.columns
+                                   and y != "output_bytes" else [])
+    for column in numbers:
+        values = pd.to_numeric(points[column], errors="coerce")
+        wrong = values.isna() | ((values <= 0) if log else (values < 0))
+        if wrong.any():
+            bad = points.loc[wrong, column].tolist()
+            raise ValueError(f"points: {column} must be {'> 0 on a log axis' if log else '>= 0'}"
+                             f", got {bad}" + ("; pass loglog=False to draw zeros" if log else ""))
+    labels = points["label"]
+    if not all(isinstance(v, str) and v.strip() for v in labels):
+        raise TypeError(f"points: every label must be a non-empty string, got {labels.tolist()}")
+    return points
+
+
+def _draw_points(ax: Axes, points: pd.DataFrame, y: str) -> list[Any]:
+    """Each run as a filled marker at its ``y`` bytes and, given its ``output_bytes``, an open
+    marker at what it delivers joined to it by a thin line; returns their legend entries."""
+    delivered = "output_bytes" in points.columns and y != "output_bytes"
+    entries: list[Any] = []
+    for i, row in enumerate(points.itertuples(index=False)):
+        colour = POINT_COLOURS[i % len(POINT_COLOURS)]
+        marker = POINT_MARKERS[i % len(POINT_MARKERS)]
+        x, held = float(row.prompt_len), float(getattr(row, y))
+        label = str(row.label)
+        words = f"{label if chr(10) in label else _wrap(label, 34)}:\nholds {format_bytes(held)}"
+        if delivered:
+            out = float(row.output_bytes)
+            ax.plot([x, x], [held, out], color=colour, lw=0.9, zorder=5,
+                    gid=f"point link: {label}")
+            ax.plot([x], [out], ls="", marker=marker, ms=8, mfc="white", mec=colour, mew=1.6,
+                    zorder=6, gid=f"point delivered: {label}")
+            words += f", delivers {format_bytes(out)}"
+        ax.plot([x], [held], ls="", marker=marker, ms=9, color=colour, mec="black", mew=0.6,
+                zorder=6, gid=f"point: {label}")
+        entries.append(Line2D([], [], ls="", marker=marker, ms=8, color=colour, mec="black",
+                              mew=0.6, label=words))
+    if delivered:
+        entries.append(Line2D([], [], ls="", marker=POINT_MARKERS[0], ms=7, mfc="white",
+                              mec="0.3", mew=1.4, label="open marker of the same shape,\n"
+                              "joined by a line: what the run\ndelivers to the host"))
+    return entries
+
+
 @styled
 def plot_memory_vs_prompt_length(
     df: pd.DataFrame,
@@ -410,6 +482,7 @@ def plot_memory_vs_prompt_length(
     ax: Axes | None = None,
     loglog: bool = True,
     title: str | None = None,
+    points: pd.DataFrame | list[dict[str, Any]] | None = None,
 ) -> Axes:
     """Peak memory against prompt length, one line per retention policy (log–log).
 
@@ -430,12 +503,29 @@ def plot_memory_vs_prompt_length(
         ax: axes to draw into (a new figure when ``None``).
         loglog: log–log axes (zeros, e.g. offload's device bytes, are listed in the legend).
         title: axes title.
+        points: single runs drawn over the curves, a DataFrame or a list of dicts, one per
+            run: ``prompt_len``, ``label`` (plain words: which model, which workload) and the
+            ``y`` column; with ``output_bytes`` (what the run delivers to the host) a second,
+            open marker sits there, joined to the first by a thin line: what pooling holds
+            against what the user gets. A run's row: ``dict(r.summary(), label="...")``.
 
     Returns:
         The axes.
 
     Raises:
-        ValueError: a missing column, unknown hardware, or no rows for ``async_scheduling``.
+        ValueError: a missing column, unknown hardware, no rows for ``async_scheduling``, or
+            points without their columns or with bytes a log axis cannot draw.
+        TypeError: ``df`` or ``points`` of the wrong type, or a point without a text label.
+
+    Example:
+        >>> import tokpool as tp
+        >>> cfg = tp.SimConfig(hidden_size=64, max_num_batched_tokens=256)
+        >>> r = tp.simulate([2048], cfg, mode="analytic")
+        >>> ax = tp.plot_memory_vs_prompt_length(
+        ...     tp.sweep([1024, 4096], cfg, progress=False),
+        ...     points=[dict(r.summary(), label="one 2K-token prompt")])
+        >>> [line.get_gid() for line in ax.lines if line.get_gid()][-1]
+        'point: one 2K-token prompt'
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"df must be a tp.sweep(...) DataFrame, got {type(df).__name__}")
@@ -443,9 +533,11 @@ def plot_memory_vs_prompt_length(
     if missing:
         raise ValueError(f"df lacks column(s) {missing} (prompt_len, hue={hue!r}, y={y!r}); it "
                          f"has {list(df.columns)}")
+    shown_points = None if points is None else _points_frame(points, y, log=loglog)
     df, mode = _select_async(df, async_scheduling)
     ax = new_axes(ax, (9.2, 4.6))
     extra = _plot_lines(df, y, ax, hue=hue, floor_zero=loglog)
+    runs = [] if shown_points is None else _draw_points(ax, shown_points, y)
     ref = _hardware_bytes(hardware)
     if ref is not None:
         highest = float(df[y].max()) if len(df) else 0.0
@@ -469,7 +561,7 @@ def plot_memory_vs_prompt_length(
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel(BYTE_LABELS.get(y, y.replace("_", " ")))
     handles, _ = ax.get_legend_handles_labels()
-    _outside_legend(ax, handles + extra)
+    _outside_legend(ax, handles + extra + runs)
     if title is None:
         title = f"{BYTE_LABELS.get(y, y).capitalize()} vs prompt length"
         title += f" ({mode} scheduling)" if mode else ""
