@@ -56,6 +56,7 @@ _LAZY: dict[str, str] = {
     "prm_memory_table": "tokpool.prm",
     "corruption_table": "tokpool.sim",
     "simulate_score": "tokpool.late_interaction.simulate_score",
+    "listwise_prompts": "tokpool.late_interaction.listwise",  # JinaForRanking's prompts
     "plot_memory_timeline": "tokpool.viz",
     "plot_memory_vs_prompt_length": "tokpool.viz",
     "plot_ownership_schedule": "tokpool.viz",
