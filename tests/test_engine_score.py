@@ -102,10 +102,13 @@ def test_the_workloads_exercise_what_they_claim(checked):
     assert max(int(c.cache["entries"].max()) for c in checked.comparisons) >= 4
     assert all(c.cache["engine_bytes"].iloc[-1] == 0 for c in checked.comparisons)
     assert any(n > FLAGS.max_num_batched_tokens for q, d in WORKLOADS for n in map(len, d))
-    first = checked.comparisons[0].pairs
-    shifted = (first["engine_score"] - first["tokpool_score"].shift(1)).abs().iloc[1:]
-    assert (shifted > first["tolerance"].iloc[0]).all(), first.to_string()
-    assert first["tolerance"].iloc[0] == score_tolerance(len(WORKLOADS[0][0][0]))
+    for c, (queries, _) in zip(checked.comparisons, WORKLOADS, strict=True):
+        pairs = c.pairs  # another document's score: typically far outside the tolerance
+        if len(pairs) > 1:
+            shifted = (pairs["engine_score"] - pairs["tokpool_score"].shift(1)).abs().iloc[1:]
+            assert (shifted / pairs["tolerance"].iloc[1:]).median() > 10, pairs.to_string()
+        assert list(pairs["tolerance"]) == [score_tolerance(len(queries[q]))
+                                            for q in pairs["query"]]
 
 
 def test_simulate_score_reports_the_cache_the_engine_held(checked):

@@ -91,7 +91,7 @@ def score_tolerance(q_len: int, atol: float = ENGINE_ATOL[TASK]) -> float:
     Why: the score sums ``q_len`` terms, each the best ``<q_i, d_j>`` of two unit rows, and
     ``|max_j a_j - max_j b_j| <= max_j |a_j - b_j|``; a term's error is ``<δq, d> + <q, δd>``,
     a sum of ``dim`` element errors (measured up to 7.8e-6, bounded by ``atol``) weighted by
-    unit-row elements, which with unsigned-random rounding stays of the order of one element
+    unit-row elements, which with rounding errors of random sign stays of the order of one element
     error. Measured on this project's CPU: at most 1.1e-5 for a 31-token query (6 float32 ulps
     of a score of 24.6; ``q_len * atol`` = 1.6e-3), so ~100x headroom. The worst case
     (Cauchy-Schwarz: ``2 sqrt(dim) atol`` per term, 0.074 here) is not used: it would admit
