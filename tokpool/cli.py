@@ -486,7 +486,8 @@ def _cmd_engine_check(args: argparse.Namespace) -> int:
             raise CLIError(f"{flag} is used with --score only; add --score, or give --prompt")
     from .engine_check import cli_main  # the logic lives there; vLLM runs in a subprocess
 
-    args.chunk_sizes = args.chunk_sizes or "16,48"
+    if args.chunk_sizes is None:  # --score has its own default (one engine)
+        args.chunk_sizes = "16,48"
     return cli_main(args)
 
 

@@ -91,11 +91,12 @@ def score_tolerance(q_len: int, atol: float = ENGINE_ATOL[TASK]) -> float:
     Why: the score sums ``q_len`` terms, each the best ``<q_i, d_j>`` of two unit rows, and
     ``|max_j a_j - max_j b_j| <= max_j |a_j - b_j|``; a term's error is ``<δq, d> + <q, δd>``,
     a sum of ``dim`` element errors (measured up to 7.8e-6, bounded by ``atol``) weighted by
-    unit-row elements, which with rounding errors of random sign stays of the order of one element
-    error. Measured on this project's CPU: at most 1.1e-5 for a 31-token query (6 float32 ulps
-    of a score of 24.6; ``q_len * atol`` = 1.6e-3), so ~100x headroom. The worst case
-    (Cauchy-Schwarz: ``2 sqrt(dim) atol`` per term, 0.074 here) is not used: it would admit
-    another document's score (random documents' scores differ by ~1e-2).
+    unit-row elements; with rounding errors of random sign it stays of the order of one
+    element error. Measured on this project's CPU (tests/test_engine_score.py, 21 pairs): at
+    most 9.5e-6 (a few float32 ulps of scores of 1..25), at most 2.7% of this bound. The
+    worst case (Cauchy-Schwarz: ``2 sqrt(dim) atol`` per term, 48x more for SmolLM2's 576
+    dims) is not used: it would admit another document's score (random documents' scores
+    differ by ~1e-3..1e-2 per query token).
 
     Example:
         >>> score_tolerance(20)  # 20 query tokens
@@ -496,7 +497,7 @@ def cli_score(args: argparse.Namespace,
     if args.dtype != "float32":
         raise EngineCheckError(f"--dtype {args.dtype} with --score: scores are compared with "
                                "tokpool's within a float32 bound; use --dtype float32")
-    sizes = (args.chunk_sizes or "0").split(",")
+    sizes = ("0" if args.chunk_sizes is None else args.chunk_sizes).split(",")
     try:
         threshold = int(sizes[0]) if len(sizes) == 1 else None
     except ValueError:
