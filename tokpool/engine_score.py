@@ -196,8 +196,9 @@ class ScoreComparison:
         pairs: one row per document: ``doc``, ``query``, ``q_len``, ``d_len``, ``step``
             (engine doc-stage step it was scored in), ``engine_score``, ``tokpool_score``
             (tokpool's embeddings), ``abs_diff``, ``tolerance``, ``within_tol``,
-            ``engine_emb_equal`` (``tp.maxsim_batched`` over the engine's embeddings, its
-            group ``torch.equal`` to the worker's scores).
+            ``engine_emb_equal`` (``tp.maxsim_batched`` over the engine's embeddings of the
+            documents that finished in the same step, in batch order: this pair's score
+            ``torch.equal`` to the worker's).
         cache: one row per engine step (query stage, then doc stage): ``step``, ``stage``,
             ``tokens``, ``engine_bytes``, ``entries``, ``analytic_bytes``, ``tensor_bytes``,
             ``equal``.
@@ -296,9 +297,8 @@ def score_comparison(
         tokpool_scores[group] = torch.stack(mine)
         theirs = torch.stack(maxsim_batched([engine.query_embs[doc_query[j]] for j in group],
                                             [engine.doc_embs[j] for j in group]))
-        same = torch.equal(theirs, engine.scores[group])
-        for j in group:
-            engine_emb_equal[j] = same
+        for i, j in enumerate(group):  # each pair bit for bit (its group batched as vLLM's)
+            engine_emb_equal[j] = torch.equal(theirs[i], engine.scores[j])
     rows = []
     for j in range(len(docs)):
         q_len = len(queries[doc_query[j]])
