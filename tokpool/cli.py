@@ -477,8 +477,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_engine_check(args: argparse.Namespace) -> int:
-    if args.score:  # late-interaction scoring: its own module (one engine, two stages)
-        from .engine_score import cli_score
+    if args.score:
+        from .engine_score import cli_score  # its own module: one engine, two stages
 
         return cli_score(args)
     for flag, value in (("--query", args.query), ("--doc", args.doc)):
