@@ -194,8 +194,8 @@ class ScoreComparison:
 
     Attributes:
         pairs: one row per document: ``doc``, ``query``, ``q_len``, ``d_len``, ``step``
-            (engine doc-stage step it was scored in), ``engine_score``, ``tokpool_score``
-            (tokpool's embeddings), ``abs_diff``, ``tolerance``, ``within_tol``,
+            (the engine step it was scored in, numbered as ``cache``'s), ``engine_score``,
+            ``tokpool_score`` (tokpool's embeddings), ``abs_diff``, ``tolerance``, ``within_tol``,
             ``engine_emb_equal`` (``tp.maxsim_batched`` over the engine's embeddings of the
             documents that finished in the same step, in batch order: this pair's score
             ``torch.equal`` to the worker's).
@@ -288,7 +288,9 @@ def score_comparison(
     if scored != list(range(len(docs))):
         problems.append(f"the worker scored documents {scored}, not each of the {len(docs)} "
                         "once")
-    step_of = {j: s for s, rec in enumerate(engine.cache["doc"]) for j in rec["scored"]}
+    first_doc_step = len(engine.cache["query"])  # steps numbered as the cache table's
+    step_of = {j: first_doc_step + s for s, rec in enumerate(engine.cache["doc"])
+               for j in rec["scored"]}
     ours_q, ours_d = list(tokpool_embs[:n_q]), list(tokpool_embs[n_q:])
     tokpool_scores = torch.full((len(docs),), float("nan"))
     engine_emb_equal = [False] * len(docs)
