@@ -75,7 +75,7 @@ engine: install
 # `make test`: about 1 h on 2 busy cores.
 engine-test: engine
 	TOKPOOL_ENGINE_PYTHON=$(abspath $(ENGINE_VENV))/bin/python $(PY) -m pytest -m engine \
-		tests/test_engine_vllm.py $(PYTEST_ARGS)
+		tests/test_engine_vllm.py tests/test_engine_score.py $(PYTEST_ARGS)
 
 # The hostile-input generator in full: every hostile value of every parameter, 300 examples
 # per property (tests/hostile; `make test` runs a sample, and the full run with TOKPOOL_FULL=1,

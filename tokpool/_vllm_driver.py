@@ -38,6 +38,22 @@ block size, per run the steps, the seconds and, with ``memory``, one record per 
 ``MemoryRecorder.step_record``) and ``outputs.safetensors`` (``"{run}.{prompt}"``:
 the per-token output ``[n_tokens, width]``, float32). A failure writes ``error.json``
 (``{"kind": ..., "message": ...}``) and exits with status 3.
+
+Scoring (``tokpool engine-check --score``): an engine spec may also hold ``"scores"``, a list of
+``{"queries": [[ids]...], "docs": [[ids]...], "doc_query": [query index per doc],
+"query_keys": [key per query]}``. Each is served as vLLM's two-stage late-interaction flow
+(``ServingScores.flash_late_interaction``) on this one engine: an ``encode`` of the queries
+with ``PoolingParams(task="token_embed", late_interaction_params=
+build_late_interaction_query_params(key, uses))`` (uses: the documents paired with it), then
+an ``encode`` of the documents with ``build_late_interaction_doc_params(key)``; the worker's
+``LateInteractionRunner`` caches the queries and scores the documents. Then the same queries,
+then the same documents, plainly (no late-interaction params: the engine's own token
+embeddings, scheduled as the two stages were). ``LateInteractionRunner.
+postprocess_pooler_output`` is wrapped: after every call, the bytes its ``_query_cache`` holds
+(unique storages), its entries, and the documents it scored (batch order). Answer per score:
+``result["scores"][k]`` (each stage's steps, the cache records) and tensors
+``"s{k}.score"`` (``[n_docs]`` float32, the worker's scores), ``"s{k}.q.{i}"``,
+``"s{k}.d.{j}"`` (the plain token embeddings).
 """
 
 from __future__ import annotations
@@ -432,6 +448,48 @@ class CudaPoolerRecorder:
                               "called: vLLM's pooling path changed")
 
 
+class QueryCacheRecorder:
+    """The worker's late-interaction query cache after every ``postprocess_pooler_output``
+    call (vLLM's ``LateInteractionRunner``, wrapped in the engine process): bytes (unique
+    storages of ``_query_cache``), entries, and the prompts it scored and cached (batch
+    order, as ``order`` numbers them). One record per call, i.e. per step that pooled."""
+
+    def __init__(self, order: dict[str, int]) -> None:
+        self.order = order
+        self.records: list[dict] = []
+        self.calls = 0
+
+    def install(self) -> None:
+        from vllm.v1.pool.late_interaction_runner import LateInteractionRunner
+
+        recorder = self
+        original = LateInteractionRunner.postprocess_pooler_output
+
+        def postprocess(self_, raw_pooler_output, pooling_params, req_ids, finished_mask):
+            out = original(self_, raw_pooler_output, pooling_params, req_ids, finished_mask)
+            recorder.calls += 1
+            cache = getattr(self_, "_query_cache", None)
+            if not isinstance(cache, dict):
+                raise VllmChanged("LateInteractionRunner has no dict `_query_cache`")
+            storages = {}
+            for t in cache.values():
+                storage = t.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+            scored, cached = [], []
+            for req_id, params, done in zip(req_ids, pooling_params, finished_mask,
+                                            strict=True):
+                li = getattr(params, "late_interaction_params", None)
+                if not done or li is None:
+                    continue
+                (scored if li.mode == "score_doc" else cached).append(
+                    recorder.order.get(req_id, -1))
+            recorder.records.append({"bytes": sum(storages.values()), "entries": len(cache),
+                                     "scored": scored, "cached": cached})
+            return out
+
+        LateInteractionRunner.postprocess_pooler_output = postprocess
+
+
 def _subclasses(cls) -> list:
     out, todo = [], [cls]
     while todo:
@@ -487,6 +545,14 @@ def main(argv: list[str]) -> int:
         except (ImportError, AttributeError) as err:
             return _fail(out, "vllm_changed", f"cannot wrap vLLM's pooling for the memory "
                          f"record ({_first_line(err)})")
+    scoring = None
+    if any(spec.get("scores") for spec in request.get("engines", [request])):
+        scoring = QueryCacheRecorder(order)
+        try:
+            scoring.install()
+        except (ImportError, AttributeError) as err:
+            return _fail(out, "vllm_changed", f"cannot wrap vLLM's LateInteractionRunner "
+                         f"({_first_line(err)})")
     several = "engines" in request
     if several and recorder is not None:  # its wrappers and live storages span one engine
         return _fail(out, "bad_request", "the memory record measures one engine per process")
@@ -494,7 +560,7 @@ def main(argv: list[str]) -> int:
     results, tensors = [], {}
     for e, spec in enumerate(engines):
         result, engine_tensors = _serve(spec, LLM, PoolerConfig, TokensPrompt, steps, preempted,
-                                        order, recorder, torch, vllm)
+                                        order, recorder, torch, vllm, scoring)
         if isinstance(result, str):  # (kind, message): this engine failed
             return _fail(out, result, f"engine {e}: {engine_tensors}" if several
                          else engine_tensors)
@@ -508,7 +574,7 @@ def main(argv: list[str]) -> int:
 
 
 def _serve(spec: dict, LLM, PoolerConfig, TokensPrompt, steps: list, preempted: list,
-           order: dict, recorder, torch, vllm):
+           order: dict, recorder, torch, vllm, scoring=None):
     """Build one engine for ``spec`` (model, task, engine kwargs, runs), encode its runs and
     free it: ``(result, tensors)``, or ``(kind, message)`` where it fails."""
     task = spec["task"]
@@ -564,6 +630,13 @@ def _serve(spec: dict, LLM, PoolerConfig, TokensPrompt, steps: list, preempted: 
                                         f"runner's _pool ran {len(recorder.records)} times")
             run["memory"] = recorder.records
         runs.append(run)
+    scores = []
+    for k, work in enumerate(spec.get("scores") or ()):
+        answer = _score(llm, k, work, task, TokensPrompt, steps, order, scoring, torch)
+        if isinstance(answer[0], str):
+            return answer
+        scores.append(answer[0])
+        tensors.update(answer[1])
     import resource  # Linux: ru_maxrss in KiB
 
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -583,9 +656,77 @@ def _serve(spec: dict, LLM, PoolerConfig, TokensPrompt, steps: list, preempted: 
         "pooler": "" if recorder is None else recorder.pooler,
         "peak_rss_mb": round(peak_rss_mb),
         "runs": runs,
+        **({"scores": scores} if scores else {}),
     }
     del llm
     return result, tensors
+
+
+def _score(llm, k: int, work: dict, task: str, TokensPrompt, steps: list, order: dict,
+           scoring: QueryCacheRecorder, torch):
+    """One two-stage late-interaction score on ``llm`` (see the module docstring), then the
+    same prompts plainly: ``(record, tensors)``, or ``(kind, message)`` where it fails."""
+    from vllm.pooling_params import PoolingParams
+    from vllm.v1.pool.late_interaction import (
+        build_late_interaction_doc_params,
+        build_late_interaction_query_params,
+    )
+
+    queries, docs, doc_query = work["queries"], work["docs"], work["doc_query"]
+    keys = work["query_keys"]
+    uses = [sum(1 for q in doc_query if q == i) for i in range(len(queries))]
+    stages = [
+        ("query", queries, [PoolingParams(task=task, late_interaction_params=
+                                          build_late_interaction_query_params(keys[i], uses[i]))
+                            for i in range(len(queries))]),
+        ("doc", docs, [PoolingParams(task=task, late_interaction_params=
+                                     build_late_interaction_doc_params(keys[q]))
+                       for q in doc_query]),
+        ("plain_query", queries, None),
+        ("plain_doc", docs, None),
+    ]
+    record: dict = {}
+    tensors: dict = {}
+    for name, prompts, params in stages:
+        steps.clear()
+        order.clear()
+        scoring.records = []
+        calls = scoring.calls
+        try:
+            results = llm.encode([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                 pooling_params=params, pooling_task=task, use_tqdm=False)
+        except Exception as err:
+            return "encode_failed", f"score {k} {name} stage: {_first_line(err)}"
+        if scoring.calls == calls:
+            return "vllm_changed", (f"score {k} {name} stage: LateInteractionRunner."
+                                    "postprocess_pooler_output was never called: vLLM's "
+                                    "late-interaction path changed")
+        if len(scoring.records) != len(steps):
+            return "vllm_changed", (f"score {k} {name} stage: {len(steps)} scheduled steps but "
+                                    f"postprocess_pooler_output ran {len(scoring.records)} "
+                                    "times")
+        ids = sorted(order, key=order.get)
+        index = {req_id: i for i, req_id in enumerate(ids)}
+        record[f"{name}_steps"] = [{str(index[r]): v for r, v in step.items()}
+                                   for step in steps]
+        record[f"{name}_cache"] = scoring.records
+        data = [res.outputs.data.detach().to("cpu") for res in results]
+        if name.startswith("plain"):
+            prefix = "q" if name == "plain_query" else "d"
+            for i, t in enumerate(data):
+                tensors[f"s{k}.{prefix}.{i}"] = t.to(torch.float32).contiguous()
+        else:
+            shapes = {tuple(t.shape) for t in data}
+            if shapes != {()}:
+                return "vllm_changed", (f"score {k} {name} stage: outputs of shapes "
+                                        f"{sorted(shapes)}, not the worker's 0-d scalars")
+            record[f"{name}_dtypes"] = sorted({str(t.dtype).removeprefix("torch.")
+                                               for t in data})
+            if name == "query":
+                record["query_outputs"] = [float(t) for t in data]
+            else:
+                tensors[f"s{k}.score"] = torch.stack(data).contiguous()
+    return record, tensors
 
 
 if __name__ == "__main__":

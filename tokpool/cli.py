@@ -480,8 +480,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_engine_check(args: argparse.Namespace) -> int:
+    if args.score:
+        from .engine_score import cli_score  # its own module: one engine, two stages
+
+        return cli_score(args)
+    for flag, value in (("--query", args.query), ("--doc", args.doc)):
+        if value:
+            raise CLIError(f"{flag} is used with --score only; add --score, or give --prompt")
     from .engine_check import cli_main  # the logic lives there; vLLM runs in a subprocess
 
+    if args.chunk_sizes is None:  # --score has its own default (one engine)
+        args.chunk_sizes = "16,48"
     return cli_main(args)
 
 
@@ -604,7 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Serve prompts with the local vLLM engine (CPU or GPU) and "
                        "with tokpool: per-token outputs (max abs difference) and the engine's "
                        "schedule vs tp.simulate's; with --memory the pooling bytes of every "
-                       "step. One engine start per chunk size. Exit 0 "
+                       "step. One engine start per chunk size. With --score: queries scored "
+                       "against documents by the engine's own worker-side late interaction "
+                       "(two encode calls), the scores vs tp.maxsim_batched and the worker's "
+                       "query-cache bytes per step vs tp.simulate_score (one engine). Exit 0 "
                        "when all agree, 1 when something differs. Without vLLM: `make engine`.")
     p.add_argument("model", nargs="?", default="smollm2-135m",
                    help="smollm2-135m (token_embed), smollm2-prm (token_classify) or a model "
@@ -612,8 +624,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="token_embed or token_classify (default: the model's)")
     p.add_argument("--prompt", action="append",
                    help="a prompt text; repeat for several (default: six built-in prompts)")
-    p.add_argument("--chunk-sizes", default="16,48",
-                   help="long_prefill_token_threshold values, one engine each (default 16,48)")
+    p.add_argument("--chunk-sizes", default=None,
+                   help="long_prefill_token_threshold values, one engine each (default 16,48; "
+                   "with --score one value, default 0: none)")
     p.add_argument("--budget", type=_arg(parse_size), default=64,
                    help="max_num_batched_tokens (default 64)")
     p.add_argument("--max-num-seqs", type=_int_at_least(1), default=64)
@@ -628,6 +641,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "shape only)")
     p.add_argument("--num-gpu-blocks-override", type=_int_at_least(1), default=None,
                    help="the engine's KV-cache blocks (a small cache makes vLLM preempt)")
+    p.add_argument("--score", action="store_true",
+                   help="score queries against documents as vLLM's /score does in two stages "
+                   "(task token_embed): engine scores vs tp.maxsim_batched over tokpool's and "
+                   "the engine's token embeddings, the worker's query-cache bytes per step vs "
+                   "tp.simulate_score; exit 1 with the first difference")
+    p.add_argument("--query", action="append",
+                   help="with --score: a query text; repeat for several (1:N or N:N with "
+                   "--doc; default: two built-in queries)")
+    p.add_argument("--doc", action="append",
+                   help="with --score: a document text; repeat for several (default: four "
+                   "built-in documents)")
     p.set_defaults(func=_cmd_engine_check)
 
     p = sub.add_parser("report", help="execute every notebook into HTML under reports/",
