@@ -382,10 +382,10 @@ def _driver_error(error: dict, exe: Path, model_dir, task: str) -> EngineCheckEr
     if kind == "unsupported_task":
         return EngineCheckError(f"vLLM does not serve task {task!r} for {model_dir} "
                                 f"({message}); pick a task the model serves")
-    if kind == "vllm_changed":
-        return EngineCheckError(f"this vLLM's pooling is not shaped as the memory record "
-                                f"expects ({message}); run without --memory, or check "
-                                "tokpool/_vllm_driver.py against it")
+    if kind == "vllm_changed":  # the memory record's or the scoring record's wrappers
+        return EngineCheckError(f"this vLLM's pooling is not shaped as the driver's record "
+                                f"expects ({message}); run without --memory / --score, or "
+                                "check tokpool/_vllm_driver.py against it")
     if kind == "model_not_loadable":
         return EngineCheckError(f"vLLM could not load the model at {model_dir} ({message}); "
                                 "pass a transformers folder whose architecture vLLM supports")
