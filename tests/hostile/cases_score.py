@@ -1,4 +1,5 @@
-"""``tp.simulate_score``'s parameters (issue 38, the scoring flow): one hostile value each."""
+"""``tp.simulate_score``'s and ``tp.listwise_prompts``' parameters (issue 38, the scoring flow):
+one hostile value each."""
 
 from __future__ import annotations
 
@@ -28,5 +29,18 @@ def score(a: str, sweep) -> list[Case]:
         "tokenize": {"5": 5},
         "template_tokens": {"-1": -1, "1.5": 1.5},
         "scheduler": {"'nope'": "nope"},
+        "pooling_params": {"5": 5, "[None]": [None]},
     }, names={"queries": ("quer",), "docs": ("doc",), "config": ("config",),
-              "query_keys": ("quer",)})
+              "query_keys": ("quer",)}
+    ) + sweep(a, "simulate_score", tp.simulate_score,  # refused in vLLM's words
+              {"queries": [5], "docs": [7, 9], "config": cfg, "mode": "analytic"},
+              {"pooling_params": {"late chunking": tp.PoolingParams(late_chunking_size=4)}},
+              names={"pooling_params": ("Late chunking", "late-interaction")}
+    ) + sweep(a, "listwise_prompts", tp.listwise_prompts, {"queries": [5], "docs": [7, 9]}, {
+        "queries": {"None": None, "'abc'": "abc", "[0]": [0], "[True]": [True], "[1.5]": [1.5],
+                    "[[]]": [[]], "[5, 6, 7]": [5, 6, 7], "[]": [], "['q']": ["q"]},
+        "docs": {"None": None, "[0]": [0], "[[]]": [[]], "[nan]": [math.nan], "[]": [],
+                 "5": 5},
+        "tokenize": {"5": 5},
+        "template_tokens": {"-1": -1, "1.5": 1.5, "True": True},
+    }, names={"queries": ("quer",), "docs": ("doc",)})

@@ -216,7 +216,8 @@ def listwise_prompts(queries: Sequence, docs: Sequence, *,
 
     Raises:
         ValueError: empty lists, N:1 or other shapes, ``template_tokens`` < 0.
-        TypeError: texts without ``tokenize``, or inputs of another kind.
+        TypeError: texts without ``tokenize``, a ``tokenize`` that is not callable, or inputs
+            of another kind.
 
     Example:
         >>> [len(p) for p in listwise_prompts([3], [5, 6])]  # 5+1 + 6+1 + 3+1
@@ -226,6 +227,13 @@ def listwise_prompts(queries: Sequence, docs: Sequence, *,
     """
     from .scoring import check_pairing  # one statement of vLLM's rule
 
+    for name, items in (("queries", queries), ("docs", docs)):
+        if not isinstance(items, (list, tuple)):
+            raise TypeError(f"{name} must be a list of texts, lengths or token-id lists, got "
+                            f"{type(items).__name__}")
+    if tokenize is not None and not callable(tokenize):
+        raise TypeError(f"tokenize must be a function text -> token ids (or None), got "
+                        f"{type(tokenize).__name__}")
     check_pairing(len(queries), len(docs))
     if isinstance(template_tokens, bool) or not isinstance(template_tokens, int) \
             or template_tokens < 0:
