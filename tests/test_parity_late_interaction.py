@@ -24,7 +24,6 @@ terminal summary (``parity_count``).
 from __future__ import annotations
 
 import random
-import weakref
 from types import SimpleNamespace as NS
 
 import pytest
@@ -43,9 +42,8 @@ if vllm_version() != VLLM_REFERENCE_VERSION:
                 f"were read in {VLLM_REFERENCE_VERSION}", allow_module_level=True)
 
 import numpy as np  # noqa: E402
+from maxsim_alloc import FloatStorages  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils._pytree import tree_flatten  # noqa: E402
 from vllm.config import VllmConfig, set_current_vllm_config  # noqa: E402
 from vllm.entrypoints.pooling.scoring.utils import _validate_score_input_lens  # noqa: E402
 from vllm.model_executor.models.colbert import ColBERTMixin  # noqa: E402
@@ -220,48 +218,6 @@ def test_jina_pool_matches_vllms_on_random_chunked_schedules(parity_count):
                         parity_count("JinaForRanking pooled rows (torch.equal)")
             assert all(v == 1 for v in done.values())
         assert compared >= WORKLOADS
-
-
-class FloatStorages(TorchDispatchMode):
-    """Bytes of the floating-point storages made under it that are still alive, and the most
-    alive at once since ``peak`` was last reset; ``skip``: storages not to count (the step's
-    hidden states, which the engine owns); ``skip_shape``: leave out storages first made as a
-    tensor whose last dim is this (the normaliser's ``[rows, 1]`` norms), views of them too."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.skip: set[int] = set()
-        self.skip_shape: int | None = None
-        self._live: dict[int, list[int]] = {}  # storage address -> [bytes counted, tensors]
-        self.alive = self.peak = 0
-
-    def _drop(self, key: int) -> None:
-        rec = self._live.get(key)
-        if rec is not None:
-            rec[1] -= 1
-            if rec[1] == 0:
-                self.alive -= rec[0]
-                del self._live[key]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-                continue
-            storage = t.untyped_storage()
-            key = storage.data_ptr()
-            if key in self.skip or storage.nbytes() == 0:
-                continue
-            rec = self._live.get(key)
-            if rec is None:
-                left_out = self.skip_shape is not None and t.ndim and \
-                    t.shape[-1] == self.skip_shape
-                rec = self._live[key] = [0 if left_out else storage.nbytes(), 0]
-                self.alive += rec[0]
-                self.peak = max(self.peak, self.alive)
-            rec[1] += 1
-            weakref.finalize(t, self._drop, key)
-        return out
 
 
 def test_jina_ranking_bytes_are_vllms_pool_s_step_by_step(parity_count):
