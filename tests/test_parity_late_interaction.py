@@ -159,6 +159,24 @@ def test_query_cache_matches_vllms_runner_on_random_calls(parity_count):
     assert done == WORKLOADS
 
 
+def _vllm_step_meta(step, lens, tokens, states) -> tuple[torch.Tensor, VMeta]:
+    """One step of a tokpool schedule as vLLM's pooling sees it: the batch's prompt token ids
+    (``[n_requests, longest]`` int64, zero-padded) and a ``PoolingMetadata`` with its cursor
+    built over the step's chunks and the requests' ``states``."""
+    reqs = [r for r, _, _ in step.chunks]
+    ids = torch.zeros((len(reqs), max(lens[r] for r in reqs)), dtype=torch.int64)
+    for i, r in enumerate(reqs):
+        ids[i, : lens[r]] = torch.as_tensor(tokens[r])
+    meta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]), prompt_token_ids=None,
+                 prompt_token_ids_cpu=ids,
+                 pooling_params=[PoolingParams(task="token_embed") for _ in reqs],
+                 pooling_states=[states[r] for r in reqs])
+    meta.build_pooling_cursor(np.array([stop - start for _, start, stop in step.chunks]),
+                              torch.tensor([stop for _, _, stop in step.chunks]),
+                              torch.device("cpu"))
+    return ids, meta
+
+
 def _jina_projector(width: int, gen: torch.Generator) -> nn.Sequential:
     proj = nn.Sequential(nn.Linear(width, width // 2, bias=False), nn.ReLU(),
                          nn.Linear(width // 2, 6, bias=False))
@@ -192,19 +210,11 @@ def test_jina_pool_matches_vllms_on_random_chunked_schedules(parity_count):
                         t_states[r], v_states[r] = tp.PoolingStates(), VStates()
                 scheduled = [stop - start for _, start, stop in step.chunks]
                 seq_lens = [stop for _, _, stop in step.chunks]
-                ids = torch.zeros((len(reqs), max(lens[r] for r in reqs)), dtype=torch.int64)
-                for i, r in enumerate(reqs):
-                    ids[i, : lens[r]] = tokens[r]
+                ids, vmeta = _vllm_step_meta(step, lens, tokens, v_states)
                 hidden = torch.randn(sum(scheduled), width, generator=gen)
                 tmeta = tp.build_metadata([lens[r] for r in reqs], num_scheduled_tokens=scheduled,
                                           seq_lens=seq_lens, states=[t_states[r] for r in reqs],
                                           prompt_token_ids=ids)
-                vmeta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]),
-                              prompt_token_ids=None, prompt_token_ids_cpu=ids,
-                              pooling_params=[PoolingParams(task="token_embed") for _ in reqs],
-                              pooling_states=[v_states[r] for r in reqs])
-                vmeta.build_pooling_cursor(np.array(scheduled), torch.tensor(seq_lens),
-                                           torch.device("cpu"))
                 with torch.inference_mode():
                     t_out, v_out = t_pool(hidden, tmeta), v_pool(hidden, vmeta)
                 for r, t, v in zip(reqs, t_out, v_out, strict=True):
@@ -243,23 +253,13 @@ def test_jina_ranking_bytes_are_vllms_pool_s_step_by_step(parity_count):
             states: dict[int, VStates] = {}
             watch = FloatStorages()
             for step, peak in zip(sim.schedule, sim.steps["pool_peak_bytes"], strict=True):
-                reqs = [r for r, _, _ in step.chunks]
                 for r, start, _ in step.chunks:
                     if start == 0:
                         states[r] = VStates()
                 scheduled = [stop - start for _, start, stop in step.chunks]
-                seq_lens = [stop for _, _, stop in step.chunks]
-                ids = torch.zeros((len(reqs), max(lens[r] for r in reqs)), dtype=torch.int64)
-                for i, r in enumerate(reqs):
-                    ids[i, : lens[r]] = torch.tensor(tokens[r])
+                _, meta = _vllm_step_meta(step, lens, tokens, states)
                 hidden = torch.randn(sum(scheduled), width, generator=gen).to(cfg.dtype)
                 watch.skip = {hidden.untyped_storage().data_ptr()}
-                meta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]),
-                             prompt_token_ids=None, prompt_token_ids_cpu=ids,
-                             pooling_params=[PoolingParams(task="token_embed") for _ in reqs],
-                             pooling_states=[states[r] for r in reqs])
-                meta.build_pooling_cursor(np.array(scheduled), torch.tensor(seq_lens),
-                                          torch.device("cpu"))
                 watch.peak = watch.alive
                 with torch.inference_mode(), watch:
                     out = pool(hidden, meta)
