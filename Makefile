@@ -68,7 +68,7 @@ vllm: $(VLLM_STAMP)
 # rebuilt when damaged).
 engine: install
 	@PYTHON=$(PYTHON) sh scripts/build-engine-venv.sh $(ENGINE_VENV) $(ENGINE_SPEC)
-	@if [ -f $(ENGINE_VENV)/.tokpool-engine-installed ]; then $(PY) -m tokpool.engine_check prepare; fi
+	@if [ -f $(ENGINE_VENV)/.tokpool-engine-installed ]; then $(PY) -m tokpool.engine.check prepare; fi
 
 # The engine layer: real vLLM engines (outputs and schedules: three configurations in one engine
 # process; then pooling memory per step, one engine process each) against tokpool. Not part of

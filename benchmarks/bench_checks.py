@@ -45,7 +45,7 @@ def bench_heads(quick: bool) -> list[dict]:
     rows = []
     for n_rows in (1024,) if quick else (4096, 32768):
         x = torch.randn(n_rows, 1024, dtype=torch.bfloat16)
-        for cls in (tp.heads.TokenEmbeddingHead, tp.heads.TokenClassifierHead):
+        for cls in (tp.pooler.heads.TokenEmbeddingHead, tp.pooler.heads.TokenClassifierHead):
             on, off = cls(), cls(check_finite=False)
             a, b = _pair(lambda on=on, x=x: on(x), lambda off=off, x=x: off(x),
                          5 if quick else 20)

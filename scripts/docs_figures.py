@@ -211,7 +211,8 @@ def token_norms():
 
 def chunked_vs_full():
     """SmolLM2 chunked prefill vs full forward, float32 and bfloat16 (notebook 03)."""
-    df = tp.compare_chunked(_smollm(), TEXT, chunk_sizes=(8,), dtypes=("float32", "bfloat16"))
+    df = tp.models.compare_chunked(_smollm(), TEXT, chunk_sizes=(8,),
+                                   dtypes=("float32", "bfloat16"))
     return _fig(tp.viz.plot_chunked_error(df, metric="rel_rms", chunk_size=8))
 
 

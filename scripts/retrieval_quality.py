@@ -4,7 +4,8 @@
 
 MiniLM (``minilm-l6``, shipped offline) encodes the 150 queries and 600 documents of
 ``data/retrieval`` once; ``tp.late_interaction.retrieval_quality`` scores dense mean-pooled
-vectors, MaxSim over the token vectors, and MaxSim after ``tp.pool_tokens`` at factors 2, 3 and 4
+vectors, MaxSim over the token vectors, and MaxSim after ``tp.late_interaction.pool_tokens`` at
+factors 2, 3 and 4
 (1,000 bootstrap resamples of the queries, seed 0). Notebook 06 reads the file for its prose and
 recomputes the table (on a subset in quick mode). MiniLM was trained as a mean-pooled
 bi-encoder, not for late interaction.

@@ -29,7 +29,7 @@ def serve_parser_options():
     """``{option: arity}`` of ``vllm serve`` (arity ``"0"``, ``"1"``, ``"?"`` or ``"+"``), the
     options that are not engine arguments (the API server's own), ``{option: canonical}`` for
     aliases and negations, and the negative forms of the boolean options."""
-    from tokpool.vllm_bridge import prepare_vllm_environment
+    from tokpool.pooler.vllm_bridge import prepare_vllm_environment
 
     prepare_vllm_environment()
     from vllm.engine.arg_utils import AsyncEngineArgs

@@ -4,7 +4,8 @@
 (the inputs are excluded) is counted from its creation until its last tensor is collected, so
 ``peaks`` is, per mini-batch (a batch ends at its ``sum``), the most bytes the function held;
 ``batches`` are read from each ``bmm``'s operands (``[B, max_q, D]`` @ ``[B, D, max_d]``).
-Used on vLLM's ``compute_maxsim_score_batched`` (parity) and on ``tp.maxsim_batched``.
+Used on vLLM's ``compute_maxsim_score_batched`` (parity) and on
+``tp.late_interaction.maxsim_batched``.
 ``FloatStorages`` counts the floating-point storages only (JinaForRanking's and a projector
 head's bytes, tests/test_parity_late_interaction.py).
 """

@@ -1,5 +1,5 @@
 """The package's shape: no import cycles anywhere in ``tokpool/`` (function-level imports
-included), and the simulator's rooms import downward only."""
+included), the house's wings import downward only, and so do the simulator's rooms."""
 
 from __future__ import annotations
 
@@ -48,7 +48,10 @@ def imports_of(name: str) -> set[str]:
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            names = [f"{module}.{alias.name}" for alias in node.names]
+            # ``from .. import _args`` loads the module ``_args``; the package itself counts only
+            # when a name is taken from it
+            targets = names if all(n in MODULES for n in names) else [module, *names]
         else:
             continue
         found.update(t for t in targets if t in MODULES)
@@ -164,6 +167,77 @@ def test_the_documented_layouts_match_the_tree():
             assert room in sim_block and (sim / room).is_dir()
 
 
+#: The house, bottom to top (DESIGN.md, "The house has an order"): a module may import only from
+#: its own wing or a wing below it, at module or function level (``TYPE_CHECKING`` imports are
+#: never run and do not count). ``helpers`` are the small modules at ``tokpool/``'s top that every
+#: wing may need; ``front`` is the command line, the report, ``tp.viz`` and the package's own
+#: ``__init__`` (which imports every wing to re-export its names: nothing below may import it).
+HOUSE = ["helpers", "pooler", "sim", "late_interaction", "plots", "models", "prm", "widgets",
+         "engine", "front"]
+#: Loose modules at ``tokpool/``'s top and the wing each belongs to.
+LOOSE = {"_args": "helpers", "_deprecation": "helpers", "_moved_modules": "helpers",
+         "_package": "helpers", "_text": "helpers", "guard": "helpers",
+         "cli": "front", "report": "front", "viz": "front"}
+
+
+def wing(name: str) -> str:
+    """The wing module ``name`` stands in (``tokpool`` itself: the front door)."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return "front"
+    if parts[1] in HOUSE:
+        return parts[1]
+    if len(parts) == 2 and parts[1] in LOOSE:
+        return LOOSE[parts[1]]
+    raise AssertionError(f"{name} stands in no wing: add it to HOUSE or LOOSE in "
+                         "tests/test_architecture.py (and to the layout in README/DESIGN)")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a lower wing into a higher one, as ``importer -> imported`` with both
+    files named."""
+    found = []
+    for name in sorted(graph):
+        for target in sorted(graph[name]):
+            if HOUSE.index(wing(target)) > HOUSE.index(wing(name)):
+                found.append(f"{MODULES[name].relative_to(PACKAGE.parent)} ({wing(name)}) -> "
+                             f"{MODULES[target].relative_to(PACKAGE.parent)} ({wing(target)})")
+    return found
+
+
+def test_every_module_stands_in_a_wing():
+    for name in MODULES:
+        wing(name)
+
+
+def test_the_wings_import_downward_only():
+    upward = upward_imports(_graph())
+    assert not upward, "imports that run up the house (a lower wing may not reach into a " \
+        "higher one; move the piece down, or pass it in):\n" + "\n".join(upward)
+
+
+def test_the_house_check_finds_an_upward_import():
+    graph = {"tokpool.pooler.pooling": {"tokpool.sim.config"}, "tokpool.sim.config": set()}
+    assert upward_imports(graph) == [
+        "tokpool/pooler/pooling.py (pooler) -> tokpool/sim/config.py (sim)"]
+    assert upward_imports({"tokpool.sim.config": {"tokpool.pooler.pooling"},
+                           "tokpool.pooler.pooling": set()}) == []
+
+
+def test_few_loose_modules_at_the_top():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(loose) <= 12, f"{len(loose)} loose modules at tokpool/'s top: {loose}"
+
+
+def test_no_module_is_too_long():
+    """A module holds one idea: none over 800 lines, at most four over 700."""
+    lengths = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    over_800 = sorted(n for n, k in lengths.items() if k > 800)
+    over_700 = sorted(n for n, k in lengths.items() if k > 700)
+    assert not over_800, f"modules over 800 lines: {over_800}"
+    assert len(over_700) <= 4, f"more than four modules over 700 lines: {over_700}"
+
+
 #: Libraries imported inside functions on purpose: `import tokpool` stays light (no model
 #: library, no plotting, no notebook machinery, no vLLM until asked for).
 LAZY_LIBRARIES = ("transformers", "matplotlib", "ipywidgets", "IPython", "nbformat", "nbclient",
@@ -204,15 +278,15 @@ _ROOM_CITED = re.compile(r"``((?:vllm_rules|schedule|vllm_run|memory|backends|re
 
 
 def _resolves(dotted: str) -> bool:
-    """``dotted`` names a real module (not an old path kept by ``sim._moved_modules``) or an
-    attribute of one."""
-    from tokpool.sim._moved_modules import MOVED_MODULES
+    """``dotted`` names a real module (not an old path kept by ``tokpool._moved_modules``) or
+    an attribute of one."""
+    from tokpool._moved_modules import MOVED_MODULES
 
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         module = ".".join(parts[:i])
-        if i == 3 and parts[1] == "sim" and parts[2] in MOVED_MODULES:
-            return False  # an old flat path: it imports, with a deprecation warning
+        if module in MOVED_MODULES:
+            return False  # an old path: it imports, with a deprecation warning
         try:
             obj = importlib.import_module(module)
         except ImportError:
@@ -230,7 +304,7 @@ def test_every_cited_module_path_exists():
     ``backends.loop``) names a real module or attribute, not a path that moved."""
     stale = []
     for name, path in MODULES.items():
-        if name == "tokpool.sim._moved_modules":  # it lists the old paths on purpose
+        if name in ("tokpool._moved_modules", "tokpool"):  # they name the old paths on purpose
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             cited = [m.group(0).rstrip(".") for m in _CITED.finditer(line)]

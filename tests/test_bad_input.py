@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tokpool as tp
-from tokpool.heads import NonFiniteError, apply_classifier_activation
+from tokpool.pooler import heads
+from tokpool.pooler.heads import NonFiniteError, apply_classifier_activation
 
 H = torch.arange(12, dtype=torch.float32).reshape(6, 2)  # 6 tokens, width 2
 NAN, INF = float("nan"), float("inf")
@@ -136,49 +137,49 @@ CASES = [
     ("MEAN on a zero-token request", lambda: _zero_token_cursor(tp.MeanPool), ValueError,
      r"MeanPool: request\(s\) \[0\] have 0 tokens"),
     ("SPLADE rows vs metadata",
-     lambda: tp.heads.SpladeSparsePooler(lambda x: x)(H[:5], tp.build_metadata([2])), ValueError,
+     lambda: heads.SpladeSparsePooler(lambda x: x)(H[:5], tp.build_metadata([2])), ValueError,
      r"SpladeSparsePooler: hidden_states has 5 rows but the metadata holds 2 tokens"),
     ("BGE-M3 rows vs metadata",
-     lambda: tp.heads.BgeM3Pooler(lambda x: x[:, :1])(H, tp.build_metadata([2, 3])), ValueError,
+     lambda: heads.BgeM3Pooler(lambda x: x[:, :1])(H, tp.build_metadata([2, 3])), ValueError,
      r"BgeM3Pooler: hidden_states has 6 rows but the metadata holds 5 tokens"),
     ("metadata device typo", lambda: tp.build_metadata([2], device="gpu9"), ValueError,
      r"device='gpu9' is not a torch device"),
-    ("Pooler of a non-method", lambda: tp.poolers.Pooler(object()), TypeError,
+    ("Pooler of a non-method", lambda: tp.pooler.poolers.Pooler(object()), TypeError,
      r"method must be a pooling method .*got <object object"),
-    ("DispatchPooler of a string", lambda: tp.poolers.DispatchPooler("embed"), TypeError,
+    ("DispatchPooler of a string", lambda: tp.pooler.poolers.DispatchPooler("embed"), TypeError,
      r"poolers_by_task must map task names to poolers.*got str"),
     ("shares_storage with None", lambda: tp.shares_storage(None, H), TypeError,
      r"a must be a torch\.Tensor, got NoneType"),
     ("owned_bytes of strings", lambda: tp.owned_bytes(["a"]), TypeError,
      r"tensors\[0\] must be a torch\.Tensor, got str \('a'\)"),
     # --- heads ------------------------------------------------------------------------------
-    ("negative logit_sigma", lambda: tp.heads.TokenClassifierHead(logit_sigma=-1), ValueError,
+    ("negative logit_sigma", lambda: heads.TokenClassifierHead(logit_sigma=-1), ValueError,
      r"logit_sigma must be > 0, got -1"),
-    ("NaN logit_mean", lambda: tp.heads.TokenClassifierHead(logit_mean=NAN), ValueError,
+    ("NaN logit_mean", lambda: heads.TokenClassifierHead(logit_mean=NAN), ValueError,
      r"logit_mean must be finite, got nan"),
-    ("string logit_sigma", lambda: tp.heads.TokenClassifierHead(logit_sigma="2"), TypeError,
+    ("string logit_sigma", lambda: heads.TokenClassifierHead(logit_sigma="2"), TypeError,
      r"logit_sigma must be a real number or None, got '2'"),
     ("unknown activation name", lambda: apply_classifier_activation(H, "relu"), ValueError,
      r"unknown activation 'relu'"),
     ("projector of another width",
-     lambda: tp.heads.TokenEmbeddingHead(projector=torch.nn.Linear(3, 4))(torch.zeros(2, 5)),
+     lambda: heads.TokenEmbeddingHead(projector=torch.nn.Linear(3, 4))(torch.zeros(2, 5)),
      ValueError, r"projector takes rows of width 3 but the pooled rows have width 5"),
     ("classifier of another width",
-     lambda: tp.heads.TokenClassifierHead(classifier=torch.nn.Linear(3, 2))(torch.zeros(2, 5)),
+     lambda: heads.TokenClassifierHead(classifier=torch.nn.Linear(3, 2))(torch.zeros(2, 5)),
      ValueError, r"classifier takes rows of width 3 but the pooled rows have width 5"),
-    ("use_activation 'no'", lambda: tp.heads.TokenEmbeddingHead()(H, use_activation="no"),
+    ("use_activation 'no'", lambda: heads.TokenEmbeddingHead()(H, use_activation="no"),
      TypeError, r"use_activation must be True or False, got 'no'"),
     ("NaN into a classifier head",
-     lambda: tp.heads.TokenClassifierHead()(torch.tensor([[0.0, 1.0], [NAN, 1.0]])),
+     lambda: heads.TokenClassifierHead()(torch.tensor([[0.0, 1.0], [NAN, 1.0]])),
      NonFiniteError, r"1 of 4 values are NaN or Inf \(first: nan at row 1\)"),
     ("Inf into an embedding head",
-     lambda: tp.heads.TokenEmbeddingHead()(torch.tensor([[INF, 1.0]])),
+     lambda: heads.TokenEmbeddingHead()(torch.tensor([[INF, 1.0]])),
      NonFiniteError, r"first: inf at row 0"),
     ("float16 head cast overflows",
-     lambda: tp.heads.TokenEmbeddingHead(head_dtype="float16")(torch.tensor([[1e6, 1.0]])),
+     lambda: heads.TokenEmbeddingHead(head_dtype="float16")(torch.tensor([[1e6, 1.0]])),
      NonFiniteError, r"casting torch\.float32 to head dtype torch\.float16 overflowed"),
     ("classifier that outputs Inf",
-     lambda: tp.heads.TokenClassifierHead(classifier=lambda x: x * INF)(torch.ones(2, 3)),
+     lambda: heads.TokenClassifierHead(classifier=lambda x: x * INF)(torch.ones(2, 3)),
      NonFiniteError, r"TokenClassifierHead logits .*first: inf at row 0"),
     # --- tasks ------------------------------------------------------------------------------
     ("architectures given as a string",
@@ -242,13 +243,13 @@ def test_a_state_is_reusable_after_its_request_finishes():
 
 
 def test_heads_let_nan_through_when_asked():
-    head = tp.heads.TokenClassifierHead(check_finite=False)
+    head = heads.TokenClassifierHead(check_finite=False)
     assert torch.isnan(head(torch.tensor([[NAN, 1.0]]))).all()
 
 
 def test_large_finite_values_are_not_mistaken_for_inf():
     x = torch.full((64, 4), 60_000.0, dtype=torch.float16)  # finite; their fp16 sum overflows
-    out = tp.heads.TokenClassifierHead(head_dtype=None, activation="none")(x)
+    out = heads.TokenClassifierHead(head_dtype=None, activation="none")(x)
     assert out is x
 
 
@@ -311,7 +312,7 @@ def test_heads_refuse_any_nonfinite_value_and_name_its_row(rows, width, data, ba
     x = torch.randn(rows, width)
     r, c = data.draw(st.integers(0, rows - 1)), data.draw(st.integers(0, width - 1))
     x[r, c] = bad
-    head = tp.heads.TokenEmbeddingHead() if kind == "embed" else tp.heads.TokenClassifierHead()
+    head = heads.TokenEmbeddingHead() if kind == "embed" else heads.TokenClassifierHead()
     with pytest.raises(NonFiniteError) as info:
         head(x)
     first_bad_row = int((~torch.isfinite(x)).nonzero()[0, 0])

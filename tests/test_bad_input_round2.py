@@ -344,7 +344,7 @@ def test_prompt_lengths_beyond_int64_are_named():
 
 
 def test_integer_tensors_into_a_head_are_refused():
-    from tokpool.heads import TokenClassifierHead, TokenEmbeddingHead
+    from tokpool.pooler.heads import TokenClassifierHead, TokenEmbeddingHead
 
     for head in (TokenEmbeddingHead(head_dtype=None), TokenClassifierHead()):
         with pytest.raises(TypeError, match=r"expects floating-point hidden states, got dtype "

@@ -1,4 +1,4 @@
-"""``tokpool engine-check`` and ``tokpool.engine_check`` without a running engine: bad input is
+"""``tokpool engine-check`` and ``tokpool.engine.check`` without a running engine: bad input is
 one clear error (no vLLM, a task the model does not serve, a model that is not one), the
 simulator's side of the schedule comparison, and the difference report.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tokpool.cli import main
-from tokpool.engine_check import (
+from tokpool.engine.check import (
     INSTALL_HINT,
     EngineCheckError,
     EngineFlags,
@@ -131,7 +131,7 @@ def test_make_engine_builds_its_own_venv_and_ci_runs_the_layer_after_make_test()
 
 @pytest.mark.real_model
 def test_the_prm_engine_folder_is_cached_and_rebuilt_when_damaged(tmp_path, monkeypatch, capsys):
-    from tokpool.engine_check import engine_model_dir
+    from tokpool.engine.check import engine_model_dir
     from tokpool.models.integrity import verify_entry
 
     base = engine_model_dir("smollm2-135m")  # the converted SmolLM2, from the real cache
@@ -161,7 +161,7 @@ def test_the_drivers_recorder_tracks_storages_ops_return_and_their_frees():
     tensor goes; delivered storages stop counting."""
     import torch
 
-    from tokpool._vllm_driver import MemoryRecorder
+    from tokpool.engine.driver import MemoryRecorder
 
     rec = MemoryRecorder(torch, {})
     hidden = torch.zeros(10, 4, dtype=torch.bfloat16)  # [tokens, W]: a step's hidden states
@@ -185,7 +185,7 @@ def test_the_drivers_recorder_tracks_storages_ops_return_and_their_frees():
 def _fake_engine(result, changes=None):
     """An engine answer whose memory record is what ``result`` (tp.simulate) predicts, with
     ``changes`` ({step: {record key: value}}) applied."""
-    from tokpool.engine_check import EngineRun
+    from tokpool.engine.check import EngineRun
 
     steps = result.steps[result.steps["num_scheduled_tokens"] > 0]
     records, schedule = [], []
@@ -207,7 +207,7 @@ def _fake_engine(result, changes=None):
 
 def test_memory_comparison_is_equal_where_the_engine_measured_what_tokpool_predicts():
     import tokpool as tp
-    from tokpool.engine_check import format_memory, memory_comparison
+    from tokpool.engine.check import format_memory, memory_comparison
 
     config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=64, kv_cache_blocks=364,
                           block_size=128, enforce_eager=True, dtype="bfloat16")
@@ -232,7 +232,7 @@ def test_memory_comparison_is_equal_where_the_engine_measured_what_tokpool_predi
 
 def test_memory_comparison_without_a_record_says_how_to_get_one():
     import tokpool as tp
-    from tokpool.engine_check import EngineRun, memory_comparison
+    from tokpool.engine.check import EngineRun, memory_comparison
 
     result = tp.simulate([10], tp.SimConfig(hidden_size=8), mode="analytic")
     with pytest.raises(EngineCheckError, match=r"memory=True"):

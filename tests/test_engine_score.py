@@ -4,9 +4,11 @@ worker-side late interaction — two ``LLM.encode`` calls, queries with late-int
 params, then documents with document params, as ``ServingScores.flash_late_interaction`` does —
 and tokpool is compared with it:
 
-- the worker's scores vs ``tp.maxsim_batched`` over tokpool's own token embeddings, within
+- the worker's scores vs ``tp.late_interaction.maxsim_batched`` over tokpool's own token
+embeddings, within
   ``score_tolerance`` (one ``ENGINE_ATOL`` per query token);
-- the worker's scores vs ``tp.maxsim_batched`` over the engine's own token embeddings, grouped
+- the worker's scores vs ``tp.late_interaction.maxsim_batched`` over the engine's own token
+embeddings, grouped
   as the documents finished together in the engine's steps: ``torch.equal``;
 - the query-cache bytes measured inside the worker (``LateInteractionRunner._query_cache``
   after every ``postprocess_pooler_output``) vs ``tp.simulate_score(...).steps
@@ -27,13 +29,13 @@ import pytest
 import torch
 
 from tokpool.cli import main
-from tokpool.engine_check import (
+from tokpool.engine.check import (
     EngineFlags,
     engine_model_dir,
     engine_unavailable_reason,
     random_prompts,
 )
-from tokpool.engine_score import score_check, score_tolerance
+from tokpool.engine.score import score_check, score_tolerance
 
 pytestmark = pytest.mark.engine
 

@@ -1,4 +1,4 @@
-"""``tokpool.engine_score`` without an engine: the pairing, the tolerance, the comparison and
+"""``tokpool.engine.score`` without an engine: the pairing, the tolerance, the comparison and
 its report on a synthetic engine answer, and ``engine-check --score``'s refusals (one line, exit
 2, before any engine is looked for). The engine stage itself: tests/test_engine_score.py."""
 
@@ -9,8 +9,8 @@ import torch
 
 import tokpool as tp
 from tokpool.cli import main
-from tokpool.engine_check import ENGINE_ATOL, EngineFlags
-from tokpool.engine_score import (
+from tokpool.engine.check import ENGINE_ATOL, EngineFlags
+from tokpool.engine.score import (
     EngineScore,
     ScoreCheck,
     format_score_report,
@@ -19,6 +19,7 @@ from tokpool.engine_score import (
     score_tolerance,
     simulated_stage_steps,
 )
+from tokpool.late_interaction import maxsim_batched
 
 CFG = tp.SimConfig(hidden_size=8, max_num_batched_tokens=16, task="token_embed")
 
@@ -44,7 +45,7 @@ def _unit(n: int, seed: int) -> torch.Tensor:
 def _engine_like(queries, docs) -> tuple[EngineScore, list[torch.Tensor]]:
     """An engine answer that agrees with tokpool by construction: the simulator's schedule
     and query-cache bytes, documents grouped by the step they finish in (batch order), and
-    scores computed as the worker does (``tp.maxsim_batched`` per group)."""
+    scores computed as the worker does (``maxsim_batched`` per group)."""
     work = score_request(queries, docs)
     sim = tp.simulate_score(queries, docs, CFG, mode="analytic")
     steps = simulated_stage_steps(sim)
@@ -65,7 +66,7 @@ def _engine_like(queries, docs) -> tuple[EngineScore, list[torch.Tensor]]:
     scores = torch.zeros(len(docs))
     for rec in cache["doc"]:
         if rec["scored"]:
-            got = tp.maxsim_batched([q_embs[work["doc_query"][j]] for j in rec["scored"]],
+            got = maxsim_batched([q_embs[work["doc_query"][j]] for j in rec["scored"]],
                                     [d_embs[j] for j in rec["scored"]])
             scores[rec["scored"]] = torch.stack(got)
     engine = EngineScore(scores=scores, query_embs=q_embs, doc_embs=d_embs,

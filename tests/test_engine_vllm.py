@@ -7,7 +7,7 @@ several ``encode`` calls each (runs:
 batches of prompts that all arrive at step 0). For every prompt, tokpool's
 ``load_model(...).encode(prompts, task=..., chunk_size=threshold)`` must equal vLLM's per-token
 output within ``ENGINE_ATOL[task]`` (float32 on both sides; the bound and its reason are in
-``tokpool.engine_check``), and for every run the engine's recorded schedule (``Scheduler.schedule``
+``tokpool.engine.check``), and for every run the engine's recorded schedule (``Scheduler.schedule``
 wrapped in-process: ``num_scheduled_tokens`` per step) must equal ``tp.simulate``'s for the same
 prompt lengths and flags, with the engine's own KV-cache size — including vLLM's rule that
 ``long_prefill_token_threshold`` does not cap a request that is alone (the runs below have such
@@ -33,7 +33,7 @@ import torch
 
 import tokpool as tp
 from tokpool.cli import main
-from tokpool.engine_check import (
+from tokpool.engine.check import (
     ENGINE_ATOL,
     ENGINE_VENV,
     EngineCheckError,

@@ -1,6 +1,7 @@
-"""tp.multivector_index_bytes: raw storage and the two PLAID layouts, part by part, worked out
+"""multivector_index_bytes: raw storage and the two PLAID layouts, part by
+part, worked out
 by hand from colbert-ai's and fast-plaid's sources; the pooled vector count equals what
-tp.pool_tokens really returns; refusals in words."""
+tp.late_interaction.pool_tokens really returns; refusals in words."""
 
 from __future__ import annotations
 
@@ -8,31 +9,31 @@ import pytest
 import torch
 
 import tokpool as tp
-from tokpool.late_interaction import plaid_partitions
+from tokpool.late_interaction import multivector_index_bytes, plaid_partitions
 
 
 def test_raw_storage_is_rows_times_dim_times_itemsize():
-    b = tp.multivector_index_bytes([3, 5, 8], 16, dtype="float32")
+    b = multivector_index_bytes([3, 5, 8], 16, dtype="float32")
     assert (b.layout, b.n_docs, b.n_tokens, b.n_vectors) == ("raw", 3, 16, 16)
     assert b.parts == {"vectors": 16 * 16 * 4}
     assert b.total_bytes == 1024 and b.dense_bytes == 3 * 16 * 4
     assert b.bytes_per_vector == 64.0
-    half = tp.multivector_index_bytes([3, 5, 8], 16, dtype=torch.bfloat16)
+    half = multivector_index_bytes([3, 5, 8], 16, dtype=torch.bfloat16)
     assert half.total_bytes == 512 and half.dtype == "bfloat16"
 
 
 def test_colbert_layout_int32_codes_packed_residuals_fp16_centroids():
     # 20 docs x 50 tokens = 1,000 vectors; 16 * sqrt(1000) = 505.96 -> K = 2^8 = 256
-    b = tp.multivector_index_bytes([50] * 20, 128, nbits="default", layout="colbert")
+    b = multivector_index_bytes([50] * 20, 128, nbits="default", layout="colbert")
     assert (b.nbits, b.partitions) == (1, 256)
     assert b.parts == {"codes": 1000 * 4, "residuals": 1000 * 16, "centroids": 256 * 128 * 2}
     assert b.total_bytes == 4000 + 16000 + 65536
-    b2 = tp.multivector_index_bytes([50] * 20, 128, nbits=2, layout="colbert")
+    b2 = multivector_index_bytes([50] * 20, 128, nbits=2, layout="colbert")
     assert b2.residual_bytes == 1000 * 32 and b2.codes_bytes == 4000
 
 
 def test_fast_plaid_layout_int64_codes_four_bits_by_default():
-    b = tp.multivector_index_bytes([50] * 20, 128, nbits="default", layout="fast-plaid")
+    b = multivector_index_bytes([50] * 20, 128, nbits="default", layout="fast-plaid")
     assert (b.nbits, b.partitions) == (4, 256)
     assert b.parts == {"codes": 1000 * 8, "residuals": 1000 * 64, "centroids": 256 * 128 * 2}
 
@@ -49,16 +50,16 @@ def test_pooled_vector_count_is_what_pool_tokens_returns():
     lens = [1, 2, 3, 7, 30, 64]
     docs = [torch.nn.functional.normalize(torch.randn(n, 8, generator=g), dim=-1) for n in lens]
     for factor in (1, 2, 3, 4):
-        pooled = tp.pool_tokens(docs, pool_factor=factor)
-        b = tp.multivector_index_bytes(lens, 8, pool_factor=factor)
+        pooled = tp.late_interaction.pool_tokens(docs, pool_factor=factor)
+        b = multivector_index_bytes(lens, 8, pool_factor=factor)
         assert b.n_vectors == sum(d.shape[0] for d in pooled), factor
         assert b.vector_bytes == b.n_vectors * 8 * 2
 
 
 def test_pooling_then_compression_and_against_dense():
     lens = [512] * 100
-    raw = tp.multivector_index_bytes(lens, 384)
-    pooled = tp.multivector_index_bytes(lens, 384, pool_factor=4, nbits=2, layout="colbert")
+    raw = multivector_index_bytes(lens, 384)
+    pooled = multivector_index_bytes(lens, 384, pool_factor=4, nbits=2, layout="colbert")
     assert raw.times_dense == 512.0
     assert pooled.n_vectors == 100 * (1 + 511 // 4)
     assert pooled.total_bytes < raw.total_bytes / 10
@@ -82,12 +83,12 @@ def test_pooling_then_compression_and_against_dense():
 ])
 def test_bad_values_are_refused_in_words(args, kwargs, error, words):
     with pytest.raises(error) as info:
-        tp.multivector_index_bytes(*args, **kwargs)
+        multivector_index_bytes(*args, **kwargs)
     assert words in str(info.value)
 
 
 def test_fast_plaid_packs_any_multiple_of_eight():
-    b = tp.multivector_index_bytes([4], 96, nbits=8, layout="fast-plaid")
+    b = multivector_index_bytes([4], 96, nbits=8, layout="fast-plaid")
     assert b.residual_bytes == 4 * 96
 
 
@@ -96,14 +97,14 @@ def test_an_integer_array_of_lengths_counts_as_the_list_does():
 
     lens = [3, 7, 7, 1, 512, 9]
     for kwargs in ({}, {"pool_factor": 3}, {"nbits": 2, "layout": "fast-plaid"}):
-        ref = tp.multivector_index_bytes(lens, 64, **kwargs)
-        assert tp.multivector_index_bytes(np.array(lens), 64, **kwargs) == ref
-        assert tp.multivector_index_bytes(torch.tensor(lens), 64, **kwargs) == ref
+        ref = multivector_index_bytes(lens, 64, **kwargs)
+        assert multivector_index_bytes(np.array(lens), 64, **kwargs) == ref
+        assert multivector_index_bytes(torch.tensor(lens), 64, **kwargs) == ref
     with pytest.raises(ValueError, match=r"doc_lens\[2\] must be a whole number >= 1, got 0"):
-        tp.multivector_index_bytes(np.array([4, 5, 0]), 64)
+        multivector_index_bytes(np.array([4, 5, 0]), 64)
     with pytest.raises(ValueError, match="doc_lens is empty"):
-        tp.multivector_index_bytes(np.array([], dtype=np.int64), 64)
-    big = tp.multivector_index_bytes(np.full(10**7, 128), 128, nbits=2)  # ten million documents
+        multivector_index_bytes(np.array([], dtype=np.int64), 64)
+    big = multivector_index_bytes(np.full(10**7, 128), 128, nbits=2)  # ten million documents
     assert big.n_vectors == 128 * 10**7 and big.codes_bytes == 4 * 128 * 10**7
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tokpool as tp
-from tokpool.keep_rule import KeepRule, keep_rule, ownership_table
+from tokpool.pooler.keep_rule import KeepRule, keep_rule, ownership_table
 
 # (policy, async, situation) -> (keep, returns), written from DESIGN.md's table by hand.
 # situations: U = unfinished chunk, O = one shot, F = final chunk after earlier ones.

@@ -21,7 +21,7 @@ from tokpool.late_interaction.listwise import (
     listwise_prompts,
     marker_rows,
 )
-from tokpool.late_interaction.paths import late_interaction_head
+from tokpool.sim.vllm_rules.scoring_path import late_interaction_head
 
 #: jinaai/jina-reranker-v3's config.json (Qwen3-0.6B backbone), as published.
 JINA = {"architectures": ["JinaForRanking"], "model_type": "qwen3", "hidden_size": 1024,

@@ -1,5 +1,6 @@
-"""tp.plot_maxsim_alignment and the alignment it draws: the per-query-token contributions add up
-to tp.maxsim's score bit for bit, each query token's maximum is the one boxed, the tokens are the
+"""tp.viz.plot_maxsim_alignment and the alignment it draws: the per-query-token contributions add up
+to tp.late_interaction.maxsim's score bit for bit, each query token's maximum is the one boxed, the
+tokens are the
 tick labels; bad tokens and colour ranges are refused in words."""
 
 from __future__ import annotations
@@ -24,25 +25,25 @@ def _pair(seed: int, lq: int = 4, ld: int = 9, dim: int = 16):
 def test_contributions_sum_to_the_maxsim_score_bit_for_bit(seed):
     q, d = _pair(seed, lq=3 + seed, ld=5 + 3 * seed)
     a = maxsim_alignment(q, d)
-    assert torch.equal(a.contributions.sum(), tp.maxsim(q, d))
-    assert torch.equal(a.score, tp.maxsim(q, d))
+    assert torch.equal(a.contributions.sum(), tp.late_interaction.maxsim(q, d))
+    assert torch.equal(a.score, tp.late_interaction.maxsim(q, d))
     assert torch.equal(a.best, (q @ d.T).argmax(dim=-1))
     assert torch.equal(a.contributions, a.similarity.amax(dim=-1))
     # and vLLM's batched path gives the same score for the pair
-    assert torch.equal(tp.maxsim_batched([q], [d])[0], a.score)
+    assert torch.equal(tp.late_interaction.maxsim_batched([q], [d])[0], a.score)
 
 
 def test_half_precision_rows_are_compared_in_float32_as_maxsim_does():
     q, d = _pair(1)
     a = maxsim_alignment(q.half(), d.bfloat16())
     assert a.similarity.dtype == torch.float32
-    assert torch.equal(a.score, tp.maxsim(q.half(), d.bfloat16()))
+    assert torch.equal(a.score, tp.late_interaction.maxsim(q.half(), d.bfloat16()))
 
 
 def test_plot_boxes_each_query_tokens_maximum_and_labels_the_tokens():
     q, d = _pair(2)
     q_tok, d_tok = ["what", "is", "a", "cat"], [f"t{j}" for j in range(9)]
-    ax = tp.plot_maxsim_alignment(q, d, q_tok, d_tok)
+    ax = tp.viz.plot_maxsim_alignment(q, d, q_tok, d_tok)
     try:
         a = maxsim_alignment(q, d)
         boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
@@ -63,7 +64,7 @@ def test_plot_draws_into_a_given_axes_with_a_fixed_range():
     q, d = _pair(3)
     fig, given = plt.subplots()
     try:
-        ax = tp.plot_maxsim_alignment(q * 2, d, list("abcd"), list("abcdefghi"), ax=given,
+        ax = tp.viz.plot_maxsim_alignment(q * 2, d, list("abcd"), list("abcdefghi"), ax=given,
                                       vmax=3.0, title="mine", colorbar=False)
         assert ax is given and ax.get_title() == "mine"
         assert ax.get_images()[0].get_clim() == (-3.0, 3.0)
@@ -84,13 +85,13 @@ def test_bad_arguments_are_refused_in_words(kwargs, error, words):
     q, d = _pair(4)
     args = {"q_tokens": list("abcd"), "d_tokens": list("abcdefghi"), **kwargs}
     with pytest.raises(error) as info:
-        tp.plot_maxsim_alignment(q, d, **args)
+        tp.viz.plot_maxsim_alignment(q, d, **args)
     assert words in str(info.value)
     plt.close("all")
 
 
 def test_mismatched_embeddings_are_refused_by_maxsim_in_its_words():
     with pytest.raises(ValueError):
-        tp.plot_maxsim_alignment(torch.ones(2, 4), torch.ones(3, 5), ["a", "b"], list("xyz"))
+        tp.viz.plot_maxsim_alignment(torch.ones(2, 4), torch.ones(3, 5), ["a", "b"], list("xyz"))
     with pytest.raises(ValueError):
-        tp.plot_maxsim_alignment(torch.ones(2, 4), torch.ones(0, 4), ["a", "b"], [])
+        tp.viz.plot_maxsim_alignment(torch.ones(2, 4), torch.ones(0, 4), ["a", "b"], [])

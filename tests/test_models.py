@@ -310,7 +310,8 @@ def test_owning_policies_give_identical_outputs_and_legacy_says_it_corrupts(
 
 
 def test_compare_chunked_frame(decoder):
-    df = tp.compare_chunked(decoder, IDS, chunk_sizes=(4, 16), dtypes=("float32", "bfloat16"))
+    df = tp.models.compare_chunked(decoder, IDS, chunk_sizes=(4, 16),
+                                   dtypes=("float32", "bfloat16"))
     assert len(df) == 2 * 2 * len(IDS)
     assert {"dtype", "chunk_size", "position", "chunk", "max_abs_err", "rel_rms", "cosine",
             "cosine_vs_fp32"} <= set(df.columns)
@@ -321,7 +322,7 @@ def test_compare_chunked_frame(decoder):
 
 def test_compare_chunked_refuses_encoders(encoder):
     with pytest.raises(ValueError, match="bidirectional"):
-        tp.compare_chunked(encoder, IDS[:10], chunk_sizes=(4,))
+        tp.models.compare_chunked(encoder, IDS[:10], chunk_sizes=(4,))
 
 
 # --- validation -----------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def test_smollm2_is_a_cached_llama_decoder(smollm2):
 @pytest.mark.parametrize("n", [55, 56, 57])
 def test_smollm2_chunked_prefill_matches_full_forward(smollm2, n, record_property):
     """vLLM's chunked-prefill test: token ids 1024.., chunk 10; cosine >= 0.999 in float32."""
-    frame = tp.compare_chunked(smollm2, [1024 + i for i in range(n)], chunk_sizes=(10,),
+    frame = tp.models.compare_chunked(smollm2, [1024 + i for i in range(n)], chunk_sizes=(10,),
                                dtypes=("float32", "bfloat16"))
     summary = tp.models.summarize_chunked(frame).set_index("dtype")
     for dtype in ("float32", "bfloat16"):
@@ -80,7 +80,7 @@ def test_smollm2_token_embed_chunked_through_encode(smollm2):
 
 
 def test_legacy_gate_refuses_smollm2_token_embed(smollm2):
-    legacy = sorted(tp.tasks.runner_tasks(attn_type="decoder", policy="pre_50931"))
+    legacy = sorted(tp.pooler.tasks.runner_tasks(attn_type="decoder", policy="pre_50931"))
     message = (
         f"supports pooling tasks {legacy}, but this model selects 'token_embed' from "
         "['embed', 'token_embed']. Set an explicitly supported task"

@@ -22,14 +22,14 @@ def test_owned_bytes_counts_unique_storages_once():
 
 def test_stranded_bytes_of_a_small_view():
     big = torch.zeros(100)  # 400 bytes
-    assert tp.ownership.stranded_bytes([big[:10]]) == 360
-    assert tp.ownership.stranded_bytes([big[:10], big[10:]]) == 0
-    assert tp.ownership.stranded_bytes([big[::2]]) == 4  # strided view spans 99 elements
+    assert tp.pooler.ownership.stranded_bytes([big[:10]]) == 360
+    assert tp.pooler.ownership.stranded_bytes([big[:10], big[10:]]) == 0
+    assert tp.pooler.ownership.stranded_bytes([big[::2]]) == 4  # strided view spans 99 elements
 
 
 def test_ownership_report():
     buf = torch.zeros(6, 2)
     outs = [buf[:2], buf[2:].clone(), None]
-    r = tp.ownership.ownership_report(outs, buf)
+    r = tp.pooler.ownership.ownership_report(outs, buf)
     assert (r.n_views, r.n_owned) == (1, 1)
     assert r.view_bytes == 16 and r.owned_bytes == 32 and r.stranded_bytes == 0

@@ -25,12 +25,12 @@ import re
 import pytest
 from sweep_sizes import sample_size, scaled
 
+from tokpool.pooler.vllm_bridge import VLLM_REFERENCE_VERSION
 from tokpool.sim.vllm_rules.engine_checks import check_kv_cache_holds_one_sequence
 from tokpool.sim.vllm_rules.hf_config import preset_from_hf_config
 from tokpool.sim.vllm_rules.kv_cache import kv_cache_spec
 from tokpool.sim.vllm_rules.kv_spec import max_in_flight_tokens
 from tokpool.sim.vllm_run import vllm_scheduler_unavailable_reason
-from tokpool.vllm_bridge import VLLM_REFERENCE_VERSION
 
 pytestmark = pytest.mark.parity
 

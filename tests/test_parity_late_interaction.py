@@ -30,7 +30,7 @@ import pytest
 import torch
 
 import tokpool as tp
-from tokpool.vllm_bridge import VLLM_REFERENCE_VERSION, vllm_unavailable_reason, vllm_version
+from tokpool.pooler.vllm_bridge import VLLM_REFERENCE_VERSION, vllm_unavailable_reason, vllm_version
 
 pytestmark = pytest.mark.parity
 

@@ -1,11 +1,13 @@
-"""MaxSim parity: ``tp.maxsim`` / ``tp.maxsim_batched`` / ``tp.maxsim_plan`` against vLLM
+"""MaxSim parity: ``maxsim`` / ``maxsim_batched`` /
+``maxsim_plan`` against vLLM
 0.33.0's own ``compute_maxsim_score`` (the API server) and ``compute_maxsim_score_batched``
 (the worker), run here on the CPU.
 
 On seeded ragged random cases (pair counts, lengths, widths, dtypes and both limits drawn, not
 tuned: batches that split on the element limit, single pairs larger than it, empty queries,
 an empty document beside full ones) every score is ``torch.equal``; the mini-batches vLLM forms
-(read from its ``bmm`` calls) are ``tp.maxsim_plan``'s rows, and the bytes vLLM's function
+(read from its ``bmm`` calls) are ``maxsim_plan``'s rows, and the bytes vLLM's
+function
 holds while each batch runs (every tensor it creates, watched by ``AllocWatch``) are the
 plan's ``peak_scratch_bytes``. Bad input: vLLM's ``ValueError``s in vLLM's order, beginning
 with its words; where vLLM fails with a raw error, tokpool refuses in words.
@@ -22,8 +24,8 @@ import pytest
 import torch
 from maxsim_alloc import AllocWatch
 
-import tokpool as tp
-from tokpool.vllm_bridge import VLLM_REFERENCE_VERSION, vllm_unavailable_reason, vllm_version
+from tokpool.late_interaction import maxsim, maxsim_batched, maxsim_plan
+from tokpool.pooler.vllm_bridge import VLLM_REFERENCE_VERSION, vllm_unavailable_reason, vllm_version
 
 pytestmark = pytest.mark.parity
 
@@ -73,16 +75,16 @@ def test_maxsim_batched_plan_and_peaks_are_vllms(parity_count, capsys):
                 ref = compute_maxsim_score_batched(q, d, mbs, mse)
         except IndexError:  # a mini-batch of empty documents: vLLM's amax fails
             with pytest.raises(ValueError, match="no tokens at all"):
-                tp.maxsim_batched(q, d, max_batch_size=mbs, max_score_matrix_elements=mse)
+                maxsim_batched(q, d, max_batch_size=mbs, max_score_matrix_elements=mse)
             refused += 1
             continue
-        ours = tp.maxsim_batched(q, d, max_batch_size=mbs, max_score_matrix_elements=mse)
+        ours = maxsim_batched(q, d, max_batch_size=mbs, max_score_matrix_elements=mse)
         assert len(ours) == len(ref), case
         for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
             assert a.dtype == b.dtype and a.shape == b.shape == (), (case, i)
             assert torch.equal(a, b), (case, i, a, b)
         scores += len(ref)
-        plan = tp.maxsim_plan([len(x) for x in q], [len(x) for x in d], q[0].shape[1],
+        plan = maxsim_plan([len(x) for x in q], [len(x) for x in d], q[0].shape[1],
                               max_batch_size=mbs, max_score_matrix_elements=mse, dtype=dtype)
         assert list(zip(plan.pairs, plan.max_q, plan.max_d, strict=True)) == watch.batches, case
         assert plan.start.tolist() == [0, *plan.end.tolist()[:-1]]
@@ -112,7 +114,7 @@ def test_maxsim_is_the_api_servers(parity_count):
         for a, b in zip(q, d, strict=True):
             if len(b) == 0:
                 continue
-            assert torch.equal(tp.maxsim(a, b), compute_maxsim_score(a, b))
+            assert torch.equal(maxsim(a, b), compute_maxsim_score(a, b))
             n += 1
     parity_count("MaxSim scores (compute_maxsim_score)", n)
 
@@ -148,7 +150,7 @@ def test_bad_input_gets_vllms_error(name, parity_count):
     theirs = _vllm_error(lambda: compute_maxsim_score_batched(q, d, mbs, mse))
     assert isinstance(theirs, ValueError), theirs
     with pytest.raises(ValueError) as ours:
-        tp.maxsim_batched(q, d, max_batch_size=mbs, max_score_matrix_elements=mse)
+        maxsim_batched(q, d, max_batch_size=mbs, max_score_matrix_elements=mse)
     assert type(ours.value) is type(theirs)
     assert str(ours.value).startswith(str(theirs)), (str(ours.value), str(theirs))
     parity_count("MaxSim refusals", 1)
@@ -156,7 +158,7 @@ def test_bad_input_gets_vllms_error(name, parity_count):
 
 def test_no_pairs_is_an_empty_list_whatever_the_limits():
     assert compute_maxsim_score_batched([], [], 0, 0) == []
-    assert tp.maxsim_batched([], [], max_batch_size=0, max_score_matrix_elements=0) == []
+    assert maxsim_batched([], [], max_batch_size=0, max_score_matrix_elements=0) == []
 
 
 RAW = {  # where vLLM fails with a raw error, tokpool says what is wrong
@@ -174,4 +176,4 @@ def test_where_vllm_fails_raw_tokpool_says_why(name):
     theirs = _vllm_error(lambda: compute_maxsim_score_batched(q, d, mbs, mse))
     assert theirs is not None and not isinstance(theirs, ValueError), theirs
     with pytest.raises(kind, match=words):
-        tp.maxsim_batched(q, d, max_batch_size=mbs, max_score_matrix_elements=mse)
+        maxsim_batched(q, d, max_batch_size=mbs, max_score_matrix_elements=mse)

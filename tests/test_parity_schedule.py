@@ -20,10 +20,10 @@ import pytest
 from sweep_sizes import sample_size, scaled
 from test_schedule_rules import RULE_CASES, as_table
 
+from tokpool.pooler.vllm_bridge import VLLM_REFERENCE_VERSION
 from tokpool.sim.schedule.given import check_schedule
 from tokpool.sim.schedule.scheduler import engine_steps, schedule
 from tokpool.sim.vllm_run import vllm_scheduler_unavailable_reason
-from tokpool.vllm_bridge import VLLM_REFERENCE_VERSION
 
 pytestmark = pytest.mark.parity
 

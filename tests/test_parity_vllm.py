@@ -22,13 +22,13 @@ import pytest
 import torch
 
 import tokpool as tp
-from tokpool.sim import vllm_rules as R
-from tokpool.vllm_bridge import (
+from tokpool.pooler.vllm_bridge import (
     VLLM_REFERENCE_VERSION,
     VllmPool,
     vllm_unavailable_reason,
     vllm_version,
 )
+from tokpool.sim import vllm_rules as R
 
 pytestmark = pytest.mark.parity
 
@@ -259,7 +259,7 @@ def test_heads_match_vllm(parity_count, head_dtype):
         data = torch.randn(rows, WIDTH, generator=gen).to(head_dtype or torch.float32)
         vh = vheads.TokenEmbeddingPoolerHead(head_dtype=head_dtype, projector=proj,
                                              activation=PoolerNormalize())
-        th = tp.heads.TokenEmbeddingHead(head_dtype=head_dtype, projector=proj)
+        th = tp.pooler.heads.TokenEmbeddingHead(head_dtype=head_dtype, projector=proj)
         params = PoolingParams(task="token_embed", dimensions=dimensions, use_activation=act)
         with torch.no_grad():
             v = vh.forward_chunk(data, params)
@@ -273,7 +273,8 @@ def test_heads_match_vllm(parity_count, head_dtype):
         data = torch.randn(rows, WIDTH, generator=gen).to(head_dtype or torch.float32)
         vh = vheads.TokenClassifierPoolerHead(classifier=clf, logit_mean=mean, logit_sigma=sigma,
                                               head_dtype=head_dtype, activation=PoolerClassify())
-        th = tp.heads.TokenClassifierHead(head_dtype=head_dtype, classifier=clf, logit_mean=mean,
+        th = tp.pooler.heads.TokenClassifierHead(
+            head_dtype=head_dtype, classifier=clf, logit_mean=mean,
                                     logit_sigma=sigma)
         params = PoolingParams(task="token_classify", use_activation=act)
         with torch.no_grad():

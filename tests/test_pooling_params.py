@@ -25,9 +25,9 @@ from test_sim_property import configs
 import tokpool as tp
 import tokpool.sim.vllm_rules.engine_checks as checks
 from tokpool.late_interaction import late_chunk_pool, late_chunk_rows
+from tokpool.pooler.vllm_bridge import VLLM_REFERENCE_VERSION, vllm_unavailable_reason, vllm_version
 from tokpool.sim.backends.closed_form import single_request
 from tokpool.sim.backends.source import default_source
-from tokpool.vllm_bridge import VLLM_REFERENCE_VERSION, vllm_unavailable_reason, vllm_version
 
 EngineRefusal = checks.EngineRefusal
 

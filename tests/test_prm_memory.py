@@ -15,15 +15,15 @@ T, C, EVERY = 32_768, 8_192, 64
 def table():
     # chunked at 8,192 tokens, a 32,768-token prompt: what chunking WOULD cost (vLLM never
     # chunks a STEP model, and Qwen2.5-Math-PRM-7B's context is 4,096; both lifted on purpose)
-    return tp.prm_memory_table([T], max_num_batched_tokens=C, step_tag_every=EVERY,
+    return tp.prm.prm_memory_table([T], max_num_batched_tokens=C, step_tag_every=EVERY,
                                enable_chunked_prefill=True, max_model_len=T, as_if=True)
 
 
 def test_vllm_serves_a_prm_unchunked_within_its_context():
     with pytest.raises(ValueError, match="max_model_len=4096"):
-        tp.prm_memory_table([T])
+        tp.prm.prm_memory_table([T])
     n, m = 4_096, 4_096 // EVERY
-    table = tp.prm_memory_table([n], step_tag_every=EVERY).set_index("convention")
+    table = tp.prm.prm_memory_table([n], step_tag_every=EVERY).set_index("convention")
     assert not table["chunked"].any()
     for convention, row in table.iterrows():
         k = row.returned_width
@@ -65,7 +65,7 @@ def test_token_pair_pays_for_the_hidden_rows_before_selection(table):
 
 
 def test_offload_keeps_nothing_on_the_device_and_several_lengths():
-    t = tp.prm_memory_table([4_096, T], policy="offload", conventions=["token_pair"],
+    t = tp.prm.prm_memory_table([4_096, T], policy="offload", conventions=["token_pair"],
                             max_model_len=T, as_if=True)
     assert t["prompt_len"].tolist() == [4_096, T]
     assert (t["peak_pooling_bytes"] == 0).all()
@@ -73,6 +73,6 @@ def test_offload_keeps_nothing_on_the_device_and_several_lengths():
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="unknown conventions"):
-        tp.prm_memory_table([T], conventions=["softmax"])
+        tp.prm.prm_memory_table([T], conventions=["softmax"])
     with pytest.raises(ValueError, match="unknown model"):
-        tp.prm_memory_table([T], model="gpt-9")
+        tp.prm.prm_memory_table([T], model="gpt-9")

@@ -1,6 +1,7 @@
 """The shipped retrieval set and the quality table: the set is what its builder makes, metrics
 are exact on ranks worked out by hand, MaxSim over all documents at once equals
-tp.maxsim_batched, pooled rows and bytes are what pool_tokens and multivector_index_bytes say,
+maxsim_batched, pooled rows and bytes are what pool_tokens and
+multivector_index_bytes say,
 and a real MiniLM run's dense vectors are MiniLM's own embed output."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tokpool.late_interaction import (
     bootstrap_ci,
     build_retrieval_set,
     load_retrieval_set,
+    maxsim_batched,
     method_scores,
     mrr_at_k,
     ranks_of_relevant,
@@ -94,7 +96,7 @@ def test_maxsim_over_all_documents_at_once_equals_maxsim_batched(seed):
     _, enc = _synthetic(seed)
     scores = method_scores(enc, enc.d_tokens)
     for i, q in enumerate(enc.q_tokens):
-        ref = torch.stack(tp.maxsim_batched([q] * len(enc.d_tokens), enc.d_tokens)).numpy()
+        ref = torch.stack(maxsim_batched([q] * len(enc.d_tokens), enc.d_tokens)).numpy()
         np.testing.assert_allclose(scores[i], ref, rtol=0, atol=1e-5)
     dense = method_scores(enc)
     np.testing.assert_allclose(dense, (enc.q_dense @ enc.d_dense.T).numpy())
@@ -111,9 +113,9 @@ def test_quality_table_counts_vectors_and_bytes_and_finds_the_planted_answers():
     assert rows.loc["dense (mean-pooled)", "bytes_fp16"] == 15 * 16 * 2
     assert rows.loc["MaxSim", "vectors"] == sum(lens)
     assert rows.loc["MaxSim", "bytes_fp16"] == sum(lens) * 16 * 2
-    pooled = [d.shape[0] for d in tp.pool_tokens(enc.d_tokens, pool_factor=4)]
+    pooled = [d.shape[0] for d in tp.late_interaction.pool_tokens(enc.d_tokens, pool_factor=4)]
     assert rows.loc["MaxSim, pool 4", "vectors"] == sum(pooled)
-    assert rows.loc["MaxSim, pool 4", "bytes_plaid"] == tp.multivector_index_bytes(
+    assert rows.loc["MaxSim, pool 4", "bytes_plaid"] == tp.late_interaction.multivector_index_bytes(
         pooled, 16, nbits=2, layout="colbert").total_bytes
     assert rows.loc["MaxSim", "mrr@10"] == 1.0 and rows.loc["MaxSim", "ranks"] == [1] * 6
     for name, row in rows.iterrows():

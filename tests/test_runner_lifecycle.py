@@ -17,13 +17,13 @@ import pytest
 import torch
 
 import tokpool as tp
+from tokpool.pooler.vllm_bridge import vllm_unavailable_reason
 from tokpool.sim.vllm_rules.devices import DEVICES
 from tokpool.sim.vllm_rules.runner import (
     keeps_pooling_state_on_preemption,
     read_use_v2_model_runner,
     select_model_runner,
 )
-from tokpool.vllm_bridge import vllm_unavailable_reason
 
 COLS = list(tp.sim.STEP_COLUMNS)
 #: The engine's preempting workload (SmolLM2-135M token_embed on the CPU engine): two 800- and
@@ -150,12 +150,12 @@ class _Clones(torch.overrides.TorchFunctionMode):
 @pytest.mark.parity
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_vllms_own_allpool_duplicates_a_resumed_requests_rows(async_scheduling):
-    """vLLM 0.33.0's AllPool and PoolingStates (tokpool.vllm_bridge.VllmPool shares the
+    """vLLM 0.33.0's AllPool and PoolingStates (tokpool.pooler.vllm_bridge.VllmPool shares the
     request's hidden_states_cache with vLLM's state), driven as the V1 runner drives them: a
     chunk is cached, the request is preempted (nothing cleans its state), and its resumed
     prefill runs from token 0. vLLM delivers stale + prompt rows, appends the resumed one-shot
     chunk without a clone, and tokpool's AllPool hands over the same tensor."""
-    from tokpool.vllm_bridge import VllmPool
+    from tokpool.pooler.vllm_bridge import VllmPool
 
     hidden1, hidden2, hidden3 = torch.randn(4, 3), torch.randn(4, 3), torch.randn(6, 3)
     outs = {}

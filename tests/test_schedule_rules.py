@@ -237,8 +237,8 @@ def test_issue_example():
 def test_vllm_scheduler_without_vllm_says_how_to_install(monkeypatch):
     """``scheduler="vllm"`` with no importable vLLM: a VllmUnavailableError naming
     ``make vllm``."""
+    from tokpool.pooler.vllm_bridge import VllmUnavailableError
     from tokpool.sim.vllm_run import scheduler as run
-    from tokpool.vllm_bridge import VllmUnavailableError
 
     monkeypatch.setattr(run, "_MODULES", {})
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError

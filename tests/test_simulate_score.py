@@ -66,7 +66,8 @@ def test_one_query_many_documents_two_stages_by_hand():
     # the query cache is in the ledger: pool_bytes at the end of a step includes it
     assert (steps["pool_bytes"] >= steps["query_cache_bytes"]).all()
     # MaxSim scratch where a document finished: on the default H100 one document shares
-    # one query, so the flash kernel scores it (tp.maxsim_plan's ESTIMATE for [32] x [512])
+    # one query, so the flash kernel scores it (tp.late_interaction.maxsim_plan's ESTIMATE for [32]
+    # x [512])
     plan = maxsim_plan([32], [512], W, device="cuda", path="flash")
     finishing = steps[steps["num_finished"] > 0].iloc[1:]
     assert (finishing["maxsim_scratch_bytes"] == plan.attrs["peak_scratch_bytes"]).all()

@@ -63,7 +63,7 @@ def test_step_then_head_softmax_over_selected_columns():
     logits = torch.tensor([[0.0, 1.0, 5.0], [2.0, 0.0, 9.0]])
     meta = tp.build_metadata([2], prompt_token_ids=[[7, 8]], step_tag_id=8,
                              returned_token_ids=[0, 1])
-    pooler = tp.poolers.Pooler(tp.StepPool(), tp.heads.TokenClassifierHead())
+    pooler = tp.pooler.poolers.Pooler(tp.StepPool(), tp.pooler.heads.TokenClassifierHead())
     (probs,) = pooler(logits, meta)
     assert torch.allclose(probs, torch.softmax(torch.tensor([[2.0, 0.0]]), dim=-1))
 
@@ -96,7 +96,7 @@ def test_mean_accumulates_in_float32_from_half_and_in_chunks(monkeypatch):
     h = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float16)
     out = tp.MeanPool()(h, tp.build_metadata([2]))
     assert out.dtype == torch.float32 and torch.equal(out, torch.tensor([[2.0, 3.0]]))
-    import tokpool.pooling as pooling
+    import tokpool.pooler.pooling as pooling
 
     monkeypatch.setattr(pooling, "_MEAN_POOL_ACCUMULATION_CHUNK_BYTES", 16)
     x = torch.arange(20, dtype=torch.float32).reshape(5, 4)
@@ -111,16 +111,16 @@ def test_empty_batch(method):
 
 
 def test_get_pooling_method():
-    assert isinstance(tp.pooling.get_pooling_method("ALL"), tp.AllPool)
-    step = tp.pooling.get_pooling_method("STEP", async_scheduling=True, policy="prealloc")
+    assert isinstance(tp.pooler.pooling.get_pooling_method("ALL"), tp.AllPool)
+    step = tp.pooler.pooling.get_pooling_method("STEP", async_scheduling=True, policy="prealloc")
     assert isinstance(step, tp.StepPool) and step.async_scheduling and step.policy == "prealloc"
-    assert isinstance(tp.pooling.get_pooling_method("CLS"), tp.CLSPool)
-    assert isinstance(tp.pooling.get_pooling_method("LAST"), tp.LastPool)
-    assert isinstance(tp.pooling.get_pooling_method("MEAN"), tp.MeanPool)
+    assert isinstance(tp.pooler.pooling.get_pooling_method("CLS"), tp.CLSPool)
+    assert isinstance(tp.pooler.pooling.get_pooling_method("LAST"), tp.LastPool)
+    assert isinstance(tp.pooler.pooling.get_pooling_method("MEAN"), tp.MeanPool)
     with pytest.raises(NotImplementedError, match="UNKNOWN"):
-        tp.pooling.get_pooling_method("UNKNOWN")
+        tp.pooler.pooling.get_pooling_method("UNKNOWN")
     with pytest.raises(TypeError, match="takes no options"):
-        tp.pooling.get_pooling_method("CLS", policy="clone")
+        tp.pooler.pooling.get_pooling_method("CLS", policy="clone")
 
 
 def test_declared_tasks():

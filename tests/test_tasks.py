@@ -3,6 +3,7 @@
 import pytest
 
 import tokpool as tp
+from tokpool.pooler import tasks
 
 DECODER_EMBED = {"embed", "token_embed"}
 
@@ -63,8 +64,8 @@ def test_hint_when_model_has_no_supported_task():
 
 
 def test_runner_tasks_and_bad_options():
-    assert tp.tasks.runner_tasks(policy="pre_50931") == {"classify", "embed"}
-    assert tp.tasks.runner_tasks(policy="pre_50931", attn_type="encoder_only") == tp.SUPPORTED_TASKS
+    assert tasks.runner_tasks(policy="pre_50931") == {"classify", "embed"}
+    assert tasks.runner_tasks(policy="pre_50931", attn_type="encoder_only") == tp.SUPPORTED_TASKS
     with pytest.raises(ValueError, match="unknown gate policy 'new'"):
         tp.gate(DECODER_EMBED, policy="new")
     with pytest.raises(ValueError, match="unknown attn_type 'causal'"):
@@ -76,17 +77,17 @@ def test_runner_tasks_and_bad_options():
 
 
 def test_per_request_check():
-    tp.tasks.check_request_task("embed", {"embed"})
+    tasks.check_request_task("embed", {"embed"})
     with pytest.raises(tp.UnsupportedTaskError,
                        match=r"Unsupported task: 'token_embed'. Supported tasks: \['embed'\]"):
-        tp.tasks.check_request_task("token_embed", {"embed"})
+        tasks.check_request_task("token_embed", {"embed"})
 
 
 def test_catalogue_and_table():
     expected_kinds = {"decoder_embedding", "decoder_sequence_classifier", "process_reward_model",
                       "token_classification", "bge_m3_encoder", "splade_encoder",
                       "listwise_decoder_reranker", "plugin_only"}
-    assert set(tp.tasks.MODEL_KINDS) == expected_kinds
+    assert set(tasks.MODEL_KINDS) == expected_kinds
     table = tp.task_table()
     assert set(table.index) == expected_kinds
     row = table.loc["decoder_embedding"]
@@ -98,26 +99,26 @@ def test_catalogue_and_table():
     assert table.loc["bge_m3_encoder", "pre_50931:embed&token_classify"] == "yes"
     assert table.loc["plugin_only", "served_current"] == "refused"
     with pytest.raises(ValueError, match="unknown model kind 'gpt'"):
-        tp.tasks.model_kind("gpt")
+        tasks.model_kind("gpt")
 
 
 def test_an_engine_serves_only_its_selected_task():
     served = tp.gate({"embed", "token_embed"}, requested="embed")
-    tp.tasks.check_request_task("embed", served, selected="embed")
-    tp.tasks.check_request_task("token_embed", served)  # the runner alone would serve it
+    tasks.check_request_task("embed", served, selected="embed")
+    tasks.check_request_task("token_embed", served)  # the runner alone would serve it
     with pytest.raises(tp.UnsupportedTaskError,
                        match=r"Try switching the model's pooling_task via "
                              r'`PoolerConfig\(task="token_embed"\)`'):
-        tp.tasks.check_request_task("token_embed", served, selected="embed")
+        tasks.check_request_task("token_embed", served, selected="embed")
     with pytest.raises(tp.UnsupportedTaskError, match=r"--pooler-config\.task token_embed"):
-        tp.tasks.check_request_task("token_embed", served, selected="embed", entrypoint="server")
+        tasks.check_request_task("token_embed", served, selected="embed", entrypoint="server")
     # vllm/entrypoints/pooling/offline.py, PoolingOfflineMixin._verify_pooling_task: the LLM
     # class names the API and the --convert that would add it; the server the task
     with pytest.raises(tp.UnsupportedTaskError, match=r"Classification API is not supported by "
                        r"this model\. Try converting the model using `--convert classify`\."):
-        tp.tasks.check_request_task("classify", served, selected="embed")
+        tasks.check_request_task("classify", served, selected="embed")
     with pytest.raises(tp.UnsupportedTaskError, match="Unsupported task: 'classify'"):
-        tp.tasks.check_request_task("classify", served, selected="embed", entrypoint="server")
+        tasks.check_request_task("classify", served, selected="embed", entrypoint="server")
 
 
 def test_the_gate_policy_old_name_warns_and_still_works():

@@ -1,4 +1,5 @@
-"""tp.pool_tokens: hierarchical token pooling as PyLate 1.6.0 / Sentence-Transformers v6 and
+"""tp.late_interaction.pool_tokens: hierarchical token pooling as PyLate 1.6.0 /
+Sentence-Transformers v6 and
 colpali-engine do it — exact outputs on inputs whose clusters are known, Sentence-Transformers'
 own module as the oracle on random documents, the unchanged cases, and refusals in words."""
 
@@ -21,7 +22,7 @@ def _random_doc(g: torch.Generator, n: int, dim: int) -> torch.Tensor:
 
 
 def test_known_clusters_give_their_means_after_the_protected_row():
-    out = tp.pool_tokens(TWO_GROUPS, pool_factor=2)
+    out = tp.late_interaction.pool_tokens(TWO_GROUPS, pool_factor=2)
     assert torch.equal(out, torch.tensor([[1., 0.], [0., 1.], [1., 0.]]))
     assert torch.equal(token_clusters(TWO_GROUPS, 2), torch.tensor([0, 0, 1, 1]))
 
@@ -30,7 +31,7 @@ def test_cluster_mean_is_the_plain_mean_not_renormalised():
     x = torch.tensor([[1., 0.], [1., 0.], [0.8, 0.6], [0., 1.], [0., 1.]])  # [5, 2]
     # factor 2 over rows 1-4: cosine distances 1-2 0.2, 2-3 0.4, 3-4 0: the Ward tree joins
     # 3+4, then 1+2 -> 2 clusters
-    out = tp.pool_tokens(x, pool_factor=2, protected_tokens=1)
+    out = tp.late_interaction.pool_tokens(x, pool_factor=2, protected_tokens=1)
     assert out.shape == (3, 2)
     assert torch.equal(out[0], x[0])
     means = {tuple(r.tolist()) for r in out[1:]}
@@ -41,7 +42,7 @@ def test_cluster_mean_is_the_plain_mean_not_renormalised():
 def test_protected_rows_stay_in_front_untouched():
     g = torch.Generator().manual_seed(3)
     x = _random_doc(g, 20, 8)
-    out = tp.pool_tokens(x, pool_factor=3, protected_tokens=4)
+    out = tp.late_interaction.pool_tokens(x, pool_factor=3, protected_tokens=4)
     assert torch.equal(out[:4], x[:4])
     assert out.shape[0] == 4 + 16 // 3
 
@@ -52,7 +53,7 @@ def test_cluster_count_rule_and_pooled_length():
         for factor in (1, 2, 3, 4):
             for p in (0, 1, 2):
                 x = _random_doc(g, n, 6)
-                out = tp.pool_tokens(x, factor, p)
+                out = tp.late_interaction.pool_tokens(x, factor, p)
                 q = min(p, n)
                 k = max((n - q) // factor, 1)
                 expect = q + k if k < n - q else n
@@ -63,7 +64,7 @@ def test_cluster_count_rule_and_pooled_length():
 @pytest.mark.parametrize("n, factor, p", [(5, 1, 1), (2, 2, 1), (1, 4, 0), (3, 2, 3), (0, 2, 1)])
 def test_nothing_to_reduce_returns_the_rows_themselves(n, factor, p):
     x = torch.randn(n, 4)
-    out = tp.pool_tokens(x, factor, p)
+    out = tp.late_interaction.pool_tokens(x, factor, p)
     assert out is x
     assert token_clusters(x, factor, p) is None
 
@@ -80,7 +81,7 @@ def test_matches_sentence_transformers_module_on_random_documents():
         x = _random_doc(g, n, dim)
         ref = st.HierarchicalTokenPooling(pool_factor=factor, num_protected_tokens=p,
                                           normalize_embeddings=False).pool([x])[0]
-        got = tp.pool_tokens(x, factor, p)
+        got = tp.late_interaction.pool_tokens(x, factor, p)
         if max((n - min(p, n)) // factor, 1) == 1 and n - min(p, n) > 1:
             # one cluster: PyLate's scatter_add sum (followed here) and Sentence-Transformers'
             # Tensor.sum add in different orders -- the same mean to rounding
@@ -95,24 +96,24 @@ def test_matches_sentence_transformers_module_on_random_documents():
 def test_half_precision_is_clustered_in_float32_and_returned_in_its_dtype():
     g = torch.Generator().manual_seed(5)
     x = _random_doc(g, 30, 16).to(torch.bfloat16)
-    out = tp.pool_tokens(x, 2)
+    out = tp.late_interaction.pool_tokens(x, 2)
     assert out.dtype == torch.bfloat16
-    assert torch.equal(out, tp.pool_tokens(x.float(), 2).to(torch.bfloat16))
+    assert torch.equal(out, tp.late_interaction.pool_tokens(x.float(), 2).to(torch.bfloat16))
 
 
 def test_a_list_gives_a_list_each_document_on_its_own():
     g = torch.Generator().manual_seed(6)
     docs = [_random_doc(g, n, 5) for n in (7, 1, 12)]
-    out = tp.pool_tokens(docs, pool_factor=2)
+    out = tp.late_interaction.pool_tokens(docs, pool_factor=2)
     assert [d.shape[0] for d in out] == [4, 1, 6]
     for d, o in zip(docs, out, strict=True):
-        assert torch.equal(o, tp.pool_tokens(d, pool_factor=2))
-    assert tp.pool_tokens([], 2) == []
+        assert torch.equal(o, tp.late_interaction.pool_tokens(d, pool_factor=2))
+    assert tp.late_interaction.pool_tokens([], 2) == []
 
 
 def test_colpali_has_no_protected_rows_and_renormalises_its_means():
     x = torch.tensor([[1., 0.], [0.8, 0.6], [0., 1.], [0., 1.]])  # [4, 2]
-    out = tp.pool_tokens(x, pool_factor=2, method="colpali")
+    out = tp.late_interaction.pool_tokens(x, pool_factor=2, method="colpali")
     assert out.shape == (2, 2)
     labels = token_clusters(x, 2, method="colpali")
     assert labels.tolist() in ([0, 0, 1, 1], [1, 1, 0, 0])
@@ -121,7 +122,7 @@ def test_colpali_has_no_protected_rows_and_renormalises_its_means():
     assert rows == {tuple(first.tolist()), (0.0, 1.0)}
     torch.testing.assert_close(out.norm(dim=-1), torch.ones(2))
     # PyLate's variant with no protected row keeps the plain (shorter) mean
-    plain = tp.pool_tokens(x, pool_factor=2, protected_tokens=0)
+    plain = tp.late_interaction.pool_tokens(x, pool_factor=2, protected_tokens=0)
     assert plain.norm(dim=-1).min() < 0.96
 
 
@@ -149,7 +150,7 @@ def test_colpali_clusters_the_distance_matrix_rows_not_the_distances():
 ])
 def test_bad_options_are_refused_in_words(kwargs, error, words):
     with pytest.raises(error, match=None) as info:
-        tp.pool_tokens(TWO_GROUPS, **kwargs)
+        tp.late_interaction.pool_tokens(TWO_GROUPS, **kwargs)
     assert words in str(info.value)
 
 
@@ -163,5 +164,5 @@ def test_bad_options_are_refused_in_words(kwargs, error, words):
 ])
 def test_bad_rows_are_refused_in_words(embs, error, words):
     with pytest.raises(error) as info:
-        tp.pool_tokens(embs, 2)
+        tp.late_interaction.pool_tokens(embs, 2)
     assert words in str(info.value)

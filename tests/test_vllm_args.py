@@ -118,7 +118,7 @@ def test_fields_feed_simconfig():
 
 @pytest.mark.parity
 def test_same_values_as_vllms_parser(monkeypatch):
-    from tokpool.vllm_bridge import vllm_unavailable_reason
+    from tokpool.pooler.vllm_bridge import vllm_unavailable_reason
 
     reason = vllm_unavailable_reason()
     if reason is not None:

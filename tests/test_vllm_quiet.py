@@ -1,5 +1,6 @@
 """vLLM's and torch's import-time log lines stay out of a cell, tokpool's own messages do not
-(``tokpool.vllm_bridge.quiet_vllm_import``). torch 2.14.1's lines are replayed as recorded: that
+(``tokpool.pooler.vllm_bridge.quiet_vllm_import``). torch 2.14.1's lines are replayed as recorded:
+that
 torch is a multi-GB CUDA download here, so its loggers are driven with the recorded lines."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import warnings
 
 import pytest
 
-from tokpool.vllm_bridge import quiet_vllm_import
+from tokpool.pooler.vllm_bridge import quiet_vllm_import
 
 #: (logger, message) as torch 2.14.1 and vLLM log them while vLLM is imported.
 RECORDED = (
@@ -59,7 +60,7 @@ def test_a_logger_with_its_own_level_is_raised_and_put_back() -> None:
 @pytest.mark.parity
 def test_simulating_on_vllms_scheduler_prints_nothing() -> None:
     """A fresh interpreter, as a kernel: vLLM imported by ``scheduler="vllm"``, no log line."""
-    from tokpool.vllm_bridge import vllm_available
+    from tokpool.pooler.vllm_bridge import vllm_available
 
     if not vllm_available():
         pytest.skip("vLLM is not installed here (make vllm)")

@@ -292,7 +292,7 @@ def test_the_llm_class_names_the_missing_api():
     """vllm/entrypoints/pooling/offline.py, PoolingOfflineMixin._verify_pooling_task."""
     with pytest.raises(tp.UnsupportedTaskError, match="Embedding API is not supported by this "
                        r"model. Try converting the model using `--convert embed`."):
-        tp.tasks.check_request_task("token_embed", {"token_classify"},
+        tp.pooler.tasks.check_request_task("token_embed", {"token_classify"},
                                     selected="token_classify")
 
 

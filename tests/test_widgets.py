@@ -154,7 +154,7 @@ def test_corruption_table_traces_rows_to_their_tokens() -> None:
     identity = {"head_dtype": None, "use_activation": False}  # what pooling itself delivers
     result = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8,
                                             policy="legacy", **identity))
-    table = tp.corruption_table(result, 0)
+    table = tp.sim.corruption_table(result, 0)
     # the final step wrote tokens 16-19 into rows 0-3; rows 4-7 still hold tokens 12-15
     found = [16, 17, 18, 19, 12, 13, 14, 15]
     assert table["found_token"].tolist()[:8] == found
@@ -167,19 +167,19 @@ def test_corruption_table_traces_rows_to_their_tokens() -> None:
     rewritten = {p for o in over.itertuples() for p in range(o.token_start, o.token_end)}
     assert set(table.loc[~table["ok"], "position"]) == rewritten
     assert "expected_value" not in table  # the raw numbers only on request
-    raw = tp.corruption_table(result, 0, values=True)
+    raw = tp.sim.corruption_table(result, 0, values=True)
     assert raw["holds"].tolist()[:2] == ["r0 t16", "r0 t17"] and "delivered_value" in raw
     # another request's rows are named with their request
     mixed = tp.simulate([5, 12, 3], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8,
                                                  policy="legacy", async_scheduling=True,
                                                  **identity))
-    row = tp.corruption_table(mixed, 0).iloc[0]
+    row = tp.sim.corruption_table(mixed, 0).iloc[0]
     assert (row["found_request"], row["found_token"]) == (1, 6)
     assert row["reads"] == "expected token 0, found request 1's token 6"
     clean = tp.simulate([20], tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, **identity))
-    assert tp.corruption_table(clean, 0)["ok"].all()
+    assert tp.sim.corruption_table(clean, 0)["ok"].all()
     with pytest.raises(ValueError, match="tensor-mode"):
-        tp.corruption_table(tp.simulate([20], mode="analytic"), 0)
+        tp.sim.corruption_table(tp.simulate([20], mode="analytic"), 0)
 
 
 # --- memory -----------------------------------------------------------------------------------

@@ -219,8 +219,8 @@ def _step_limit(args: argparse.Namespace, prompt_lens: Sequence[int], runs: int 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
 
-    if args.model in tp.tasks.MODEL_KINDS:
-        kind = tp.tasks.MODEL_KINDS[args.model]
+    if args.model in tp.pooler.tasks.MODEL_KINDS:
+        kind = tp.pooler.tasks.MODEL_KINDS[args.model]
         tasks, attn, archs, label = kind.tasks, kind.attn_type, kind.architectures, kind.example
     else:
         model = tp.load_model(args.model)
@@ -230,8 +230,8 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     print(f"model: {args.model} ({label}); attn_type={attn}; declares {sorted(tasks)}")
     with warnings.catch_warnings():  # the gate policy's old name: the CLI still takes it
         warnings.simplefilter("ignore", DeprecationWarning)
-        args.policy = tp.tasks.gate_policy(args.policy)
-    runner = sorted(tp.tasks.runner_tasks(attn_type=attn, policy=args.policy))
+        args.policy = tp.pooler.tasks.gate_policy(args.policy)
+    runner = sorted(tp.pooler.tasks.runner_tasks(attn_type=attn, policy=args.policy))
     print(f"gate policy: {args.policy}; runner set {runner}")
     served = tp.gate(tasks, requested=args.task, attn_type=attn, policy=args.policy,
                      architectures=archs)
@@ -481,13 +481,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_engine_check(args: argparse.Namespace) -> int:
     if args.score:
-        from .engine_score import cli_score  # its own module: one engine, two stages
+        from .engine.score import cli_score  # its own module: one engine, two stages
 
         return cli_score(args)
     for flag, value in (("--query", args.query), ("--doc", args.doc)):
         if value:
             raise CLIError(f"{flag} is used with --score only; add --score, or give --prompt")
-    from .engine_check import cli_main  # the logic lives there; vLLM runs in a subprocess
+    from .engine.check import cli_main  # the logic lives there; vLLM runs in a subprocess
 
     if args.chunk_sizes is None:  # --score has its own default (one engine)
         args.chunk_sizes = "16,48"
@@ -615,7 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "schedule vs tp.simulate's; with --memory the pooling bytes of every "
                        "step. One engine start per chunk size. With --score: queries scored "
                        "against documents by the engine's own worker-side late interaction "
-                       "(two encode calls), the scores vs tp.maxsim_batched and the worker's "
+                       "(two encode calls), the scores vs "
+                       "tp.late_interaction.maxsim_batched and the worker's "
                        "query-cache bytes per step vs tp.simulate_score (one engine). Exit 0 "
                        "when all agree, 1 when something differs. Without vLLM: `make engine`.")
     p.add_argument("model", nargs="?", default="smollm2-135m",
@@ -643,9 +644,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the engine's KV-cache blocks (a small cache makes vLLM preempt)")
     p.add_argument("--score", action="store_true",
                    help="score queries against documents as vLLM's /score does in two stages "
-                   "(task token_embed): engine scores vs tp.maxsim_batched over tokpool's and "
-                   "the engine's token embeddings, the worker's query-cache bytes per step vs "
-                   "tp.simulate_score; exit 1 with the first difference")
+                   "(task token_embed): engine scores vs tp.late_interaction.maxsim_batched over "
+                   "tokpool's and the engine's token embeddings, the worker's query-cache bytes "
+                   "per step vs tp.simulate_score; exit 1 with the first difference")
     p.add_argument("--query", action="append",
                    help="with --score: a query text; repeat for several (1:N or N:N with "
                    "--doc; default: two built-in queries)")
@@ -665,7 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    from .vllm_bridge import VllmUnavailableError  # an ImportError: vLLM is not installed
+    from .pooler.vllm_bridge import VllmUnavailableError  # an ImportError: vLLM is not installed
 
     types: list[type[BaseException]] = [ValueError, TypeError, OSError, NotImplementedError,
                                         OverflowError, MemoryError, VllmUnavailableError]

@@ -103,7 +103,7 @@ def main() -> None:
           out / f"04_missed_{sfx}.png")
     _save(tp.prm.plot_learning_curve(tp.prm.read_curve()), out / f"04_learning_curve_{sfx}.png")
     memory = pd.concat([
-        tp.prm_memory_table(lengths, model=m, conventions=("two_class", "token_pair"))
+        tp.prm.prm_memory_table(lengths, model=m, conventions=("two_class", "token_pair"))
         for m, lengths in (("SmolLM2-135M", (1_024, 8_192)),
                            ("qwen2.5-math-prm-7b", (1_024, 4_096)))])
     if sfx == "before":

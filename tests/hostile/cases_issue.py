@@ -332,7 +332,7 @@ def _fresh_vllm_schedule(cfg):
 
 
 def engine_check(w: World) -> list[Case]:
-    from tokpool.engine_check import engine_check as check
+    from tokpool.engine.check import engine_check as check
 
     a = "engine_check"
     return [
@@ -595,7 +595,7 @@ def _llama_kv(extra: dict) -> int:
 def round5_edges(w: World) -> list[Case]:
     """Issue 40's edges: a schedule vLLM makes, a start-up refusal on the bare path, bad input
     that waited or misnamed (each also a named test in ``tests/test_edges_round5.py``)."""
-    from tokpool.engine_check import engine_check as check
+    from tokpool.engine.check import engine_check as check
     from tokpool.sim.vllm_rules import engine as rules_engine
     from tokpool.sim.vllm_rules import engine_checks
     from tokpool.sim.vllm_rules.args import shell_line

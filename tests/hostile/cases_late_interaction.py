@@ -7,6 +7,7 @@ import math
 import torch
 
 import tokpool as tp
+from tokpool.late_interaction import maxsim, maxsim_batched, maxsim_plan
 
 from .runner import Case
 
@@ -18,16 +19,16 @@ def late_interaction(a: str, sweep) -> list[Case]:
                "[2, 5]": torch.ones(2, 5), "complex": torch.ones(2, 4, dtype=torch.complex64)}
     limits = {"None": None, "0": 0, "-1": -1, "1.5": 1.5, "True": True, "'8'": "8",
               "nan": math.nan}
-    cases = sweep(a, "maxsim", tp.maxsim, {"q": q, "d": d}, {
+    cases = sweep(a, "maxsim", maxsim, {"q": q, "d": d}, {
         "q": tensors, "d": {**tensors, "[0, 4]": torch.ones(0, 4)}})
-    cases += sweep(a, "maxsim_batched", tp.maxsim_batched, {"q_embs": [q], "d_embs": [d]}, {
+    cases += sweep(a, "maxsim_batched", maxsim_batched, {"q_embs": [q], "d_embs": [d]}, {
         "q_embs": {"None": None, "'ab'": "ab", "5": 5, "[None]": [None], "[[4]]": [torch.ones(4)],
                    "{q}": {q}, "[q, q]": [q, q]},
         "d_embs": {"None": None, "[5]": [5], "[[0, 4]]": [torch.ones(0, 4)],
                    "[[3, 5]]": [torch.ones(3, 5)]},
         "max_batch_size": limits, "max_score_matrix_elements": limits,
     }, names={"q_embs": ("q_embs",), "d_embs": ("d_embs",)})
-    cases += sweep(a, "maxsim_plan", tp.maxsim_plan,
+    cases += sweep(a, "maxsim_plan", maxsim_plan,
                    {"q_lens": [2, 3], "d_lens": [5, 6], "dim": 8}, {
         "q_lens": {"None": None, "[-1, 3]": [-1, 3], "[1.5, 3]": [1.5, 3], "'23'": "23",
                    "[2]": [2], "{2, 3}": {2, 3}},

@@ -1,4 +1,5 @@
-"""``tp.simulate_score``'s and ``tp.listwise_prompts``' parameters (issue 38, the scoring flow):
+"""``tp.simulate_score``'s and ``listwise_prompts``' parameters (issue 38, the
+scoring flow):
 one hostile value each."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import math
 
 import tokpool as tp
+from tokpool.late_interaction import listwise_prompts
 
 from .runner import Case
 
@@ -36,7 +38,7 @@ def score(a: str, sweep) -> list[Case]:
               {"queries": [5], "docs": [7, 9], "config": cfg, "mode": "analytic"},
               {"pooling_params": {"late chunking": tp.PoolingParams(late_chunking_size=4)}},
               names={"pooling_params": ("Late chunking", "late-interaction")}
-    ) + sweep(a, "listwise_prompts", tp.listwise_prompts, {"queries": [5], "docs": [7, 9]}, {
+    ) + sweep(a, "listwise_prompts", listwise_prompts, {"queries": [5], "docs": [7, 9]}, {
         "queries": {"None": None, "'abc'": "abc", "[0]": [0], "[True]": [True], "[1.5]": [1.5],
                     "[[]]": [[]], "[5, 6, 7]": [5, 6, 7], "[]": [], "['q']": ["q"]},
         "docs": {"None": None, "[0]": [0], "[[]]": [[]], "[nan]": [math.nan], "[]": [],

@@ -8,6 +8,7 @@ import math
 import torch
 
 import tokpool as tp
+from tokpool.late_interaction import multivector_index_bytes, pool_tokens
 
 from .runner import Case
 
@@ -19,12 +20,12 @@ def token_pooling_and_index(a: str, sweep) -> list[Case]:
             "int64": torch.ones(6, 4, dtype=torch.int64), "nan": torch.full((3, 4), math.nan),
             "[x, 5]": [x, 5]}
     counts = {"None": None, "-1": -1, "1.5": 1.5, "True": True, "'2'": "2"}
-    cases = sweep(a, "pool_tokens", tp.pool_tokens, {"embs": x}, {
+    cases = sweep(a, "pool_tokens", pool_tokens, {"embs": x}, {
         "embs": rows, "pool_factor": {**counts, "0": 0},
         "protected_tokens": {k: v for k, v in counts.items() if v is not None},  # None: default
         "method": {"'ward'": "ward", "None": None, "5": 5},
     })
-    cases += sweep(a, "multivector_index_bytes", tp.multivector_index_bytes,
+    cases += sweep(a, "multivector_index_bytes", multivector_index_bytes,
                    {"doc_lens": [10, 20], "dim": 128}, {
         "doc_lens": {"None": None, "[]": [], "[0]": [0], "[1.5]": [1.5], "'12'": "12",
                      "{10}": {10}},
@@ -34,13 +35,13 @@ def token_pooling_and_index(a: str, sweep) -> list[Case]:
         "nbits": {"0": 0, "3": 3, "1.5": 1.5, "'two'": "two", "16": 16},
         "protected_tokens": counts,
     })
-    cases += sweep(a, "multivector_index_bytes(nbits=2)", tp.multivector_index_bytes,
+    cases += sweep(a, "multivector_index_bytes(nbits=2)", multivector_index_bytes,
                    {"doc_lens": [10, 20], "dim": 128, "nbits": 2}, {
         "layout": {"'faiss'": "faiss", "None": None, "5": 5},
         "dim": {"100": 100, "8 with nbits 2 (colbert)": 8},
     }, names={"layout": ("layout",), "dim": ("dim",)})
     q, d = torch.randn(2, 4), torch.randn(3, 4)
-    cases += sweep(a, "plot_maxsim_alignment", tp.plot_maxsim_alignment,
+    cases += sweep(a, "plot_maxsim_alignment", tp.viz.plot_maxsim_alignment,
                    {"q_emb": q, "d_emb": d, "q_tokens": ["a", "b"],
                     "d_tokens": ["x", "y", "z"]}, {
         "q_emb": {"None": None, "[4]": torch.ones(4), "[2, 5]": torch.ones(2, 5)},

@@ -224,7 +224,7 @@ def top_level(w: World) -> list[Case]:
         "mode": BAD_NAMES, "progress": {"'yes'": "yes", "5": 5},
     }, names={"policies": ("polic",), "mode": ("mode",)})
     result = tp.simulate([20, 6], cfg.replace(use_activation=False), mode="tensor")
-    cases += _sweep(a, "corruption_table", tp.corruption_table, {"result": result,
+    cases += _sweep(a, "corruption_table", tp.sim.corruption_table, {"result": result,
                                                                  "request": 0}, {
         "result": {"None": None, "dict": {}}, "request": {"-1": -1, "2": 2, "1.5": 1.5,
                                                           "'0'": "0", "None": None},
@@ -346,7 +346,7 @@ def models_and_prm(a: str, w: World) -> list[Case]:
         "task": {"'nope'": "nope", "5": 5, "'classify'": "classify"},
         "cache_dir": {"5": 5},
     }, names={"name_or_path": ("name",), "cache_dir": ("cache_dir",)})
-    cases += _sweep(a, "compare_chunked", tp.compare_chunked, {"model": model,
+    cases += _sweep(a, "compare_chunked", tp.models.compare_chunked, {"model": model,
                                                                "prompt": "hello world"}, {
         "model": {"None": None, "'tiny-decoder'": "tiny-decoder"},
         "prompt": {"None": None, "''": "", "5": 5, "[]": [], "[1.5]": [1.5]},
@@ -372,7 +372,7 @@ def models_and_prm(a: str, w: World) -> list[Case]:
         "split": {"None": None, "'nope'": "nope", "5": 5},
         "path": {"5": 5, "missing": w.tmp / "missing.jsonl"},
     })
-    cases += _sweep(a, "prm_memory_table", tp.prm_memory_table, {"prompt_lens": [1024]}, {
+    cases += _sweep(a, "prm_memory_table", tp.prm.prm_memory_table, {"prompt_lens": [1024]}, {
         "prompt_lens": {"None": None, "[]": [], "[0]": [0], "[1.5]": [1.5], "'1024'": "1024",
                         "[10**30]": [10**30]},
         "model": {"'nope'": "nope", "5": 5},

@@ -33,7 +33,7 @@ class World:
 
         matplotlib.use("Agg")
         import tokpool.cli
-        import tokpool.engine_check
+        import tokpool.engine.check
         import tokpool.viz
 
         tokpool.cli._user_error_types()  # imports nbclient

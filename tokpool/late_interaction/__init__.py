@@ -1,28 +1,37 @@
-"""Late interaction as vLLM keeps it, beside pooling (``vllm/v1/pool/late_interaction.py``),
-and what is done with token embeddings around it.
+"""Late interaction, one floor above the simulator: what is done with token embeddings once the
+engine has pooled them, and vLLM's scoring flow driven on the simulator.
 
     maxsim.py         MaxSim as the API server (``compute_maxsim_score``) and the worker
                       (``compute_maxsim_score_batched``) compute it; the mini-batches, decided
                       once; ``maxsim_plan``: what a rerank costs the worker before it runs
     simulate_score.py tp.simulate_score: vLLM's /score flow on the simulator (imported on use);
-                      scoring.py (pairing, request order), paths.py (which scoring path, the
-                      head), query_cache.py (the worker's query cache), listwise.py
-                      (JinaForRanking)
-    alignment.py      one MaxSim score taken apart per query token (``tp.plot_maxsim_alignment``)
+                      scoring.py (pairing, request order), query_cache.py (the worker's query
+                      cache), listwise.py (JinaForRanking's prompts)
+    alignment.py      one MaxSim score taken apart per query token
+                      (``tp.viz.plot_maxsim_alignment``)
     token_pooling.py  hierarchical token pooling (PyLate / Sentence-Transformers, colpali-engine)
     index_size.py     bytes of a multi-vector index: raw, colbert-ai's and fast-plaid's residuals
     retrieval.py      the shipped retrieval set (data/retrieval), MRR@k, recall@k, bootstrap CIs
     quality.py        dense vs MaxSim vs pooled MaxSim on it: vectors, bytes, MRR@10 with CIs
     rerank_cost.py    tp.simulate_score over documents x length, both paths (imported on use)
-    late_chunking.py  one row per chunk of tokens, as vLLM's token-embedding head pools them
-                      (``late_chunk_pool`` = ``_mean_pool_chunks``; the row rule; the tensors)
 
-The per-request options that ask for late chunking are ``tp.PoolingParams``
-(``tokpool/pooling_params.py``, as vLLM keeps them in ``vllm/pooling_params.py``).
+The pieces that are pooling rules live below, with the pooler (as vLLM keeps them with the
+pooler and the model): late chunking's rows (``tokpool.pooler.late_chunking``, re-exported
+here) and the JinaForRanking pool (``tokpool.pooler.jina_ranking``); which scoring path vLLM
+takes is an engine rule (``tokpool.sim.vllm_rules.scoring_path``). The per-request options are
+``tp.PoolingParams`` (``tokpool.pooler.pooling_params``, as vLLM keeps them in
+``vllm/pooling_params.py``).
 """
 
 from __future__ import annotations
 
+from ..pooler.late_chunking import (
+    LATE_CHUNK_DTYPE,
+    late_chunk_pool,
+    late_chunk_rows,
+    late_chunk_stages,
+    late_chunk_tensors,
+)
 from .alignment import MaxSimAlignment, maxsim_alignment
 from .index_size import (
     DEFAULT_NBITS,
@@ -33,13 +42,7 @@ from .index_size import (
     multivector_index_bytes,
     plaid_partitions,
 )
-from .late_chunking import (
-    LATE_CHUNK_DTYPE,
-    late_chunk_pool,
-    late_chunk_rows,
-    late_chunk_stages,
-    late_chunk_tensors,
-)
+from .listwise import listwise_prompts
 from .maxsim import (
     MAX_BATCH_SIZE,
     MAX_SCORE_MATRIX_ELEMENTS,
@@ -83,6 +86,7 @@ __all__ = [
     "late_chunk_rows",
     "late_chunk_stages",
     "late_chunk_tensors",
+    "listwise_prompts",
     "load_retrieval_set",
     "maxsim",
     "maxsim_alignment",

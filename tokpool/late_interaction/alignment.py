@@ -3,8 +3,9 @@
 MaxSim (ColBERT's late interaction, vLLM's ``compute_maxsim_score``) is
 ``sum_i max_j <q_i, d_j>``: each query token picks its best document token, and the picks add
 up. :func:`maxsim_alignment` returns the pieces — the query × document similarity matrix, each
-query token's pick and what it adds — with the total from :func:`tokpool.maxsim` itself, so the
-picture and the score cannot disagree. ``tp.plot_maxsim_alignment`` draws it.
+query token's pick and what it adds — with the total from :func:`tokpool.late_interaction.maxsim`
+itself, so the
+picture and the score cannot disagree. ``tp.viz.plot_maxsim_alignment`` draws it.
 
 Example:
     >>> q = torch.tensor([[1., 0.], [0., 1.]])
@@ -34,7 +35,7 @@ class MaxSimAlignment:
         best: ``[Lq]`` int64: the document token each query token takes (its row's argmax; the
             first on ties, as ``amax`` does not say which).
         contributions: ``[Lq]`` float32: each query token's maximum; they sum to ``score``.
-        score: 0-d float32: ``tp.maxsim(q, d)``.
+        score: 0-d float32: ``tp.late_interaction.maxsim(q, d)``.
     """
 
     similarity: Tensor
@@ -52,10 +53,11 @@ def maxsim_alignment(q: Tensor, d: Tensor) -> MaxSimAlignment:
 
     Returns:
         A :class:`MaxSimAlignment`; ``contributions.sum()`` equals ``score`` bit for bit
-        (float32 matmul, max per row, the same sum ``tp.maxsim`` takes).
+        (float32 matmul, max per row, the same sum ``tp.late_interaction.maxsim`` takes).
 
     Raises:
-        TypeError, ValueError: as :func:`tokpool.maxsim` (not tensors, not 2-D, widths that
+        TypeError, ValueError: as :func:`tokpool.late_interaction.maxsim` (not tensors, not 2-D,
+        widths that
             differ, an empty document).
     """
     score = maxsim(q, d)  # checks the pair, in vLLM's words

@@ -2,7 +2,8 @@
 
 One vector per document (a dense bi-encoder) costs ``n_docs · dim · itemsize``. Late
 interaction keeps one vector per document *token*, so its index is ``tokens / docs`` times
-larger — unless the vectors are pooled (:func:`tokpool.pool_tokens`, ``pool_factor``) or
+larger — unless the vectors are pooled (:func:`tokpool.late_interaction.pool_tokens`,
+``pool_factor``) or
 compressed. The two indexers people use compress the same way (ColBERTv2's residual scheme,
 Santhanam et al. 2022): each vector is stored as the id of its nearest k-means centroid plus its
 residual from that centroid, quantised to ``nbits`` per dimension and packed into bytes. They
@@ -29,7 +30,7 @@ weights, the average residual, document lengths and JSON metadata — each small
 codes and residuals.
 
 Example:
-    >>> b = tp.multivector_index_bytes([100] * 1_000, 128, nbits=2, layout="colbert")
+    >>> b = multivector_index_bytes([100] * 1_000, 128, nbits=2, layout="colbert")
     >>> b.n_vectors, b.partitions, b.codes_bytes, b.residual_bytes, b.centroid_bytes
     (100000, 4096, 400000, 3200000, 1048576)
     >>> b.total_bytes, b.dense_bytes
@@ -48,7 +49,7 @@ import pandas as pd
 import torch
 
 from .._args import _show, choice, each, items, whole
-from ..heads import dtype_size, resolve_dtype
+from ..pooler.heads import dtype_size, resolve_dtype
 from .token_pooling import pooled_length
 
 __all__ = ["DEFAULT_NBITS", "INDEX_LAYOUTS", "INDEX_OPTIONS", "IndexBytes", "index_bytes_table",
@@ -191,7 +192,8 @@ def multivector_index_bytes(
             1-D integer array / tensor (checked at once, for corpora of millions).
         dim: width of one token vector (ColBERT's 128, MiniLM's 384).
         dtype: dtype of raw vectors and of the dense comparison (``"float16"``, ...).
-        pool_factor: ``tp.pool_tokens``'s factor before indexing (1: every row); the vector
+        pool_factor: ``tp.late_interaction.pool_tokens``'s factor before indexing (1: every row);
+        the vector
             count uses its rule with ``protected_tokens`` (an upper bound: distance ties can
             leave fewer).
         nbits: ``None`` for raw storage (every vector in ``dtype``); else bits per dimension
@@ -209,12 +211,12 @@ def multivector_index_bytes(
             the layout cannot pack (colbert-ai: ``dim % (8 · nbits)``; both: ``dim % 8``).
 
     Example:
-        >>> raw = tp.multivector_index_bytes([512] * 100, 384)
+        >>> raw = tp.late_interaction.multivector_index_bytes([512] * 100, 384)
         >>> raw.layout, raw.n_vectors, raw.total_bytes, raw.times_dense
         ('raw', 51200, 39321600, 512.0)
-        >>> tp.multivector_index_bytes([512] * 100, 384, pool_factor=2).n_vectors   # 1 + 511 // 2
+        >>> multivector_index_bytes([512] * 100, 384, pool_factor=2).n_vectors   # 1 + 511 // 2
         25600
-        >>> tp.multivector_index_bytes([512] * 100, 384, nbits="default",
+        >>> tp.late_interaction.multivector_index_bytes([512] * 100, 384, nbits="default",
         ...                            layout="fast-plaid").parts
         {'codes': 409600, 'residuals': 9830400, 'centroids': 1572864}
     """

@@ -23,9 +23,9 @@ estimate.
 Example:
     >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])            # [Lq=2, D=2]
     >>> d = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.0, 2.0]])  # [Ld=3, D=2]
-    >>> tp.maxsim(q, d)                                         # 1.0 + 2.0
+    >>> tp.late_interaction.maxsim(q, d)                                         # 1.0 + 2.0
     tensor(3.)
-    >>> [float(s) for s in tp.maxsim_batched([q, q[:1]], [d, d[:1]])]
+    >>> [float(s) for s in tp.late_interaction.maxsim_batched([q, q[:1]], [d, d[:1]])]
     [3.0, 0.5]
 """
 
@@ -41,7 +41,7 @@ from torch import Tensor
 
 from .._args import choice, each, items, whole
 from ..guard import ensure_fits
-from ..heads import dtype_size, resolve_dtype
+from ..pooler.heads import dtype_size, resolve_dtype
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -82,7 +82,7 @@ def maxsim(q: Tensor, d: Tensor) -> Tensor:
             ``amax`` fails there with an IndexError).
 
     Example:
-        >>> tp.maxsim(torch.ones(3, 4), torch.full((5, 4), 0.5))  # 3 query tokens x 2.0
+        >>> maxsim(torch.ones(3, 4), torch.full((5, 4), 0.5))  # 3 query tokens x 2.0
         tensor(6.)
     """
     _check_pair("q", q, "d", d)
@@ -228,7 +228,7 @@ def maxsim_batched(q_embs: Sequence[Tensor], d_embs: Sequence[Tensor], *,
     Example:
         >>> q = [torch.ones(2, 4), torch.ones(3, 4)]
         >>> d = [torch.ones(5, 4), -torch.ones(1, 4)]
-        >>> tp.maxsim_batched(q, d)
+        >>> tp.late_interaction.maxsim_batched(q, d)
         [tensor(8.), tensor(-12.)]
     """
     q_embs = items("q_embs", q_embs, empty=True, what="a sequence of [Lq, D] tensors")
@@ -283,7 +283,7 @@ def _check_runnable(batches: list[MaxSimBatch], q_embs: list[Tensor]) -> None:
     ensure_fits(peak, what=f"MaxSim over {len(q_embs):,} pairs (the largest mini-batch's "
                 f"padded float32 batches and score matrix)", cheaper="a smaller "
                 "max_score_matrix_elements cannot split a single pair; shorten the longest "
-                "query or document, or size it first with tp.maxsim_plan",
+                "query or document, or size it first with tp.late_interaction.maxsim_plan",
                 device=device if device.type == "cuda" else None)
 
 
@@ -397,14 +397,14 @@ def maxsim_plan(q_lens: Sequence[int], d_lens: Sequence[int], dim: int, *,
             lengths.
 
     Example:
-        >>> plan = tp.maxsim_plan([32] * 100, [512] * 100, 128)  # 1 query x 100 documents
+        >>> plan = maxsim_plan([32] * 100, [512] * 100, 128)  # 1 query x 100 documents
         >>> plan[["start", "end", "max_q", "max_d", "score_matrix_bytes"]]
            start  end  max_q  max_d  score_matrix_bytes
         0      0   64     32    512             4194304
         1     64  100     32    512             2359296
         >>> int(plan.attrs["peak_scratch_bytes"])
         31041792
-        >>> flash = tp.maxsim_plan([32] * 100, [512] * 100, 128, device="cuda", path="flash")
+        >>> flash = maxsim_plan([32] * 100, [512] * 100, 128, device="cuda", path="flash")
         >>> int(flash.peak_scratch_bytes[0]), bool(flash.estimate[0])
         (39330992, True)
     """

@@ -5,9 +5,11 @@ gives both representations a bi-encoder and a late-interaction index would store
 
 - **dense**: the mean of the text's final hidden rows, L2-normalised (MiniLM's own
   Sentence-Transformers pooling), scored by the dot product: one vector per document;
-- **MaxSim**: every row L2-normalised (``token_embed``), scored by MaxSim (``tp.maxsim``'s
+- **MaxSim**: every row L2-normalised (``token_embed``), scored by MaxSim
+(``tp.late_interaction.maxsim``'s
   sum, all documents at once): one vector per document token;
-- **MaxSim, pool k**: the document rows after ``tp.pool_tokens(pool_factor=k)`` (queries are
+- **MaxSim, pool k**: the document rows after ``tp.late_interaction.pool_tokens(pool_factor=k)``
+(queries are
   not pooled, as in PyLate).
 
 Each method's table row: the vectors it stores, their bytes (fp16 raw and PLAID 2-bit), MRR@10
@@ -104,10 +106,12 @@ def method_scores(encoded: EncodedSet, docs: Sequence[Tensor] | None = None) -> 
     """``[n_queries, n_docs]`` scores: dense dot products (``docs=None``), or MaxSim of every
     query against every document of ``docs`` (each ``[n_i, D]``).
 
-    MaxSim here is ``tp.maxsim``'s sum (float32 ``q @ d.T``, max over the document's rows, sum
+    MaxSim here is ``tp.late_interaction.maxsim``'s sum (float32 ``q @ d.T``, max over the
+    document's rows, sum
     over the query's), taken for all documents at once: one matmul per query against every
     document row, then a max per document (``segment_reduce``). The products may round in
-    another order than one pair at a time, so scores equal ``tp.maxsim_batched``'s to float32
+    another order than one pair at a time, so scores equal ``tp.late_interaction.maxsim_batched``'s
+    to float32
     rounding (a test holds them to 1e-5), and a rerank of 600 documents takes one matmul.
     """
     if docs is None:
@@ -132,11 +136,11 @@ def retrieval_quality(rset: RetrievalSet, encoded: EncodedSet, *,
     Args:
         rset: the set ``encoded`` was made from.
         encoded: :func:`encode_retrieval_set`'s result.
-        pool_factors: ``tp.pool_tokens`` factors to add after plain MaxSim.
+        pool_factors: ``tp.late_interaction.pool_tokens`` factors to add after plain MaxSim.
         ks: recall cut-offs.
         n_boot, seed: bootstrap resamples of the queries, and their seed.
         nbits: residual bits for the PLAID column (colbert-ai's layout).
-        method: ``tp.pool_tokens``'s ``method``.
+        method: ``tp.late_interaction.pool_tokens``'s ``method``.
 
     Returns:
         A DataFrame with ``method``, ``vectors``, ``bytes_fp16`` (raw fp16 storage; the dense

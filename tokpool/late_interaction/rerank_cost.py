@@ -25,7 +25,7 @@ import pandas as pd
 
 from .._args import each, items, whole
 from ..sim import SimConfig
-from .paths import LateInteractionHead
+from ..sim.vllm_rules.scoring_path import LateInteractionHead
 from .simulate_score import simulate_score
 
 __all__ = ["STAGES", "rerank_sweep", "width_head"]

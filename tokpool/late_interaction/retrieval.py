@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .._args import MissingFileError, whole
+from .._package import default_data_dir
 
 __all__ = ["RetrievalSet", "bootstrap_ci", "build_retrieval_set", "load_retrieval_set",
            "mrr_at_k", "ranks_of_relevant", "recall_at_k", "write_retrieval_set"]
@@ -188,7 +189,6 @@ def build_retrieval_set(*, seed: int = SEED) -> RetrievalSet:
 
 def default_dir() -> Path:
     """``data/retrieval`` (under ``$TOKPOOL_DATA_DIR`` when set)."""
-    from ..prm.dataset import default_data_dir  # tokpool.prm loads on first use, not here
 
     return default_data_dir() / "retrieval"
 

@@ -10,7 +10,8 @@ this module adds what the scoring layer changes about the bytes, as ledger entri
   (``LateInteractionRunner``: "``output`` can be a view into the current step's hidden-states
   buffer, so clone it before storing across scheduling steps") and the host gets a 0-d float32
   zero. When every query is delivered, the documents run; each finished document is scored in
-  the worker against its cached query (MaxSim: ``tp.maxsim_plan``'s scratch for the documents
+  the worker against its cached query (MaxSim: ``tp.late_interaction.maxsim_plan``'s scratch for
+  the documents
   finishing together, in batch order; the flash kernel on CUDA when they share one query) and
   the host gets one float32 score, 4 bytes. A query's rows stay cached until its
   ``query_uses`` documents are scored (``query_cache.QueryCache``).
@@ -35,16 +36,16 @@ from typing import Literal
 
 import pandas as pd
 
-from ..pooling_params import PoolingParams, per_request_params
+from ..pooler.pooling_params import PoolingParams, per_request_params
 from ..sim import SimConfig, SimResult, simulate
 from ..sim.backends.loop import copies_at_finish
 from ..sim.memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS
 from ..sim.vllm_rules import engine_checks
 from ..sim.vllm_rules.classifier import drops_bos, projector_layers
 from ..sim.vllm_rules.cpu_platform import host_copy_copies, is_cpu
+from ..sim.vllm_rules.scoring_path import LateInteractionHead, ScoringPath, scoring_path
 from .listwise import listwise_prompts
 from .maxsim import maxsim_plan
-from .paths import LateInteractionHead, ScoringPath, scoring_path
 from .query_cache import QueryCache
 from .scoring import ScoreRequest, plan_requests
 
@@ -62,7 +63,8 @@ SCORE_STEP_COLUMNS: dict[str, str] = {
     "query_cache_bytes": "bytes of cloned query rows in the worker's query cache at the end "
                          "of the step (included in pool_bytes; at its start in "
                          "pool_peak_bytes)",
-    "maxsim_scratch_bytes": "the worker's MaxSim peak in the step (tp.maxsim_plan: padded "
+    "maxsim_scratch_bytes": "the worker's MaxSim peak in the step "
+                            "(tp.late_interaction.maxsim_plan: padded "
                             "float32 batches and score matrices, or the flash kernel's "
                             "ESTIMATE), for the documents finishing together, in batch order; "
                             "included in pool_peak_bytes",
@@ -88,7 +90,8 @@ class ScoreResult:
         stage_requests: for each of ``stages``, the score call's request number of each of
             its requests (its ``prompt_lens`` order).
         stage_offsets: for each of ``stages``, the ``steps.step`` of its first iteration.
-        maxsim: one ``tp.maxsim_plan`` frame per step that scored documents in the worker
+        maxsim: one ``tp.late_interaction.maxsim_plan`` frame per step that scored documents in the
+        worker
             (``engine``, ``step`` columns added); empty in one stage.
         head: the late-interaction head the delivered rows follow.
         peak_pooling_bytes: max of ``steps.pool_peak_bytes`` over engines.
@@ -164,7 +167,7 @@ class ScoreResult:
                          "scored")
         if self.peak_maxsim_scratch_bytes:
             lines.append(f"MaxSim in the worker: at most {self.peak_maxsim_scratch_bytes:,} B "
-                         "of scratch in one step (tp.maxsim_plan)")
+                         "of scratch in one step (tp.late_interaction.maxsim_plan)")
         if self.api_maxsim_bytes:
             lines.append(f"MaxSim in the API process: a {self.api_maxsim_bytes:,} B float32 "
                          "score matrix for the largest pair (compute_maxsim_score)")

@@ -35,9 +35,9 @@ step for step, so its output is PyLate's bit for bit.
 Example:
     >>> x = torch.nn.functional.normalize(torch.tensor(
     ...     [[1., 0.], [1., .1], [1., .2], [0., 1.], [.1, 1.]]), dim=-1)
-    >>> tp.pool_tokens(x, pool_factor=2).shape          # 1 protected + (5 - 1) // 2 clusters
+    >>> pool_tokens(x, pool_factor=2).shape          # 1 protected + (5 - 1) // 2 clusters
     torch.Size([3, 2])
-    >>> tp.pool_tokens(x, pool_factor=2, method="colpali").norm(dim=-1)   # 5 // 2, unit rows
+    >>> pool_tokens(x, pool_factor=2, method="colpali").norm(dim=-1)   # 5 // 2, unit rows
     tensor([1.0000, 1.0000])
 """
 
@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from .._args import _show, choice, whole
-from .._checks import first_nonfinite
+from ..pooler._checks import first_nonfinite
 
 __all__ = ["POOL_METHODS", "pool_tokens", "pooled_length", "token_clusters"]
 
@@ -233,13 +233,13 @@ def pool_tokens(embs: Tensor | Sequence[Tensor], pool_factor: int = 2,
 
     Example:
         >>> x = torch.tensor([[1., 0.], [0., 1.], [0., 1.], [1., 0.], [1., 0.]])
-        >>> tp.pool_tokens(x, pool_factor=2)    # row 0 kept; rows 1-2 and 3-4 merge
+        >>> pool_tokens(x, pool_factor=2)    # row 0 kept; rows 1-2 and 3-4 merge
         tensor([[1., 0.],
                 [0., 1.],
                 [1., 0.]])
-        >>> tp.pool_tokens(x, pool_factor=1) is x
+        >>> tp.late_interaction.pool_tokens(x, pool_factor=1) is x
         True
-        >>> [d.shape[0] for d in tp.pool_tokens([x, x[:2]], pool_factor=2)]
+        >>> [d.shape[0] for d in tp.late_interaction.pool_tokens([x, x[:2]], pool_factor=2)]
         [3, 2]
     """
     factor, protected = _options(pool_factor, protected_tokens, method)

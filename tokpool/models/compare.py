@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._args import items
-from ..heads import resolve_dtype
+from ..pooler.heads import resolve_dtype
 from .pooling_model import PoolingModel
 from .prompts import Prompt, as_prompt_list
 from .source import require_pooling_model

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..keep_rule import KeepRule
-from ..metadata import build_metadata
+from ..pooler.keep_rule import KeepRule
+from ..pooler.metadata import build_metadata
 from ..sim.backends.tensor import TensorEngine
 from ..sim.config import SimConfig
 from ..sim.schedule.scheduler import ScheduledStep

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+from .._package import __version__
 from .integrity import MARKER, DamagedModelError, file_manifest, verify_entry
 from .registry import CACHE_ENV, model_cache_dir
 
@@ -71,9 +72,7 @@ def _is_complete(path: Path) -> bool:
 def _versions() -> dict[str, str]:
     import transformers
 
-    import tokpool  # the package's version; tokpool imports this module, so on use
-
-    return {"tokpool_version": tokpool.__version__,
+    return {"tokpool_version": __version__,
             "transformers_version": transformers.__version__}
 
 

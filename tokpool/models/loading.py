@@ -25,8 +25,8 @@ from urllib.parse import urlparse
 import torch
 
 from .._args import path as args_path
-from ..heads import resolve_dtype
-from ..st_config import SentenceTransformersConfig, read_sentence_transformers_config
+from ..pooler.heads import resolve_dtype
+from ..sim.vllm_rules.st_config import SentenceTransformersConfig, read_sentence_transformers_config
 from .gguf_cache import convert_gguf, no_transformers_bars
 from .integrity import (
     DamagedModelError,

@@ -17,11 +17,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_flag
-from ..heads import TokenClassifierHead, TokenEmbeddingHead, check_dimensions, resolve_dtype
-from ..poolers import DispatchPooler, Pooler
-from ..pooling import AllPool, RetentionPolicy, check_policy, get_pooling_method
-from ..tasks import check_request_task, gate, select_task
+from ..pooler._checks import check_flag
+from ..pooler.heads import TokenClassifierHead, TokenEmbeddingHead, check_dimensions, resolve_dtype
+from ..pooler.poolers import DispatchPooler, Pooler
+from ..pooler.pooling import AllPool, RetentionPolicy, check_policy, get_pooling_method
+from ..pooler.tasks import check_request_task, gate, select_task
 from .budget import ensure_encode_fits
 from .encode_loop import StepTimes, run_encode
 from .forward import ENCODER_CHUNK_REASON, resolve_layer

@@ -35,7 +35,7 @@ def plot_chunked_error(
 
     Args:
         df: ``pandas.DataFrame`` with one row per token (and dtype, chunk size), e.g. from
-            ``tp.compare_chunked``; needs columns ``x``, ``hue`` and ``metric``.
+            ``tp.models.compare_chunked``; needs columns ``x``, ``hue`` and ``metric``.
         metric: column to plot (an error, or a cosine similarity).
         x: position column.
         hue: column giving one line each (the dtype).

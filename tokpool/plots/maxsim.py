@@ -44,7 +44,8 @@ def plot_maxsim_alignment(
 
     Similarity is signed, so it is drawn with ``RdBu_r`` centred at 0 on ``[-vmax, vmax]``
     (fixed, so pictures of several documents compare). A bar beside each query row shows what
-    that token adds (its row's maximum); the bars' sum is ``tp.maxsim(q_emb, d_emb)``, printed
+    that token adds (its row's maximum); the bars' sum is ``tp.late_interaction.maxsim(q_emb,
+    d_emb)``, printed
     in the title. The figure has its own white background, so it reads the same in light and
     dark notebook themes.
 
@@ -65,13 +66,14 @@ def plot_maxsim_alignment(
         The matrix axes.
 
     Raises:
-        TypeError, ValueError: embeddings as :func:`tokpool.maxsim` refuses them; token lists
+        TypeError, ValueError: embeddings as :func:`tokpool.late_interaction.maxsim` refuses them;
+        token lists
             whose length is not the row count; a bad ``vmax`` or ``cmap``.
 
     Example:
         >>> q = torch.nn.functional.normalize(torch.randn(3, 8), dim=-1)
         >>> d = torch.nn.functional.normalize(torch.randn(5, 8), dim=-1)
-        >>> ax = tp.plot_maxsim_alignment(q, d, ["a", "b", "c"], list("vwxyz"))
+        >>> ax = tp.viz.plot_maxsim_alignment(q, d, ["a", "b", "c"], list("vwxyz"))
         >>> ax.get_title().startswith("MaxSim = ")
         True
     """

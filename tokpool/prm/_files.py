@@ -9,7 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from .._args import MissingFileError
-from .dataset import default_data_dir
+from .._package import default_data_dir
 
 #: The safetensors metadata key holding a file's JSON settings (``"format"`` among them).
 META_KEY = "tokpool"

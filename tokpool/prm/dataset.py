@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from .._args import MissingFileError
 from .._args import path as args_path
+from .._package import default_data_dir
 
 Split = Literal["train", "test", "dev", "hard"]
 SPLITS: tuple[str, ...] = ("train", "test", "dev", "hard")
@@ -441,15 +442,6 @@ def generate_training_problems(
             record["id"] = f"gen{seed}-{len(records):05d}"
             records.append(record)
     return records
-
-
-def default_data_dir() -> Path:
-    """``$TOKPOOL_DATA_DIR`` or the repository's ``data/`` folder."""
-    env = os.environ.get("TOKPOOL_DATA_DIR")
-    if env and Path(env).exists() and not Path(env).is_dir():
-        raise ValueError(f"TOKPOOL_DATA_DIR={env!r} is a file, not a folder; point it at a "
-                         "copy of tokpool's data/ folder (or unset it)")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "data"
 
 
 def write_prm_dataset(

@@ -32,10 +32,10 @@ import torch
 
 from .._args import MissingFileError, choice, each, flag, items, text, whole
 from .._args import path as args_path
+from .._package import default_data_dir
 from ..models import load_model
 from ..models.source import require_pooling_model
 from .adapter import ADAPTER_FORMAT, read_format
-from .dataset import default_data_dir
 from .finetuned import load_finetuned
 from .probe import PROBE_FILE, PROBE_FORMAT, QWEN_PRM_SYSTEM, read_probe
 from .reward_model import ProcessRewardModel, check_threshold

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 import pandas as pd
 
 from .._args import items
-from ..heads import DTypeLike
-from ..pooling import RetentionPolicy
+from ..pooler.heads import DTypeLike
+from ..pooler.pooling import RetentionPolicy
 from ..sim import SimConfig, simulate
 from ..sim.vllm_rules.models import resolve_model
 from .steps import CONVENTIONS
@@ -101,7 +101,7 @@ def prm_memory_table(
         ValueError: an unknown convention, model or hardware preset.
 
     Example:
-        >>> t = tp.prm_memory_table([4_096])
+        >>> t = tp.prm.prm_memory_table([4_096])
         >>> t.set_index("convention")["peak_pooling_bytes"]  # token_pair: KB, others bytes
         convention
         two_class      1024

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._package import default_data_dir
 from ._files import META_KEY, read_tagged_safetensors
-from .dataset import default_data_dir
 
 PROBE_FILE = "probe.safetensors"
 PROBE_FORMAT = "tokpool-prm-probe/1"

@@ -28,9 +28,9 @@ import torch
 from torch import Tensor
 
 from .._args import items
-from ..heads import NonFiniteError, TokenClassifierHead
-from ..metadata import build_metadata
-from ..pooling import StepPool
+from ..pooler.heads import NonFiniteError, TokenClassifierHead
+from ..pooler.metadata import build_metadata
+from ..pooler.pooling import StepPool
 
 Convention = Literal["two_class", "token_pair", "value_head"]
 CONVENTIONS: tuple[str, ...] = ("two_class", "token_pair", "value_head")

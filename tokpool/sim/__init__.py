@@ -5,7 +5,7 @@ states in CUDA-graph output memory that later replays rewrite, or in a fresh eag
 async or sync host copies — pools with the core's ``AllPool``/``StepPool``/``LastPool`` and
 heads, checks every delivered output against the exact reference, and keeps a per-step memory
 ledger of the bytes pooling owns. Each engine rule is decided in ONE place and every backend
-asks it: what pooling keeps of a chunk (``tokpool.keep_rule``), the pooling kind
+asks it: what pooling keeps of a chunk (``tokpool.pooler.keep_rule``), the pooling kind
 (``vllm_rules.pooling_kind``), where a step's rows live (``vllm_rules.step_memory``), what vLLM
 refuses (``vllm_rules.engine_checks``), the schedule (``schedule``), what the head allocates
 (``vllm_rules.classifier``), whether a preempted request keeps its pooling state
@@ -33,8 +33,7 @@ Rooms, bottom to top (a module imports only from its own room or below):
   the points vLLM refuses.
 """
 
-from ..keep_rule import KeepRule, keep_rule, ownership_table
-from . import _moved_modules
+from ..pooler.keep_rule import KeepRule, keep_rule, ownership_table
 from .backends.loop import CHUNK_COLUMNS
 from .backends.source import HiddenStateSource, SyntheticSource
 from .backends.timing import estimate_step_times
@@ -58,8 +57,6 @@ from .sweeps import SWEEP_COLUMNS, sweep
 from .vllm_rules.devices import DEVICES, HARDWARE_PRESETS, Hardware
 from .vllm_rules.engine_checks import EngineRefusal
 from .vllm_rules.models import MODEL_PRESETS, ModelPreset
-
-_moved_modules.install()  # the old flat module paths warn and still work (_moved_modules)
 
 __all__ = [
     "CHUNK_COLUMNS",

@@ -10,9 +10,9 @@ from typing import Any, Literal
 import torch
 
 from .._deprecation import TokpoolDeprecationWarning
-from ..heads import DTypeLike, dtype_size, resolve_dtype
-from ..keep_rule import SIM_POLICIES
-from ..pooling import RetentionPolicy, check_policy
+from ..pooler.heads import DTypeLike, dtype_size, resolve_dtype
+from ..pooler.keep_rule import SIM_POLICIES
+from ..pooler.pooling import RetentionPolicy, check_policy
 from .vllm_rules import engine_checks
 from .vllm_rules import step_memory as step_memory_rule
 from .vllm_rules.classifier import ClassifierPlacement, pooled_width
@@ -190,7 +190,7 @@ class SimConfig:
             pooling models).
         policy: what pooling keeps between steps: one of ``tp.RETENTION_POLICIES``, or
             ``"vllm"``: tensor mode drives the INSTALLED vLLM's own AllPool/StepPool
-            (``tokpool.vllm_bridge``; ``make vllm`` installs 0.33.0) to ask "does my vLLM
+            (``tokpool.pooler.vllm_bridge``; ``make vllm`` installs 0.33.0) to ask "does my vLLM
             corrupt or pin memory under these flags?"; the other modes count ``clone``'s
             table, which vLLM 0.33.0's matches (the parity tests).
         model: a model preset name (``tp.MODEL_PRESETS``) or ``ModelPreset`` for time estimates.
@@ -437,6 +437,16 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
                       "check_prompts_fit(prompt_lens, config.max_model_len)",
                       TokpoolDeprecationWarning, stacklevel=2)
         engine_checks.check_prompts_fit(prompt_lens, self.max_model_len, name=self.model_name)
+
+    def check_pooling_params(self, params, *, request: int | None = None) -> None:
+        """vLLM's refusals of a request's ``tp.PoolingParams`` on this engine
+        (``engine_checks.check_pooling_params``, the one definition; ``PoolingParams.verify``
+        asks here, since the pooler's room sits below the simulator's).
+
+        Raises:
+            EngineRefusal: vLLM refuses the request (its words and the rule it follows).
+        """
+        engine_checks.check_pooling_params(params, self, request=request)
 
     # --- derived quantities -------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from ..guard import ensure_fits
-from ..pooling_params import PoolingParams, per_request_params
+from ..pooler.pooling_params import PoolingParams, per_request_params
 from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.limits import check_byte_range, check_work

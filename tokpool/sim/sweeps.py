@@ -9,8 +9,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ..keep_rule import SIM_POLICIES
-from ..pooling import RETENTION_POLICIES, check_policy
+from ..pooler.keep_rule import SIM_POLICIES
+from ..pooler.pooling import RETENTION_POLICIES, check_policy
 from .backends.closed_form import single_request
 from .backends.limits import check_byte_range, check_work
 from .config import SimConfig

@@ -42,7 +42,7 @@ from .. import _args as checks
 from .._args import as_whole
 from ..guard import ensure_fits
 from ..plots import format_tokens, token_strings
-from ..pooling import RETENTION_POLICIES
+from ..pooler.pooling import RETENTION_POLICIES
 from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig
 from ..sim.vllm_rules.serve_line import declared_tasks
 from .guards import guard_controls, label_of, show_tooltip

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from .._args import writable_file
+from .._package import __version__
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -70,7 +71,6 @@ def _installed(package: str) -> str | None:
 def provenance() -> dict[str, Any]:
     """The versions a saved result depends on: tokpool, the vLLM release its rules follow,
     the vLLM installed beside it (``None``: none), torch, matplotlib and Python."""
-    from .. import __version__  # the package's own __init__: not importable at module level
     from ..sim.vllm_rules import VLLM_VERSION  # one place says which vLLM the rules follow
 
     return {"tokpool": __version__, "vllm_rules": VLLM_VERSION,

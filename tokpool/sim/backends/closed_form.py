@@ -4,7 +4,7 @@ They are the analytic engine's bookkeeping solved by hand for a single request (
 them against ``simulate(mode="analytic")`` point by point). With budget C, n = ceil(T / C) steps
 and last chunk L = T − (n − 1)·C (unchunked: n = 1, L = T), row bytes r = W·s:
 
-- what each chunk keeps comes from the keep rule (``tokpool.keep_rule``): unfinished chunks
+- what each chunk keeps comes from the keep rule (``tokpool.pooler.keep_rule``): unfinished chunks
   kept as clones hold (T − L)·r at most, a prealloc buffer T·r, views and host copies 0 —
   except views of EAGER steps (``output_memory="vllm"``, chunks larger than the largest
   capture size), which pin their step's tensor: (T − L)·r before the final step;
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...keep_rule import keep_rule
+from ...pooler.keep_rule import keep_rule
 from ..config import SimConfig
 
 # Called through the modules, never copied: the seam and refusal tests swap the rules there.

@@ -5,7 +5,7 @@ One iteration (step N), in this order:
 1. the step's hidden states are written where the engine would put them
    (``vllm_rules.step_memory``: graph output memory rewritten by later replays, a fresh eager
    tensor, or the teaching model's one buffer); the write destroys kept views it covers;
-2. pooling decides per chunk from the keep rule (``tokpool.keep_rule``) and runs the pooler
+2. pooling decides per chunk from the keep rule (``tokpool.pooler.keep_rule``) and runs the pooler
    of the config's pooling kind (``vllm_rules.pooling_kind``: ``AllPool``/``StepPool`` for
    token tasks, ``LastPool`` for sequence tasks);
 3. the head runs on each finished request (cast to the head dtype, then the activation);
@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...keep_rule import KeepRule, keep_rule
+from ...pooler.keep_rule import KeepRule, keep_rule
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..memory.views import KeptView, ViewTracker

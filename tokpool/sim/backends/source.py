@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..._deprecation import TokpoolDeprecationWarning
-from ...heads import DTypeLike, resolve_dtype
+from ...pooler.heads import DTypeLike, resolve_dtype
 from ..config import SYNTHETIC_STEP_TAG_ID, SimConfig
 
 

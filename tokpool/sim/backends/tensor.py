@@ -24,11 +24,11 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor
 
-from ...heads import TokenClassifierHead, TokenEmbeddingHead
-from ...keep_rule import KeepRule
-from ...late_interaction.late_chunking import late_chunk_stages
-from ...metadata import PoolingStates, build_metadata
-from ...ownership import storage_key, storage_nbytes
+from ...pooler.heads import TokenClassifierHead, TokenEmbeddingHead
+from ...pooler.keep_rule import KeepRule
+from ...pooler.late_chunking import late_chunk_stages
+from ...pooler.metadata import PoolingStates, build_metadata
+from ...pooler.ownership import storage_key, storage_nbytes
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..schedule.scheduler import ScheduledStep

@@ -282,7 +282,7 @@ def corruption_table(result: SimResult, request: int, *, column: int = 0,
     Example:
         >>> cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=8, policy="legacy",
         ...                    head_dtype=None, use_activation=False)
-        >>> table = tp.corruption_table(tp.simulate([20], cfg), 0)
+        >>> table = tp.sim.corruption_table(tp.simulate([20], cfg), 0)
         >>> table.loc[0, "reads"]
         'expected token 0, found token 16'
     """

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...keep_rule import keep_rule
+from ..._text import format_bytes as _format_bytes
+from ...pooler.keep_rule import keep_rule
 from ..backends.closed_form import single_request
 from ..vllm_rules.classifier import head_allocations, head_element_bytes
 
@@ -150,10 +151,13 @@ def what_sets_the_peak(result: SimResult) -> str:
     return peak_words(peak_parts(result), step=step)
 
 
+def format_bytes(n: float) -> str:
+    """Bytes as the figures write them (three significant digits: ``1.25 GiB``)."""
+    return _format_bytes(n, significant=3)
+
+
 def peak_words(parts: dict[str, int], *, step: int | None = None) -> str:
     """``peak_parts``' answer in words: the total, the parts, and what sets the peak."""
-    from ...plots._style import format_bytes  # plots load matplotlib: only when words are asked
-
     if not parts:
         return "pooling holds nothing on the device"
     total = sum(parts.values())

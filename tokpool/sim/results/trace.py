@@ -31,7 +31,7 @@ CHUNK_ACTIONS: dict[str, str] = {
 
 def chunk_kind(config, prompt_len: int, start: int, stop: int) -> str:
     """What pooling does with one chunk ``[start, stop)`` of a ``prompt_len``-token request:
-    the pooling kind's label (the keep rule's, ``tokpool.keep_rule``; ``"gather"`` for
+    the pooling kind's label (the keep rule's, ``tokpool.pooler.keep_rule``; ``"gather"`` for
     sequence pooling).
 
     Returns:

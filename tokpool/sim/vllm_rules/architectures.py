@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ...late_interaction.paths import LATE_INTERACTION_TASKS
+from .scoring_path import LATE_INTERACTION_TASKS
 
 __all__ = [
     "FLOAT16_UNSUPPORTED",

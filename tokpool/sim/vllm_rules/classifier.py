@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ...late_interaction.late_chunking import (
+from ...pooler.late_chunking import (
     LATE_CHUNK_DTYPE,
     late_chunk_rows,
     late_chunk_tensors,

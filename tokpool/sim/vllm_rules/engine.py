@@ -13,7 +13,8 @@ ones whose vLLM function can run on a CPU against that function.
 - which models chunk: ``pooling_attn_type``, ``chunked_prefill_supported``;
 - the order of requests in a step's rows: ``step_order``;
 - tasks: ``TOKEN_POOL_METHOD_TASKS``, ``RUNNER_TASKS``, ``select_pooling_task``,
-  ``check_selected_task``.
+  ``check_selected_task`` (defined in ``tokpool.pooler.task_names``, beside the gate that
+  uses them; re-exported here).
 
 What vLLM refuses (prompt lengths, scheduler limits, ...) is in ``engine_checks``, each refusal
 once.
@@ -55,7 +56,14 @@ __all__ = [
     "step_order",
 ]
 
-from ..._deprecation import deprecated_alias
+from ...pooler.task_names import (  # the task rules live with the pooler: the gate needs them
+    POOLING_TASK_PRIORITY,
+    RUNNER_TASKS,
+    TOKEN_POOL_METHOD_TASKS,
+    check_request_task,
+    check_selected_task,
+    select_pooling_task,
+)
 from .devices import DEVICES, DeviceFacts, GiB, Hardware, resolve_device
 from .engine_checks import check_scheduler_limits
 from .pooling_kind import POOLING_KINDS
@@ -545,91 +553,3 @@ def step_order(
         range(len(counts)),
         key=lambda i: (not drafts[i], counts[i] != decode_query_len, counts[i]),
     )
-
-
-# --- tasks ----------------------------------------------------------------------------------
-
-#: Tasks vLLM's ``TokenPoolingMethod`` declares; ``StepPool`` inherits ``AllPool``'s set
-#: (vllm/model_executor/layers/pooler/tokwise/methods.py). The head narrows a pooler to one.
-TOKEN_POOL_METHOD_TASKS: frozenset[str] = frozenset({"token_embed", "token_classify"})
-#: MRV2's pooling runner set (vllm/v1/worker/gpu/pool/pooling_runner.py, ``_SUPPORTED_TASKS``).
-RUNNER_TASKS: frozenset[str] = frozenset(
-    {"embed", "classify", "token_embed", "token_classify", "embed&token_classify"}
-)
-
-
-#: vLLM's default-task priority when no task is configured (``ModelConfig.get_pooling_task``).
-POOLING_TASK_PRIORITY: tuple[str, ...] = (
-    "embed&token_classify", "embed", "classify", "token_embed", "token_classify", "plugin",
-)
-
-
-def select_pooling_task(model_tasks: Sequence[str], *, architectures: Sequence[str] = (),
-                        configured: str | None = None) -> str | None:
-    """The task an engine serves: ``--pooler-config``'s task if set, else, for a
-    ``*ForTokenClassification`` architecture, ``token_classify``, else the first of
-    ``POOLING_TASK_PRIORITY`` the model supports (vllm/config/model.py,
-    ``ModelConfig.get_pooling_task``): a decoder embedding model declaring
-    ``{embed, token_embed}`` serves ``embed``, and refuses token_embed requests."""
-    if configured is not None:
-        return configured
-    tasks = set(model_tasks)
-    if "token_classify" in tasks and any(
-        a.endswith("ForTokenClassification") for a in architectures
-    ):
-        return "token_classify"
-    return next((t for t in POOLING_TASK_PRIORITY if t in tasks), None)
-
-
-def check_selected_task(
-    task: str,
-    *,
-    selected_task: str,
-    supported_tasks: Sequence[str] | frozenset[str],
-    entrypoint: Literal["llm", "server"] = "llm",
-) -> None:
-    """Refuse a request whose task is not the engine's selected task, with vLLM's messages.
-
-    An engine serves the one task ``ModelConfig.get_pooling_task`` selects (``PoolerConfig(
-    task=...)`` or the priority order; ``tp.select_task``). vllm/entrypoints/pooling/offline.py,
-    ``PoolingOfflineMixin._verify_pooling_task`` (``LLM``): an embedding task the model does
-    not support → "Embedding API is not supported by this model. Try converting the model
-    using `--convert embed`.", a classification task → its ``--convert classify`` twin;
-    vllm/entrypoints/pooling/pooling/serving.py, ``ServingPooling._verify_pooling_task``
-    (server) and the ``LLM`` class for other tasks: a task the model does not support →
-    "Unsupported task: ..."; a supported task that is not the selected one → "Try switching
-    the model's pooling_task ...". ``plugin`` is checked elsewhere and passes here. (The
-    worker's own check, ``PoolingRunner.add_request``, only refuses tasks outside model ∩
-    runner tasks.)
-
-    Raises:
-        ValueError: the request's task is not served.
-
-    Example:
-        >>> check_selected_task("token_embed", selected_task="token_classify",
-        ...                     supported_tasks=("token_classify",))
-        Traceback (most recent call last):
-        ValueError: Embedding API is not supported by this model. Try converting the model \
-using `--convert embed`.
-    """
-    if task == "plugin" or task == selected_task:
-        return
-    supported = tuple(supported_tasks)
-    if entrypoint == "llm" and task not in supported:
-        if task in ("embed", "token_embed"):
-            raise ValueError("Embedding API is not supported by this model. Try converting the "
-                             "model using `--convert embed`.")
-        if task in ("classify", "token_classify"):
-            raise ValueError("Classification API is not supported by this model. Try "
-                             "converting the model using `--convert classify`.")
-    if task not in supported:
-        raise ValueError(f"Unsupported task: {task!r} Supported tasks: {supported}")
-    switch = (
-        f'via `PoolerConfig(task="{task}")`' if entrypoint == "llm"
-        else f"via --pooler-config.task {task}."
-    )
-    raise ValueError(f"Try switching the model's pooling_task {switch}")
-
-
-check_request_task = deprecated_alias(
-    check_selected_task, "tokpool.sim.vllm_rules.check_request_task", "check_selected_task")

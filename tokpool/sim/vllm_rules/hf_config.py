@@ -33,13 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...heads import dtype_size, resolve_dtype
-from ...late_interaction.paths import (
-    LATE_INTERACTION_TASKS,
-    LateInteractionHead,
-    late_interaction_head,
-)
-from ...st_config import read_sentence_transformers_config
+from ...pooler.heads import dtype_size, resolve_dtype
 from . import engine_checks
 from .architectures import (
     FLOAT16_UNSUPPORTED,
@@ -53,6 +47,12 @@ from .engine import pooling_attn_type
 from .hf_families import checked_hf_config, count_parameters
 from .kv_spec import attention_head_size, check_kv_layout, layer_sliding_windows
 from .models import ModelPreset
+from .scoring_path import (
+    LATE_INTERACTION_TASKS,
+    LateInteractionHead,
+    late_interaction_head,
+)
+from .st_config import read_sentence_transformers_config
 
 __all__ = [
     "HFModelPreset",
@@ -88,7 +88,7 @@ class HFModelPreset(ModelPreset):
             ``"pooler_head"`` (vLLM's ``as_seq_cls_model`` adapter).
         late_interaction: the token_embed head vLLM builds from the folder (ColBERT's
             projection, sentence-transformers Dense layers, BGE-M3's BOS filter,
-            JinaForRanking's marker rows: ``tokpool.late_interaction.paths``).
+            JinaForRanking's marker rows: ``tokpool.sim.vllm_rules.scoring_path``).
         is_matryoshka, matryoshka_dimensions, embedding_size: the config's keys of those names
             (``ModelConfig.is_matryoshka``: a non-empty ``matryoshka_dimensions`` or
             ``is_matryoshka``; ``embedding_size``: the row width a request's ``dimensions``

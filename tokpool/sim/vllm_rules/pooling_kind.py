@@ -16,7 +16,7 @@ one branch; the record it returns says, for its kind:
   AllPool pass (``selection_shapes``) and when each dies (``selection_dies``), and the
   reference a correct engine delivers (``reference``);
 - whether a pooler head follows (``has_head``: JinaForRanking's ``TokenPooler`` has none);
-- which pooler runs it (``pooler``, through ``tokpool.pooling.get_pooling_method``, or the
+- which pooler runs it (``pooler``, through ``tokpool.pooler.pooling.get_pooling_method``, or the
   installed vLLM's own under ``policy="vllm"``);
 - how a config is checked (``check``) and what vLLM's chunked-prefill rule reads
   (``tok_pooling_type``).
@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ...keep_rule import VLLM_POLICY, KeepRule, keep_rule
-from ...late_interaction.listwise import (
+from ...pooler.jina_ranking import (
     MARKER_TOKEN_IDS,
     JinaRankingPool,
     marker_positions,
     seeded_projector,
 )
-from ...late_interaction.paths import JINA_EMBEDDING_SIZE
-from ...pooling import get_pooling_method
-from ...vllm_bridge import VllmPool
+from ...pooler.keep_rule import VLLM_POLICY, KeepRule, keep_rule
+from ...pooler.pooling import get_pooling_method
+from ...pooler.vllm_bridge import VllmPool
+from .scoring_path import JINA_EMBEDDING_SIZE
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -71,8 +71,8 @@ SEQUENCE_TASKS = frozenset({"embed", "classify"})
 MARKER_ROWS_NEED_TOKEN_IDS = (
     "JINA_RANKING pooling (JinaForRanking) keeps the rows at its marker tokens "
     "(151670 per document, then 151671 for the query), which only the prompts' token ids say: "
-    "give token-id prompts (tp.listwise_prompts builds them from lengths or texts) in "
-    "mode='tensor' or 'analytic', or score with tp.simulate_score")
+    "give token-id prompts (tp.late_interaction.listwise_prompts builds them from lengths or "
+    "texts) in mode='tensor' or 'analytic', or score with tp.simulate_score")
 #: SimConfig fields that only STEP pooling reads.
 _STEP_FIELDS = ("num_returned_columns", "returned_token_ids", "step_tag_every", "step_tag_id")
 
@@ -140,7 +140,8 @@ class PoolingKind:
     # --- what is kept per chunk ------------------------------------------------------------
 
     def chunk_rule(self, config, *, finished: bool, first_chunk: bool) -> KeepRule | None:
-        """The keep rule of one chunk (``tokpool.keep_rule``), or ``None``: nothing is kept."""
+        """The keep rule of one chunk (``tokpool.pooler.keep_rule``), or ``None``: nothing is
+        kept."""
         return keep_rule(config.policy, chunked=config.enable_chunked_prefill,
                          async_scheduling=config.async_scheduling, finished=finished,
                          first_chunk=first_chunk)
@@ -326,7 +327,8 @@ class JinaRankingKind(AllKind):
     ``[k, H/2]`` (dies once the ReLU's output exists: ``nn.Sequential`` rebinds its input),
     the ReLU's ``[k, H/2]`` and the output ``[k, 512]``; AllPool's ``[T, H]`` lives until the
     pooler returns (``pooled_data_lst``). The marker rows come from the prompt's token ids,
-    so a run needs token-id prompts (``tp.listwise_prompts`` builds them) or a source with
+    so a run needs token-id prompts (``tp.late_interaction.listwise_prompts`` builds them) or a
+    source with
     real token ids.
     """
 

@@ -36,7 +36,7 @@ import os
 import warnings
 from typing import Any
 
-from ...vllm_bridge import VllmUnavailableError
+from ...pooler.vllm_bridge import VllmUnavailableError
 from .scheduler import _vllm
 
 _USAGE = {"llm": "LLM_CLASS", "server": "OPENAI_API_SERVER"}

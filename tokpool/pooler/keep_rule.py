@@ -26,7 +26,7 @@ RetentionPolicy = Literal["legacy", "clone", "prealloc", "offload"]
 RETENTION_POLICIES: tuple[str, ...] = ("legacy", "clone", "prealloc", "offload")
 
 #: The simulator's extra policy: drive the INSTALLED vLLM's own AllPool/StepPool (tensor mode,
-#: ``tokpool.vllm_bridge``). vLLM 0.33.0's table is PR #50931's, ``clone`` (the parity layer,
+#: ``tokpool.pooler.vllm_bridge``). vLLM 0.33.0's table is PR #50931's, ``clone`` (the parity layer,
 #: tests/test_parity_vllm.py, holds it to that), so the counting engine and the closed forms
 #: read ``clone``'s cells for it; tensor mode observes what the installed vLLM really keeps.
 VLLM_POLICY = "vllm"

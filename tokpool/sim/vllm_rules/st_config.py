@@ -28,7 +28,7 @@ def read_sentence_transformers_config(path: Path, *, dense: bool = False,
     Args:
         path: the directory.
         dense: accept ``Dense`` modules (the simulator models them as vLLM's head projector:
-            ``tokpool.late_interaction.paths.late_interaction_head``); the model loader does
+            ``tokpool.sim.vllm_rules.scoring_path.late_interaction_head``); the model loader does
             not reproduce them.
 
     Returns ``None`` when ``path`` has no ``modules.json``.

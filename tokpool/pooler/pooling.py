@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from ..guard import ensure_fits
 from ._checks import check_sequence_call, check_token_call, check_token_pool_options
-from .guard import ensure_fits
 from .keep_rule import RETENTION_POLICIES, KeepRule, RetentionPolicy, check_policy, keep_rule
 from .metadata import PoolingCursor, PoolingMetadata, PoolingStates
 
@@ -114,7 +114,7 @@ class AllPool:
         return self.forward(hidden_states, metadata)
 
     def rule(self, *, finished: bool, first_chunk: bool) -> KeepRule:
-        """The ownership-table cell for one chunk (``tokpool.keep_rule``)."""
+        """The ownership-table cell for one chunk (``tokpool.pooler.keep_rule``)."""
         return keep_rule(self.policy, chunked=self.enable_chunked_prefill,
                          async_scheduling=self.async_scheduling, finished=finished,
                          first_chunk=first_chunk)

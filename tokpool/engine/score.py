@@ -10,9 +10,11 @@ and records, after every step, the bytes its ``_query_cache`` holds and the docu
 then it encodes the same queries and documents plainly (the engine's own token embeddings,
 scheduled as the two stages were). ``score_comparison`` then checks:
 
-- (i) the engine's scores against ``tp.maxsim_batched`` over tokpool's own token embeddings
+- (i) the engine's scores against ``tp.late_interaction.maxsim_batched`` over tokpool's own token
+embeddings
   (``tp.load_model(...).encode``): within ``score_tolerance`` (see there);
-- (ii) the engine's scores against ``tp.maxsim_batched`` over the ENGINE's token embeddings,
+- (ii) the engine's scores against ``tp.late_interaction.maxsim_batched`` over the ENGINE's token
+embeddings,
   grouped as the documents finished together in the engine's steps (how the worker batches
   them): ``torch.equal``, group by group;
 - (iii) the query-cache bytes at every engine step against ``tp.simulate_score(...).steps
@@ -33,7 +35,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .engine_check import (
+from ..late_interaction import maxsim_batched
+from ..late_interaction.scoring import plan_requests
+from ..late_interaction.simulate_score import ScoreResult, simulate_score
+from ..sim import SimConfig
+from .check import (
     ENGINE_ATOL,
     ENGINE_MODELS,
     ENGINE_TIMEOUT_S,
@@ -48,10 +54,6 @@ from .engine_check import (
     engine_unavailable_reason,
     first_schedule_difference,
 )
-from .late_interaction import maxsim_batched
-from .late_interaction.scoring import plan_requests
-from .late_interaction.simulate_score import ScoreResult, simulate_score
-from .sim import SimConfig
 
 __all__ = [
     "DEFAULT_SCORE_DOCS",
@@ -85,7 +87,8 @@ DEFAULT_SCORE_DOCS = (
 
 def score_tolerance(q_len: int, atol: float = ENGINE_ATOL[TASK]) -> float:
     """Largest accepted difference between the engine's MaxSim score of a pair and
-    ``tp.maxsim_batched`` over tokpool's token embeddings: ``q_len * atol``, one embedding
+    ``tp.late_interaction.maxsim_batched`` over tokpool's token embeddings: ``q_len * atol``, one
+    embedding
     tolerance (``ENGINE_ATOL["token_embed"]``, 5e-5) per query token.
 
     Why: the score sums ``q_len`` terms, each the best ``<q_i, d_j>`` of two unit rows, and
@@ -196,7 +199,8 @@ class ScoreComparison:
         pairs: one row per document: ``doc``, ``query``, ``q_len``, ``d_len``, ``step``
             (the engine step it was scored in, numbered as ``cache``'s), ``engine_score``,
             ``tokpool_score`` (tokpool's embeddings), ``abs_diff``, ``tolerance``, ``within_tol``,
-            ``engine_emb_equal`` (``tp.maxsim_batched`` over the engine's embeddings of the
+            ``engine_emb_equal`` (``tp.late_interaction.maxsim_batched`` over the engine's
+            embeddings of the
             documents that finished in the same step, in batch order: this pair's score
             ``torch.equal`` to the worker's).
         cache: one row per engine step (query stage, then doc stage): ``step``, ``stage``,
@@ -235,7 +239,8 @@ class ScoreComparison:
                         f"{row.tolerance:.3g})")
             if not row.engine_emb_equal:
                 return (f"doc {row.doc}: engine score {row.engine_score!r} is not "
-                        "tp.maxsim_batched over the engine's own embeddings bit for bit")
+                        "tp.late_interaction.maxsim_batched over the engine's own "
+                        "embeddings bit for bit")
         for row in self.cache.itertuples(index=False):
             if not row.equal:
                 return (f"step {row.step} ({row.stage} stage): query cache {row.engine_bytes:,}"
