@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 import tokpool as tp
-from tokpool import pooling
+from tokpool.pooler import pooling
 
 RESULTS = Path(__file__).parent / "results" / "checks.csv"
 

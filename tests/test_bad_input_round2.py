@@ -210,7 +210,7 @@ def test_embed_refuses_a_long_text_before_tokenizing_all_of_it(tmp_path, capsys)
 
 
 def test_vllm_unavailable_is_one_line_not_a_traceback(monkeypatch, capsys):
-    from tokpool import vllm_bridge
+    from tokpool.pooler import vllm_bridge
 
     def unavailable():
         raise vllm_bridge.VllmUnavailableError("vLLM is not installed here; run `make vllm`")

@@ -291,7 +291,7 @@ def test_a_workload_vllms_scheduler_cannot_hold_is_refused_before_vllm_builds(mo
 
 
 def test_a_vllm_target_device_vllm_cannot_run_on_is_named(monkeypatch):
-    from tokpool import vllm_bridge
+    from tokpool.pooler import vllm_bridge
 
     with pytest.raises(ValueError, match=r"VLLM_TARGET_DEVICE='garbage' is not a platform vLLM "
                                          r"0.33.0 knows: its built-in platforms are \['cuda', "
@@ -322,7 +322,7 @@ def test_a_vllm_target_device_vllm_cannot_run_on_is_named(monkeypatch):
     ({"progress": "yes"}, r"progress must be a callable"),
 ])
 def test_engine_check_arguments_are_checked_before_anything_starts(kwargs, match, monkeypatch):
-    from tokpool import engine_check
+    from tokpool.engine import check as engine_check
 
     monkeypatch.setattr(engine_check, "engine_python",
                         lambda *a: pytest.fail("looked for vLLM before checking the arguments"))

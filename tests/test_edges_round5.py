@@ -124,7 +124,7 @@ def test_a_2_gb_config_json_is_refused_before_it_is_read(tmp_path):
 
 def test_engine_check_refuses_bad_input_before_looking_for_an_engine(tmp_path, monkeypatch):
     """A Python without vLLM is never asked: each input is named first."""
-    from tokpool import engine_check as ec
+    from tokpool.engine import check as ec
 
     def no_engine(*args, **kwargs):
         raise AssertionError("an engine was looked for")
@@ -149,7 +149,7 @@ def test_engine_check_cli_names_the_folder_first(tmp_path, capsys):
 
 @pytest.mark.real_model
 def test_engine_check_refuses_a_task_the_model_does_not_serve(monkeypatch):
-    from tokpool import engine_check as ec
+    from tokpool.engine import check as ec
 
     monkeypatch.setattr(ec, "engine_unavailable_reason", lambda *a, **k: "looked for")
     with pytest.raises(ec.EngineCheckError, match=r"task: smollm2-135m does not serve task "

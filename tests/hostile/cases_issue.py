@@ -503,7 +503,7 @@ def _fresh_vllm_bridge():
     """The pooling bridge (``policy="vllm"``) as a new process would: vLLM not yet imported."""
     import sys
 
-    from tokpool import vllm_bridge
+    from tokpool.pooler import vllm_bridge
 
     vllm_bridge._IMPORT.clear()
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
