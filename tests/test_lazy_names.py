@@ -54,9 +54,13 @@ def test_import_tokpool_loads_no_model_or_plotting_library():
 
 
 def test_top_level_is_short_and_every_name_resolves():
-    # round five's late-interaction names (tp.maxsim, tp.simulate_score, tp.pool_tokens, ...)
-    # are top-level by design (issues 38/39); the rest still lives in namespaces
-    assert len(tp.__all__) <= 55, len(tp.__all__)
+    # The top level is what a notebook user types in the first hour; everything else lives in
+    # the namespace of its wing (tp.pooler, tp.sim, tp.late_interaction, ...). Round five let it
+    # grow to 52 by raising this cap: a new name goes into its wing's namespace, and one joins
+    # the top level only if another leaves. Do not raise the cap (issue 44).
+    assert len(tp.__all__) <= 45, (
+        f"{len(tp.__all__)} top-level names: put the new name in its wing's namespace "
+        "(tp.sim, tp.late_interaction, ...), not at the top level")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no public name may warn
         for name in tp.__all__:
