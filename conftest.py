@@ -15,7 +15,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 # Not modules to import for their examples: a script run inside vLLM's own venv, and the
 # package's ``python -m`` entry point.
-collect_ignore = ["tokpool/_vllm_driver.py", "tokpool/prm/__main__.py"]
+collect_ignore = ["tokpool/engine/driver.py", "tokpool/prm/__main__.py"]
 
 
 @pytest.fixture(autouse=True)

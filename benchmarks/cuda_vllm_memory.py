@@ -2,7 +2,7 @@
 
 The GPU half of ``tokpool engine-check --memory``. vLLM (a CUDA build, where this runs) serves
 SmolLM2-135M ``token_embed`` with Model Runner V2 (vLLM's default on CUDA) and async scheduling
-(AllPool clones finished one-shot outputs); the driver (``tokpool/_vllm_driver.py``,
+(AllPool clones finished one-shot outputs); the driver (``tokpool/engine/driver.py``,
 ``memory="cuda"``: ``CudaPoolerRecorder``) reads the CUDA caching allocator's REQUESTED bytes
 around every call of the model's pooler, synchronised: the peak inside the call and the net
 change, each from the call's start. ``tp.simulate`` (analytic) of the same serve line on the

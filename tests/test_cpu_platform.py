@@ -4,7 +4,7 @@
 ``int()`` as ``CpuPlatform.check_and_update_config`` reads it), ``--kv-cache-memory-bytes`` or
 ``--num-gpu-blocks-override``; block size 128 (``CpuPlatform.update_block_size_for_backend``);
 no CUDA graphs (every step eager); async scheduling forced off; the host copy copies nothing
-(``.to("cpu")`` of a CPU tensor). The engine layer's serve line (``tokpool/_vllm_driver.py``'s
+(``.to("cpu")`` of a CPU tensor). The engine layer's serve line (``tokpool/engine/driver.py``'s
 ``ENGINE_ENV``, ``engine_check.EngineFlags``) needs no overrides. vLLM's own code:
 ``tests/test_parity_cpu_platform.py``.
 """

@@ -17,7 +17,7 @@ import tokpool as tp
 from tokpool.sim.vllm_rules.classifier import classifier_runs_in, head_allocations
 
 #: The engine layer's PRM folder: SmolLM2-135M's backbone (17 layers), a 2-label score head,
-#: saved as LlamaForTokenClassification (tokpool/engine_check.py).
+#: saved as LlamaForTokenClassification (tokpool/engine/).
 PRM = {"architectures": ["LlamaForTokenClassification"], "model_type": "llama",
        "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 17,
        "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,

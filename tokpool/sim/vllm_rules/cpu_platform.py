@@ -32,7 +32,7 @@ function it follows:
   less whatever else runs there): ``Hardware.hbm_bytes`` is ``None`` for it, and shares of
   "device memory" are not computed (``has_memory_total``).
 
-The engine layer (``tokpool/_vllm_driver.py``: ``VLLM_CPU_KVCACHE_SPACE=1``) runs exactly this
+The engine layer (``tokpool/engine/driver.py``: ``VLLM_CPU_KVCACHE_SPACE=1``) runs exactly this
 platform: ``SimConfig.from_vllm_args("VLLM_CPU_KVCACHE_SPACE=1 vllm serve ...",
 hardware="CPU")`` sizes the same KV cache without overrides. Checked against vLLM's own
 ``CpuPlatform.check_and_update_config`` on a built ``VllmConfig``
