@@ -275,7 +275,7 @@ def test_no_pooling_kind_is_compared_outside_its_record(tmp_path):
     """The backends, closed forms, results, rules and vLLM bridge ask the kind's record; none
     compares a pooling name (the finder itself is tested on lines that do)."""
     package = _KIND_HOME.parents[2]
-    paths = [*(package / "sim").rglob("*.py"), package / "vllm_bridge.py"]
+    paths = [*(package / "sim").rglob("*.py"), package / "pooler" / "vllm_bridge.py"]
     found = [hit for p in paths if p != _KIND_HOME for hit in _kind_comparisons(p)]
     assert not found, found
     assert _kind_comparisons(_KIND_HOME) == []  # the record itself looks names up in a table
