@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..plots import figure_png, format_bytes, format_tokens
 from ..plots.memory import plot_memory_vs_prompt_length
@@ -17,7 +16,7 @@ from ..sim.results.peak_parts import peak_parts, peak_words, single_request_peak
 from ..sim.startup import mark_startup_refusals, refusal_summary
 from ..sim.vllm_rules.devices import resolve_hardware
 from ..sim.vllm_rules.kv_cache import kv_cache_memory_bytes
-from .view import View
+from .view import View, captioned_table_html
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -169,7 +168,7 @@ def render_memory(
         caption += " " + " ".join(refusal_summary(df, messages=False))
     cells.columns = [f"{format_tokens(c)} tokens" for c in cells.columns]
     table_html = _defaults_html(config, vllm) + _peak_html(config, policies, int(lens[-1])) \
-        + _table_html(cells, caption)
+        + captioned_table_html(cells, caption)
     parts = _peak_run(config, policies, int(lens[-1]))  # what the readout above names
     settings = {"model": model, "hardware": device.name, "task": config.task, "dtype": dtype,
                 "head_dtype": head, "policies": list(policies),
@@ -299,20 +298,3 @@ def _kv_memory_bytes(config) -> int:
             dtype_bytes=config.dtype_size)
     except ValueError:  # the weights alone do not fit: no KV cache at all
         return 0
-
-
-def _table_html(cells: pd.DataFrame, caption: str) -> str:
-    head = "".join(f"<th style='padding:2px 10px'>{html.escape(str(c))}</th>"
-                   for c in cells.columns)
-    rows = "".join(
-        f"<tr><th style='text-align:left;padding:2px 10px'>{html.escape(str(i))}</th>"
-        + "".join(f"<td style='padding:2px 10px;text-align:right'>{html.escape(v)}</td>"
-                  for v in row)
-        + "</tr>"
-        for i, row in zip(cells.index, cells.to_numpy(), strict=True)
-    )
-    return (
-        "<table style='font-family:sans-serif;font-size:12px;border-collapse:collapse'>"
-        f"<caption style='caption-side:bottom;text-align:left;color:#555;padding-top:4px'>"
-        f"{html.escape(caption)}</caption><tr><th></th>{head}</tr>{rows}</table>"
-    )
