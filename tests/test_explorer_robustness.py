@@ -20,10 +20,10 @@ import torch
 import tokpool as tp
 from tokpool import widgets
 from tokpool.plots.token_text import CONTINUATION, _byte_decoder, split_characters
-from tokpool.widgets.explorers import MAX_TEXT_CHARS, context_range
+from tokpool.widgets.memory import context_range
 from tokpool.widgets.ownership import MAX_STEPS, check_workload
 from tokpool.widgets.rewards import steps_html
-from tokpool.widgets.tokens import all_hidden_states, hidden_states
+from tokpool.widgets.tokens import MAX_TEXT_CHARS, all_hidden_states, hidden_states
 
 mpl.use("Agg")
 

@@ -448,7 +448,7 @@ OWN_MODEL = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidd
 
 
 def test_memory_explorer_offers_no_cpu_and_a_cpu_render_gives_no_share() -> None:
-    from tokpool.widgets.explorers import MEMORY_HARDWARE
+    from tokpool.widgets.memory import MEMORY_HARDWARE
 
     ex = tp.memory_explorer(prompt_len=(1024, 4096))
     assert "CPU" in tp.HARDWARE_PRESETS and "CPU" not in ex.hardware.options
@@ -546,15 +546,15 @@ def test_every_control_has_a_tooltip_in_words(tiny_decoder) -> None:
             name = f"{type(ex).__name__}.{getattr(control, 'description', control)}"
             assert isinstance(tip, str) and len(tip.split()) >= 3, (name, tip)
             described = getattr(control, "description", "")
-            if described and isinstance(control, widgets.explorers.W.Text
-                                        | widgets.explorers.W.Textarea
-                                        | widgets.explorers.W.Dropdown
-                                        | widgets.explorers.W.Checkbox):
+            if described and isinstance(control, widgets.base.W.Text
+                                        | widgets.base.W.Textarea
+                                        | widgets.base.W.Dropdown
+                                        | widgets.base.W.Checkbox):
                 # ipywidgets 8 shows a described control's tooltip nowhere: on its label
                 assert described.startswith('<span title="') and control.description_allow_html
                 assert "<" not in widgets.guards.label_of(control)
         tips = getattr(ex, "policy", None)
-        if isinstance(tips, widgets.explorers.W.ToggleButtons):
+        if isinstance(tips, widgets.base.W.ToggleButtons):
             assert all(len(t.split()) >= 3 for t in tips.tooltips)
 
 

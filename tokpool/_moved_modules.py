@@ -56,6 +56,9 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "tokpool.late_interaction.paths": ("tokpool.sim.vllm_rules.scoring_path",),
     "tokpool.engine_check": ("tokpool.engine",),
     "tokpool.engine_score": ("tokpool.engine.score",),
+    "tokpool.widgets.explorers": ("tokpool.widgets.base", "tokpool.widgets.tokens",
+                                  "tokpool.widgets.rewards", "tokpool.widgets.ownership",
+                                  "tokpool.widgets.memory"),
 }
 
 

@@ -31,7 +31,7 @@ def execute_notebook(path: str | Path, *, quick: bool = False, timeout: int = 18
     os.environ[QUICK_ENV] = "1" if quick else "0"
     try:  # the kernel inherits this process's environment
         # each explorer shows its static snapshot as its own HTML output (see
-        # widgets.explorers); the widget state is not stored, so the page carries no copy of
+        # widgets.base); the widget state is not stored, so the page carries no copy of
         # every figure in widget JSON that only a CDN-loaded widget library could show
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 resources={"metadata": {"path": str(cwd or path.parent)}},

@@ -4,30 +4,27 @@
 import ipywidgets or matplotlib.
 """
 
+from .base import Explorer, MultiToggle
 from .buffer import BufferReuseExplorer, buffer_reuse_explorer, render_buffer_reuse
-from .explorers import (
-    Explorer,
-    MemoryExplorer,
-    MultiToggle,
-    OwnershipExplorer,
-    StepRewardExplorer,
-    TokenExplorer,
-    context_range,
-    memory_explorer,
-    ownership_explorer,
-    step_reward_explorer,
-    token_explorer,
-)
 from .late_interaction import RerankExplorer, render_rerank, rerank_explorer
-from .memory import prompt_grid, render_memory
-from .ownership import check_workload, corruption_table, parse_prompt_lens, render_ownership
-from .rewards import render_step_rewards, steps_html
+from .memory import MemoryExplorer, context_range, memory_explorer, prompt_grid, render_memory
+from .ownership import (
+    OwnershipExplorer,
+    check_workload,
+    corruption_table,
+    ownership_explorer,
+    parse_prompt_lens,
+    render_ownership,
+)
+from .rewards import StepRewardExplorer, render_step_rewards, step_reward_explorer, steps_html
 from .tokens import (
     TOKEN_METRICS,
+    TokenExplorer,
     all_hidden_states,
     hidden_states,
     render_token_heatmap,
     render_tokens,
+    token_explorer,
     token_metric,
 )
 from .view import View, png_size, table_html

@@ -17,7 +17,7 @@ from .._text import format_range
 from ..plots import figure_png
 from ..plots._style import styled
 from ..plots.buffer_reuse import buffer_reuse_panels, plot_buffer_reuse
-from .explorers import Explorer
+from .base import Explorer
 from .view import View
 
 if TYPE_CHECKING:

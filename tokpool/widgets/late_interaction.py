@@ -18,7 +18,7 @@ from ..late_interaction.simulate_score import simulate_score
 from ..plots import figure_png, format_bytes
 from ..plots.score_memory import plot_score_memory
 from ..sim import SimConfig
-from .explorers import Explorer, _slider_layout
+from .base import Explorer, _slider_layout
 from .view import View
 
 __all__ = ["RerankExplorer", "render_rerank", "rerank_explorer"]

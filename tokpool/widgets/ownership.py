@@ -1,4 +1,8 @@
-"""Ownership view: a small workload through the simulated engine — schedule, corruption, memory."""
+"""Ownership view: a small workload through the simulated engine — schedule, corruption, memory.
+
+``render_ownership`` is pure (a workload in, ``View`` out); ``ownership_explorer`` wires
+sliders, a policy choice and checkboxes to it.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,19 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import ipywidgets as W
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 
+from .. import _args as checks
 from ..plots import format_bytes
 from ..plots._style import RC, close, styled
 from ..plots.memory import plot_memory_timeline
 from ..plots.schedule import plot_ownership_schedule, step_label_every
+from ..pooler.pooling import RETENTION_POLICIES
 from ..sim import SimConfig, simulate
 from ..sim.results.analysis import corruption_table, lucky_requests
+from .base import _WIDE, Explorer, _slider_layout
 from .view import PNG_DPI, View
 
 if TYPE_CHECKING:
@@ -23,7 +31,8 @@ if TYPE_CHECKING:
 
     from ..sim import SimResult
 
-__all__ = ["check_workload", "corruption_table", "parse_prompt_lens", "render_ownership"]
+__all__ = ["OwnershipExplorer", "check_workload", "corruption_table", "ownership_explorer",
+           "parse_prompt_lens", "render_ownership"]
 
 
 #: Widest ownership figure (inches); longer runs get narrower steps, then lose box labels.
@@ -204,3 +213,171 @@ def render_ownership(
     return View(html="".join(parts), png=png, table=result.requests, settings=settings,
                 redraw=draw, data={"result": result, "corrupted": list(bad),
                                    "lucky": lucky})
+
+
+#: Widest hidden states the ownership view simulates (it runs real tensors).
+MAX_OWNERSHIP_WIDTH = 65_536
+
+
+class OwnershipExplorer(Explorer):
+    """A small workload through the simulated engine: schedule, corruption and memory.
+
+    Attributes:
+        prompt_len: ``IntSlider``, request 0's prompt length.
+        more_requests: ``Text``, the other requests' prompt lengths (``"6, 9"``; may be empty).
+        budget: ``IntSlider``, ``max_num_batched_tokens`` (tokens per step = buffer rows).
+        async_scheduling: ``Checkbox``, ``async_scheduling``.
+        policy: ``ToggleButtons`` over ``tp.RETENTION_POLICIES``.
+        chunked: ``Checkbox``, ``enable_chunked_prefill``.
+        vllm_head: ``Checkbox``, run vLLM's default head after pooling.
+        view: the last ``View``; ``view.data['result']`` is the ``SimResult``.
+    """
+    def __init__(self, prompt_lens: list[int] | None = None, *, budget: int = 16,
+                 async_scheduling: bool = False, policy: str = "clone",
+                 enable_chunked_prefill: bool = True, hidden_size: int = 576) -> None:
+
+        lens = [20, 6, 9] if prompt_lens is None else checks.items(
+            "prompt_lens", prompt_lens, what="a list of prompt lengths")
+        lens = checks.each("prompt_lens", lens, lambda name, n: checks.whole(name, n, minimum=1))
+        if not 1 <= lens[0] <= 96:
+            raise ValueError(f"prompt_lens[0] = {lens[0]:,}: the request 0 tokens slider takes "
+                             "1 to 96")
+        checks.whole("budget", budget, minimum=2, maximum=64,
+                     why=" (the tokens per step slider)")
+        checks.flag("async_scheduling", async_scheduling)
+        checks.flag("enable_chunked_prefill", enable_chunked_prefill)
+        checks.choice("policy", policy, RETENTION_POLICIES)
+        checks.whole("hidden_size", hidden_size, minimum=1, maximum=MAX_OWNERSHIP_WIDTH,
+                     why=" (the view simulates real tensors of that width)")
+        check_workload(lens, budget)  # a workload the view can draw, before any work
+        self.hidden_size = hidden_size
+        self._views: dict[tuple, View] = {}  # see CACHED_VIEWS
+        self.prompt_len = W.IntSlider(value=lens[0], min=1, max=96, continuous_update=False,
+                                      description="request 0 tokens", style=_WIDE,
+                                      tooltip="request 0's prompt length in tokens (1 to 96)",
+                                      layout=_slider_layout())
+        self.more_requests = W.Text(value=", ".join(str(n) for n in lens[1:]),
+                                    continuous_update=False, description="other requests",
+                                    tooltip="the other requests' prompt lengths, e.g. 6, 9 "
+                                            "(may be empty)",
+                                    placeholder="e.g. 6, 9", style=_WIDE)
+        self.budget = W.IntSlider(value=budget, min=2, max=64, continuous_update=False,
+                                  description="tokens per step", style=_WIDE,
+                                  tooltip="tokens the engine computes per step (vLLM's "
+                                          "max_num_batched_tokens), 2 to 64",
+                                  layout=_slider_layout())
+        # on/off settings are all checkboxes, one style (async, chunked prefill, vLLM's head)
+        self.async_scheduling = W.Checkbox(
+            value=async_scheduling, description="async scheduling", indent=False,
+            layout=W.Layout(width="auto"),
+            tooltip="async scheduling: the engine starts step N+1 before step N's output is "
+                    "copied to the host (vLLM's async_scheduling); off: each step's output is "
+                    "copied before the next step starts")
+        self.chunked = W.Checkbox(value=enable_chunked_prefill, description="chunked prefill",
+                                  tooltip="split a prompt longer than tokens per step over "
+                                          "several steps (vLLM's enable_chunked_prefill)",
+                                  indent=False, layout=W.Layout(width="auto"))
+        self.policy = W.ToggleButtons(
+            options=list(RETENTION_POLICIES), value=policy, description="policy",
+            tooltips=[POLICY_TIPS[p] for p in RETENTION_POLICIES],
+            tooltip="how pooling keeps a request's chunks between steps")
+        self.vllm_head = W.Checkbox(value=False, indent=False, layout=W.Layout(width="auto"),
+                                    tooltip="run vLLM's default head after pooling: a float32 "
+                                            "cast, then the activation",
+                                    description="vLLM's head (float32 cast + activation)")
+        super().__init__([self.prompt_len, self.more_requests, self.budget,
+                          self.async_scheduling, self.chunked, self.policy, self.vllm_head])
+        self._watch(self.prompt_len, self.more_requests, self.budget, self.async_scheduling,
+                    self.chunked, self.policy, self.vllm_head)
+        self.update()
+
+    @property
+    def prompt_lens(self) -> list[int]:
+        """The workload the controls describe."""
+        try:
+            others = parse_prompt_lens(self.more_requests.value)
+        except ValueError as err:
+            raise ValueError(f"other requests: {err}") from err
+        return [self.prompt_len.value, *others]
+
+    #: Views kept per explorer (settings -> View): a setting revisited while a slider is
+    #: dragged back and forth, or a toggle flipped twice, is shown without redrawing.
+    CACHED_VIEWS = 32
+
+    def render(self) -> View:
+        lens = self.prompt_lens
+        if not self.chunked.value:
+            self._check_unchunked(lens)
+        key = (tuple(lens), self.budget.value, self.async_scheduling.value, self.policy.value,
+               self.chunked.value, self.hidden_size, self.vllm_head.value)
+        cache = self._views
+        view = cache.pop(key, None)  # popped and put back: the most recent is last
+        if view is None:
+            view = render_ownership(
+                lens, max_num_batched_tokens=self.budget.value,
+                async_scheduling=self.async_scheduling.value, policy=self.policy.value,
+                enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
+                vllm_head=self.vllm_head.value,
+            )
+        cache[key] = view
+        while len(cache) > self.CACHED_VIEWS:
+            del cache[next(iter(cache))]  # the least recently shown
+        return view
+
+
+    def _check_unchunked(self, lens: list[int]) -> None:
+        """vLLM's refusal of a prompt longer than the budget with chunking off
+        (``engine_checks.check_unchunked_prompts_schedulable``), said with this panel's
+        controls instead of the engine's flags."""
+        # the rules room only when a panel is checked: opening an explorer stays light
+        from ..sim.vllm_rules.engine_checks import (
+            EngineRefusal,
+            check_unchunked_prompts_schedulable,
+        )
+
+        budget = self.budget.value
+        try:
+            check_unchunked_prompts_schedulable(lens, budget, enable_chunked_prefill=False)
+        except EngineRefusal as err:
+            long = [(i, n) for i, n in enumerate(lens) if n > budget]
+            i, n = long[0]
+            where = "request 0 tokens" if i == 0 else f"other requests (request {i})"
+            more = (f", nor {len(long) - 1} more request{'s' if len(long) > 2 else ''}"
+                    if len(long) > 1 else "")
+            raise ValueError(
+                f"{where}: {n} tokens, but tokens per step is {budget} and chunked prefill is "
+                f"off, so no step can hold it{more} (vLLM refuses to start, "
+                f"{err.follows}). Tick chunked prefill, raise tokens per step to at least "
+                f"{max(n for _, n in long)}, or shorten {'those requests' if more else 'it'}"
+            ) from None
+
+
+#: What each retention policy keeps between steps (the ownership explorer's button tooltips).
+POLICY_TIPS: dict[str, str] = {
+    "legacy": "legacy (before PR #50931): keeps views into the reused buffer",
+    "clone": "clone (PR #50931, vLLM's): clones each unfinished chunk, joins them at the end",
+    "prealloc": "prealloc: one owned buffer per request, each chunk copied in once",
+    "offload": "offload: each chunk copied to host memory as it is produced",
+}
+
+
+def ownership_explorer(prompt_lens: list[int] | None = None, *, budget: int = 16,
+                       async_scheduling: bool = False, policy: str = "clone",
+                       enable_chunked_prefill: bool = True,
+                       hidden_size: int = 576) -> OwnershipExplorer:
+    """Explore chunked-prefill ownership: which chunks are cloned or viewed, what gets corrupted.
+
+    Args:
+        prompt_lens: the initial workload (default ``[20, 6, 9]``).
+        budget: tokens per step (``max_num_batched_tokens``).
+        async_scheduling: start with async scheduling on.
+        policy: initial retention policy.
+        enable_chunked_prefill: start with chunked prefill on.
+        hidden_size: width of the simulated hidden states (bytes scale with it).
+
+    Returns:
+        The explorer widget; e.g. ``ex.async_scheduling.value = True`` redraws it.
+    """
+    return OwnershipExplorer(prompt_lens, budget=budget, async_scheduling=async_scheduling,
+                             policy=policy, enable_chunked_prefill=enable_chunked_prefill,
+                             hidden_size=hidden_size)

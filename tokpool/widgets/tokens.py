@@ -12,14 +12,18 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import ipywidgets as W
 import matplotlib as mpl
 import numpy as np
 import torch
 
-from ..plots import cosine_similarity_matrix, plot_similarity, token_html
+from .. import _args as checks
+from ..guard import ensure_fits
+from ..plots import cosine_similarity_matrix, plot_similarity, token_html, token_strings
 from ..plots._fonts import box_note
 from ..plots._style import RC, as_numpy, styled
 from ..plots.embeddings import _tick_labels
+from .base import _WIDE, Explorer, _slider_layout
 from .view import View
 
 if TYPE_CHECKING:
@@ -271,3 +275,148 @@ def all_hidden_states(model: PoolingModel, token_ids: torch.Tensor) -> torch.Ten
     layers = [h[0] for h in out.hidden_states[: model.num_layers]]  # [n, hidden] each
     layers.append(out.last_hidden_state[0])  # after the final norm
     return torch.stack(layers).float()  # [num_layers + 1, n, hidden]
+
+
+#: The token explorer refuses texts longer than this (characters, checked before tokenizing).
+MAX_TEXT_CHARS = 20_000
+#: ... and longer than this (tokens): one forward pass keeps every layer of every token.
+MAX_TEXT_TOKENS = 1_024
+
+
+def _check_model(model: Any) -> None:
+    """A ``PoolingModel`` (``tp.load_model(...)``), not its name or path."""
+    from ..models.source import require_pooling_model  # tokpool.models: transformers
+
+    require_pooling_model(model)
+
+
+class TokenExplorer(Explorer):
+    """Per-token values and token × token similarity of ``model``'s hidden states of a text.
+
+    One forward pass per text keeps every layer's hidden states (``all_hidden_states``), and
+    each layer's heatmap is drawn once: moving the layer slider back, or changing the metric,
+    only recolours the tokens.
+
+    Attributes:
+        text_input: ``Textarea`` with the text (edit it and leave the box to re-encode).
+        layer: ``IntSlider`` over ``0..model.num_layers`` (0 = embeddings, the last = final
+            hidden states after the final norm, what an engine pools).
+        metric: ``Dropdown`` of ``TOKEN_METRICS``.
+        tokens: the token strings of the current text.
+    """
+    def __init__(self, model: PoolingModel, text: str, *, layer: int = -1,
+                 metric: TokenMetric = "relative norm") -> None:
+        if metric not in TOKEN_METRICS:
+            raise ValueError(f"unknown metric {metric!r}; choose one of {list(TOKEN_METRICS)}")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("token_explorer needs a non-empty text string")
+        _check_model(model)
+        n = model.num_layers
+        layer = checks.whole("layer", layer, minimum=-(n + 1), maximum=n,
+                             why=f" (0 = embeddings, {n} = the last of the model's {n} layers; "
+                                 "negative counts from the end)")
+        self.model = model
+        self.text_input = W.Textarea(value=text, continuous_update=False, description="text",
+                                     placeholder="your own text",
+                                     tooltip="the text to encode (edit it and leave the box "
+                                             "to encode it)",
+                                     layout=W.Layout(width="100%", height="4.5em"))
+        self.layer = W.IntSlider(value=layer % (n + 1), min=0, max=n, continuous_update=False,
+                                 description="layer", style=_WIDE, layout=_slider_layout(),
+                                 tooltip=f"0 = the embeddings, {n} = the final hidden states "
+                                         "(after the final norm, what an engine pools)")
+        self.metric = W.Dropdown(options=list(TOKEN_METRICS), value=metric,
+                                 description="metric",
+                                 tooltip="the number each token is coloured by")
+        self._states: dict[str, Any] = {}  # text -> [num_layers + 1, n, hidden], last few texts
+        self._heatmaps: dict[tuple[str, int], bytes] = {}
+        self._canvases: dict[str, TokenHeatmap] = {}  # text -> its heatmap, labels drawn
+        self._tokens: dict[str, list[str]] = {}
+        super().__init__([self.text_input, self.layer, self.metric])
+        self._watch(self.text_input, self.layer, self.metric)
+        self.update()
+
+    @property
+    def text(self) -> str:
+        """The text being explored (``text_input.value``)."""
+        return self.text_input.value
+
+    @property
+    def tokens(self) -> list[str]:
+        """The token strings of ``text``."""
+        self._encode(self.text)
+        return self._tokens[self.text]
+
+    def _encode(self, text: str) -> Any:
+        """``[num_layers + 1, n, hidden]`` of ``text``, after checking it is small enough."""
+        if text in self._states:
+            return self._states[text]
+        if len(text) > MAX_TEXT_CHARS:
+            raise ValueError(f"the text has {len(text):,} characters; the explorer takes at "
+                             f"most {MAX_TEXT_CHARS:,}. Shorten it, or call model.encode(...) "
+                             "in a cell for long texts")
+        try:
+            (ids,) = self.model.token_ids([text])
+        except ValueError as err:  # longer than the model takes, ...
+            raise ValueError(f"text: {err}") from err
+        n = int(ids.numel())
+        if n > MAX_TEXT_TOKENS:
+            raise ValueError(f"the text has {n:,} tokens; the explorer takes at most "
+                             f"{MAX_TEXT_TOKENS:,} (its heatmap shows the first 96). Shorten "
+                             "it, or call model.encode(...) in a cell for long texts")
+
+        layers = self.model.num_layers + 1
+        ensure_fits(layers * n * self.model.hidden_size * 4 * 2,  # kept + transformers' copy
+                    what=f"every layer of {n:,} tokens", cheaper="a shorter text")
+        states = all_hidden_states(self.model, ids)  # [layers, n, hidden]
+        if len(self._states) >= 4:  # keep the last few texts only
+            old = next(iter(self._states))
+            self._states.pop(old)
+            self._heatmaps = {k: v for k, v in self._heatmaps.items() if k[0] != old}
+            self._canvases.pop(old, None)
+        self._states[text] = states
+        self._tokens[text] = token_strings(self.model.tokenizer, ids)
+        return states
+
+    def render(self) -> View:
+        text, layer = self.text, self.layer.value
+        if not text.strip():
+            raise ValueError("write some text to encode")
+        hidden = self._encode(text)[layer]  # [n, hidden]
+        n = self.model.num_layers
+        label = f"layer {layer} of {n}" + (" (final, after norm)" if layer == n else "")
+        tokens = self._tokens[text]
+        if (text, layer) not in self._heatmaps:  # the labels are drawn once per text
+            if text not in self._canvases:
+                self._canvases[text] = TokenHeatmap(tokens)
+            self._heatmaps[text, layer] = self._canvases[text].png(hidden, layer_label=label)
+        return render_tokens(tokens, hidden, metric=self.metric.value, layer_label=label,
+                             heatmap=self._heatmaps[text, layer],
+                             settings={"model": getattr(self.model, "name", None)
+                                       or type(self.model).__name__, "text": text})
+
+    def settings(self) -> list[tuple[str, str]]:
+        text = self.text if len(self.text) <= 60 else self.text[:57] + "…"
+        return [("model", type(self.model).__name__), ("text", text),
+                ("layer", str(self.layer.value)), ("metric", self.metric.value)]
+
+
+def token_explorer(model: PoolingModel, text: str, *, layer: int = -1,
+                   metric: TokenMetric = "relative norm") -> TokenExplorer:
+    """Explore a model's per-token hidden states of a text: your text, layer slider, metric.
+
+    Args:
+        model: a ``tp.PoolingModel`` (``tp.load_model(...)``: a built-in name or a local
+            directory with a transformers checkpoint).
+        text: the initial text; edit it in the explorer's text box.
+        layer: initial layer (``-1`` = final hidden states).
+        metric: initial metric (see ``TOKEN_METRICS``).
+
+    Returns:
+        The explorer widget; set ``ex.text_input.value`` / ``ex.layer.value`` /
+        ``ex.metric.value`` to drive it.
+
+    Raises:
+        ValueError: an unknown metric or an empty text.
+    """
+    return TokenExplorer(model, text, layer=layer, metric=metric)

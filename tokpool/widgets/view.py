@@ -61,6 +61,24 @@ def table_html(table: Any, *, max_rows: int = 40) -> str:
     return f"<div style='font-family:sans-serif;font-size:12px;overflow-x:auto'>{body}{more}</div>"
 
 
+def captioned_table_html(cells: pd.DataFrame, caption: str) -> str:
+    """A table of text cells (index as row headers) with ``caption`` under it."""
+    head = "".join(f"<th style='padding:2px 10px'>{_html.escape(str(c))}</th>"
+                   for c in cells.columns)
+    rows = "".join(
+        f"<tr><th style='text-align:left;padding:2px 10px'>{_html.escape(str(i))}</th>"
+        + "".join(f"<td style='padding:2px 10px;text-align:right'>{_html.escape(v)}</td>"
+                  for v in row)
+        + "</tr>"
+        for i, row in zip(cells.index, cells.to_numpy(), strict=True)
+    )
+    return (
+        "<table style='font-family:sans-serif;font-size:12px;border-collapse:collapse'>"
+        f"<caption style='caption-side:bottom;text-align:left;color:#555;padding-top:4px'>"
+        f"{_html.escape(caption)}</caption><tr><th></th>{head}</tr>{rows}</table>"
+    )
+
+
 def _installed(package: str) -> str | None:
     try:
         return metadata.version(package)
