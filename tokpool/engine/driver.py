@@ -2,7 +2,7 @@
 
 This file is run as a SCRIPT by the Python that has vLLM (``python _vllm_driver.py IN OUT``),
 usually another virtual environment than tokpool's (``make engine``); it imports vLLM, torch and
-safetensors only, never tokpool. ``tokpool.engine.check`` writes the request and reads the
+safetensors only, never tokpool. ``tokpool.engine.venv`` writes the request and reads the
 answer.
 
 Request (``IN``, JSON)::
