@@ -1,6 +1,6 @@
 """Run prompts through a real vLLM engine and record what it computed and how it scheduled it.
 
-This file is run as a SCRIPT by the Python that has vLLM (``python _vllm_driver.py IN OUT``),
+This file is run as a SCRIPT by the Python that has vLLM (``python driver.py IN OUT``),
 usually another virtual environment than tokpool's (``make engine``); it imports vLLM, torch and
 safetensors only, never tokpool. ``tokpool.engine.venv`` writes the request and reads the
 answer.

@@ -38,7 +38,7 @@ INSTALL_HINT = (
 )
 #: Seconds one engine subprocess may run (start + all its prompts).
 ENGINE_TIMEOUT_S = 1800
-_DRIVER = Path(__file__).with_name("_vllm_driver.py")
+_DRIVER = Path(__file__).with_name("driver.py")
 
 
 class EngineCheckError(ValueError):
@@ -69,7 +69,7 @@ class EngineRun:
 
 
 def _checkout_root() -> Path:
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def engine_python(python: str | os.PathLike | None = None) -> Path:
@@ -278,7 +278,7 @@ def _driver_error(error: dict, exe: Path, model_dir, task: str) -> EngineCheckEr
     if kind == "vllm_changed":  # the memory record's or the scoring record's wrappers
         return EngineCheckError(f"this vLLM's pooling is not shaped as the driver's record "
                                 f"expects ({message}); run without --memory / --score, or "
-                                "check tokpool/_vllm_driver.py against it")
+                                "check tokpool/engine/driver.py against it")
     if kind == "model_not_loadable":
         return EngineCheckError(f"vLLM could not load the model at {model_dir} ({message}); "
                                 "pass a transformers folder whose architecture vLLM supports")
