@@ -17,7 +17,12 @@ import pytest
 from tokpool.cli import main
 from tokpool.engine.compare import first_schedule_difference, simulated_steps
 from tokpool.engine.flags import EngineFlags
-from tokpool.engine.venv import INSTALL_HINT, EngineCheckError, engine_unavailable_reason, run_vllm
+from tokpool.engine.vllm_venv import (
+    INSTALL_HINT,
+    EngineCheckError,
+    engine_unavailable_reason,
+    run_vllm,
+)
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +184,7 @@ def test_the_drivers_recorder_tracks_storages_ops_return_and_their_frees():
 def _fake_engine(result, changes=None):
     """An engine answer whose memory record is what ``result`` (tp.simulate) predicts, with
     ``changes`` ({step: {record key: value}}) applied."""
-    from tokpool.engine.venv import EngineRun
+    from tokpool.engine.vllm_venv import EngineRun
 
     steps = result.steps[result.steps["num_scheduled_tokens"] > 0]
     records, schedule = [], []
@@ -228,7 +233,7 @@ def test_memory_comparison_is_equal_where_the_engine_measured_what_tokpool_predi
 def test_memory_comparison_without_a_record_says_how_to_get_one():
     import tokpool as tp
     from tokpool.engine.compare import memory_comparison
-    from tokpool.engine.venv import EngineRun
+    from tokpool.engine.vllm_venv import EngineRun
 
     result = tp.simulate([10], tp.SimConfig(hidden_size=8), mode="analytic")
     with pytest.raises(EngineCheckError, match=r"memory=True"):

@@ -33,7 +33,7 @@ from tokpool.engine.compare import random_prompts
 from tokpool.engine.flags import EngineFlags
 from tokpool.engine.prepare import engine_model_dir
 from tokpool.engine.score import score_check, score_tolerance
-from tokpool.engine.venv import engine_unavailable_reason
+from tokpool.engine.vllm_venv import engine_unavailable_reason
 
 pytestmark = pytest.mark.engine
 

@@ -37,7 +37,7 @@ from tokpool.engine.check import engine_check
 from tokpool.engine.compare import ENGINE_ATOL, first_schedule_difference, simulated_steps
 from tokpool.engine.flags import EngineFlags
 from tokpool.engine.prepare import engine_model_dir
-from tokpool.engine.venv import (
+from tokpool.engine.vllm_venv import (
     ENGINE_VENV,
     EngineCheckError,
     engine_unavailable_reason,

@@ -54,7 +54,7 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "tokpool.st_config": ("tokpool.sim.vllm_rules.st_config",),
     "tokpool.late_interaction.late_chunking": ("tokpool.pooler.late_chunking",),
     "tokpool.late_interaction.paths": ("tokpool.sim.vllm_rules.scoring_path",),
-    "tokpool.engine_check": ("tokpool.engine.check", "tokpool.engine.venv",
+    "tokpool.engine_check": ("tokpool.engine.check", "tokpool.engine.vllm_venv",
                              "tokpool.engine.flags", "tokpool.engine.prepare",
                              "tokpool.engine.compare", "tokpool.engine.report"),
     "tokpool.engine_score": ("tokpool.engine.score",),

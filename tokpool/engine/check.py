@@ -11,10 +11,10 @@ same chunk size, and compares:
   lengths and flags (budget, ``max_num_seqs``, ``long_prefill_token_threshold``, the engine's
   own KV-cache size and block size).
 
-vLLM runs in a subprocess, usually another virtual environment (``venv.py``: which Python, the
-driver's subprocess, ``EngineCheckError``). The engine's flags are in ``flags.py``, the built-in
-models' folders in ``prepare.py``, the comparisons in ``compare.py``, the text printed in
-``report.py``; this module runs them in order (``engine_check``) and is ``tokpool
+vLLM runs in a subprocess, usually another virtual environment (``vllm_venv.py``: which Python,
+the driver's subprocess, ``EngineCheckError``). The engine's flags are in ``flags.py``, the
+built-in models' folders in ``prepare.py``, the comparisons in ``compare.py``, the text printed
+in ``report.py``; this module runs them in order (``engine_check``) and is ``tokpool
 engine-check``'s entry (``cli_main``).
 
 ``python -m tokpool.engine.check prepare`` writes the folders the engine layer serves (used by
@@ -53,7 +53,7 @@ from .prepare import (
     prepare_engine_models,
 )
 from .report import check_passed, format_report
-from .venv import EngineCheckError, engine_python, engine_unavailable_reason, run_vllm
+from .vllm_venv import EngineCheckError, engine_python, engine_unavailable_reason, run_vllm
 
 DEFAULT_PROMPTS = (
     "What is the capital of France?",

@@ -15,7 +15,7 @@ import torch
 
 from ..sim import SimConfig, SimResult, simulate
 from .flags import EngineFlags
-from .venv import EngineCheckError, EngineRun, run_vllm
+from .vllm_venv import EngineCheckError, EngineRun, run_vllm
 
 #: Largest absolute difference accepted between tokpool's and vLLM's per-token outputs, per task.
 #: Both run the same float32 weights through different kernels (vLLM's CPU attention and fused

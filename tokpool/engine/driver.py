@@ -2,8 +2,8 @@
 
 This file is run as a SCRIPT by the Python that has vLLM (``python driver.py IN OUT``),
 usually another virtual environment than tokpool's (``make engine``); it imports vLLM, torch and
-safetensors only, never tokpool. ``tokpool.engine.venv`` writes the request and reads the
-answer.
+safetensors only, never tokpool. ``tokpool.engine.vllm_venv`` writes the request and reads
+the answer.
 
 Request (``IN``, JSON)::
 

@@ -22,7 +22,7 @@ from ..models.registry import builtin_files, model_cache_dir
 from ..prm.finetuned import load_finetuned
 from ..prm.loading import SHIPPED_PRMS
 from .flags import ENGINE_TASKS
-from .venv import EngineCheckError
+from .vllm_venv import EngineCheckError
 
 #: Built-in models the engine serves (``engine_model_dir``): name -> the task checked.
 ENGINE_MODELS = {"smollm2-135m": "token_embed", "smollm2-prm": "token_classify"}

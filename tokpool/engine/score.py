@@ -42,7 +42,7 @@ from ..sim import SimConfig
 from .compare import ENGINE_ATOL, first_schedule_difference
 from .flags import EngineFlags
 from .prepare import ENGINE_MODELS, checked_task_and_ids, engine_model_dir, load_checked
-from .venv import (
+from .vllm_venv import (
     ENGINE_TIMEOUT_S,
     EngineCheckError,
     drive,
