@@ -35,7 +35,10 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import pandas as pd  # noqa: E402
 
 import tokpool as tp  # noqa: E402
-from tokpool.engine.check import EngineFlags, engine_model_dir, random_prompts, run_vllm  # noqa: E402
+from tokpool.engine.compare import random_prompts  # noqa: E402
+from tokpool.engine.flags import EngineFlags  # noqa: E402
+from tokpool.engine.prepare import engine_model_dir  # noqa: E402
+from tokpool.engine.vllm_venv import run_vllm  # noqa: E402
 
 BUDGETS = (256, 2048)  # a captured-graph budget and an eager one
 RUNS = ((8192,), (1500, 700, 128, 3000, 40))

@@ -30,14 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from tokpool.engine.check import (  # noqa: E402
-    EngineFlags,
-    EngineRun,
-    MemoryCheck,
-    compare_memory,
-    engine_model_dir,
-    memory_check,
-)
+from tokpool.engine.compare import MemoryCheck, compare_memory, memory_check  # noqa: E402
+from tokpool.engine.flags import EngineFlags  # noqa: E402
+from tokpool.engine.prepare import engine_model_dir  # noqa: E402
+from tokpool.engine.vllm_venv import EngineRun  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "engine_memory.json"
 #: task -> the built-in engine model serving it.

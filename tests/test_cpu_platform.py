@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import tokpool as tp
-from tokpool.engine.check import EngineFlags
 from tokpool.engine.driver import ENGINE_ENV
+from tokpool.engine.flags import EngineFlags
 from tokpool.sim.vllm_rules import cpu_platform
 from tokpool.sim.vllm_rules.devices import DEVICES, GiB, Hardware
 

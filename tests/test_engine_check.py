@@ -15,14 +15,13 @@ from pathlib import Path
 import pytest
 
 from tokpool.cli import main
-from tokpool.engine.check import (
+from tokpool.engine.compare import first_schedule_difference, simulated_steps
+from tokpool.engine.flags import EngineFlags
+from tokpool.engine.vllm_venv import (
     INSTALL_HINT,
     EngineCheckError,
-    EngineFlags,
     engine_unavailable_reason,
-    first_schedule_difference,
     run_vllm,
-    simulated_steps,
 )
 
 
@@ -131,7 +130,7 @@ def test_make_engine_builds_its_own_venv_and_ci_runs_the_layer_after_make_test()
 
 @pytest.mark.real_model
 def test_the_prm_engine_folder_is_cached_and_rebuilt_when_damaged(tmp_path, monkeypatch, capsys):
-    from tokpool.engine.check import engine_model_dir
+    from tokpool.engine.prepare import engine_model_dir
     from tokpool.models.integrity import verify_entry
 
     base = engine_model_dir("smollm2-135m")  # the converted SmolLM2, from the real cache
@@ -185,7 +184,7 @@ def test_the_drivers_recorder_tracks_storages_ops_return_and_their_frees():
 def _fake_engine(result, changes=None):
     """An engine answer whose memory record is what ``result`` (tp.simulate) predicts, with
     ``changes`` ({step: {record key: value}}) applied."""
-    from tokpool.engine.check import EngineRun
+    from tokpool.engine.vllm_venv import EngineRun
 
     steps = result.steps[result.steps["num_scheduled_tokens"] > 0]
     records, schedule = [], []
@@ -207,7 +206,8 @@ def _fake_engine(result, changes=None):
 
 def test_memory_comparison_is_equal_where_the_engine_measured_what_tokpool_predicts():
     import tokpool as tp
-    from tokpool.engine.check import format_memory, memory_comparison
+    from tokpool.engine.compare import memory_comparison
+    from tokpool.engine.report import format_memory
 
     config = tp.SimConfig(hidden_size=576, max_num_batched_tokens=64, kv_cache_blocks=364,
                           block_size=128, enforce_eager=True, dtype="bfloat16")
@@ -232,7 +232,8 @@ def test_memory_comparison_is_equal_where_the_engine_measured_what_tokpool_predi
 
 def test_memory_comparison_without_a_record_says_how_to_get_one():
     import tokpool as tp
-    from tokpool.engine.check import EngineRun, memory_comparison
+    from tokpool.engine.compare import memory_comparison
+    from tokpool.engine.vllm_venv import EngineRun
 
     result = tp.simulate([10], tp.SimConfig(hidden_size=8), mode="analytic")
     with pytest.raises(EngineCheckError, match=r"memory=True"):

@@ -29,13 +29,11 @@ import pytest
 import torch
 
 from tokpool.cli import main
-from tokpool.engine.check import (
-    EngineFlags,
-    engine_model_dir,
-    engine_unavailable_reason,
-    random_prompts,
-)
+from tokpool.engine.compare import random_prompts
+from tokpool.engine.flags import EngineFlags
+from tokpool.engine.prepare import engine_model_dir
 from tokpool.engine.score import score_check, score_tolerance
+from tokpool.engine.vllm_venv import engine_unavailable_reason
 
 pytestmark = pytest.mark.engine
 

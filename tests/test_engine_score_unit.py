@@ -9,7 +9,8 @@ import torch
 
 import tokpool as tp
 from tokpool.cli import main
-from tokpool.engine.check import ENGINE_ATOL, EngineFlags
+from tokpool.engine.compare import ENGINE_ATOL
+from tokpool.engine.flags import EngineFlags
 from tokpool.engine.score import (
     EngineScore,
     ScoreCheck,

@@ -7,11 +7,11 @@ several ``encode`` calls each (runs:
 batches of prompts that all arrive at step 0). For every prompt, tokpool's
 ``load_model(...).encode(prompts, task=..., chunk_size=threshold)`` must equal vLLM's per-token
 output within ``ENGINE_ATOL[task]`` (float32 on both sides; the bound and its reason are in
-``tokpool.engine.check``), and for every run the engine's recorded schedule (``Scheduler.schedule``
-wrapped in-process: ``num_scheduled_tokens`` per step) must equal ``tp.simulate``'s for the same
-prompt lengths and flags, with the engine's own KV-cache size — including vLLM's rule that
-``long_prefill_token_threshold`` does not cap a request that is alone (the runs below have such
-tails and lone prompts).
+``tokpool.engine.compare``), and for every run the engine's recorded schedule
+(``Scheduler.schedule`` wrapped in-process: ``num_scheduled_tokens`` per step) must equal
+``tp.simulate``'s for the same prompt lengths and flags, with the engine's own KV-cache size —
+including vLLM's rule that ``long_prefill_token_threshold`` does not cap a request that is alone
+(the runs below have such tails and lone prompts).
 
 Then the memory stage: seven more engine starts (each (task, budget) of
 ``benchmarks/engine_memory.py``, and its preempting run) with the driver's memory record on;
@@ -33,18 +33,16 @@ import torch
 
 import tokpool as tp
 from tokpool.cli import main
-from tokpool.engine.check import (
-    ENGINE_ATOL,
+from tokpool.engine.check import engine_check
+from tokpool.engine.compare import ENGINE_ATOL, first_schedule_difference, simulated_steps
+from tokpool.engine.flags import EngineFlags
+from tokpool.engine.prepare import engine_model_dir
+from tokpool.engine.vllm_venv import (
     ENGINE_VENV,
     EngineCheckError,
-    EngineFlags,
-    engine_check,
-    engine_model_dir,
     engine_unavailable_reason,
-    first_schedule_difference,
     run_vllm,
     run_vllm_many,
-    simulated_steps,
 )
 
 pytestmark = pytest.mark.engine

@@ -1,9 +1,9 @@
 """Old module paths keep importing, with a deprecation warning that names the new place.
 
 ``import tokpool.metadata`` (now ``tokpool.pooler.metadata``), ``from tokpool.engine_check import
-...`` (now ``tokpool.engine``) or ``import tokpool.sim.hardware`` (the simulator before its
-rooms) still work: the old path becomes a module whose names are looked up, in order, in the
-modules that hold them now. The root package installs the finder on import
+...`` (now ``tokpool.engine.check`` and its neighbours) or ``import tokpool.sim.hardware`` (the
+simulator before its rooms) still work: the old path becomes a module whose names are looked up,
+in order, in the modules that hold them now. The root package installs the finder on import
 (``tokpool/__init__.py``); the README's "Moved module paths" table lists the same entries.
 """
 
@@ -54,7 +54,9 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "tokpool.st_config": ("tokpool.sim.vllm_rules.st_config",),
     "tokpool.late_interaction.late_chunking": ("tokpool.pooler.late_chunking",),
     "tokpool.late_interaction.paths": ("tokpool.sim.vllm_rules.scoring_path",),
-    "tokpool.engine_check": ("tokpool.engine",),
+    "tokpool.engine_check": ("tokpool.engine.check", "tokpool.engine.vllm_venv",
+                             "tokpool.engine.flags", "tokpool.engine.prepare",
+                             "tokpool.engine.compare", "tokpool.engine.report"),
     "tokpool.engine_score": ("tokpool.engine.score",),
     "tokpool.widgets.explorers": ("tokpool.widgets.base", "tokpool.widgets.tokens",
                                   "tokpool.widgets.rewards", "tokpool.widgets.ownership",

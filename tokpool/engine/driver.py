@@ -1,9 +1,9 @@
 """Run prompts through a real vLLM engine and record what it computed and how it scheduled it.
 
-This file is run as a SCRIPT by the Python that has vLLM (``python _vllm_driver.py IN OUT``),
+This file is run as a SCRIPT by the Python that has vLLM (``python driver.py IN OUT``),
 usually another virtual environment than tokpool's (``make engine``); it imports vLLM, torch and
-safetensors only, never tokpool. ``tokpool.engine.check`` writes the request and reads the
-answer.
+safetensors only, never tokpool. ``tokpool.engine.vllm_venv`` writes the request and reads
+the answer.
 
 Request (``IN``, JSON)::
 

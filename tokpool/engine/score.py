@@ -5,7 +5,7 @@ One engine (``token_embed``) serves each workload as vLLM's online ``/score`` do
 query params (the worker clones each query's token embeddings into its query cache), then an
 ``encode`` of the documents with document params (the worker scores each document against its
 cached query with ``compute_maxsim_score_batched`` and returns one float32). The driver
-(``tokpool/_vllm_driver.py``) wraps vLLM's ``LateInteractionRunner.postprocess_pooler_output``
+(``tokpool/engine/driver.py``) wraps vLLM's ``LateInteractionRunner.postprocess_pooler_output``
 and records, after every step, the bytes its ``_query_cache`` holds and the documents it scored;
 then it encodes the same queries and documents plainly (the engine's own token embeddings,
 scheduled as the two stages were). ``score_comparison`` then checks:
@@ -39,20 +39,16 @@ from ..late_interaction import maxsim_batched
 from ..late_interaction.scoring import plan_requests
 from ..late_interaction.simulate_score import ScoreResult, simulate_score
 from ..sim import SimConfig
-from .check import (
-    ENGINE_ATOL,
-    ENGINE_MODELS,
+from .compare import ENGINE_ATOL, first_schedule_difference
+from .flags import EngineFlags
+from .prepare import ENGINE_MODELS, checked_task_and_ids, engine_model_dir, load_checked
+from .vllm_venv import (
     ENGINE_TIMEOUT_S,
     EngineCheckError,
-    EngineFlags,
-    _checked_task_and_ids,
-    _drive,
-    _engine_request,
-    _load_checked,
-    engine_model_dir,
+    drive,
     engine_python,
+    engine_request,
     engine_unavailable_reason,
-    first_schedule_difference,
 )
 
 __all__ = [
@@ -172,8 +168,8 @@ def run_vllm_score(
     works = [score_request(q, d) for q, d in workloads]
     if not works:
         raise EngineCheckError("run_vllm_score needs at least one (queries, docs) workload")
-    request = {**_engine_request(model_dir, TASK, [], flags), "scores": works, "memory": False}
-    info, tensors = _drive(request, engine_python(python), timeout_s, model_dir, TASK)
+    request = {**engine_request(model_dir, TASK, [], flags), "scores": works, "memory": False}
+    info, tensors = drive(request, engine_python(python), timeout_s, model_dir, TASK)
     out = []
     for k, (work, rec) in enumerate(zip(works, info.pop("scores"), strict=True)):
         stages = ("query", "doc", "plain_query", "plain_doc")
@@ -426,7 +422,7 @@ def score_check(
                                    "not match)")
     info, answers = run_vllm_score(model_dir, workloads, flags, python=python)
     if tp_model is None:
-        tp_model = _load_checked(Path(model_dir), os.fspath(model_dir))
+        tp_model = load_checked(Path(model_dir), os.fspath(model_dir))
     config = score_config(model_dir, flags, info)
     comparisons = []
     for (queries, docs), engine in zip(workloads, answers, strict=True):
@@ -537,9 +533,9 @@ def cli_score(args: argparse.Namespace,
     if reason is not None:
         raise EngineCheckError(reason)
     folder = engine_model_dir(name) if name in ENGINE_MODELS else Path(name).expanduser()
-    tp_model = _load_checked(folder, name)
-    workloads = [(_checked_task_and_ids(tp_model, name, TASK, q),
-                  _checked_task_and_ids(tp_model, name, TASK, d)) for q, d in text_works]
+    tp_model = load_checked(folder, name)
+    workloads = [(checked_task_and_ids(tp_model, name, TASK, q),
+                  checked_task_and_ids(tp_model, name, TASK, d)) for q, d in text_works]
     longest = max(len(p) for q, d in workloads for p in (*q, *d))
     flags = EngineFlags(max_num_batched_tokens=args.budget, max_num_seqs=args.max_num_seqs,
                         long_prefill_token_threshold=threshold, max_model_len=max(512, longest),
