@@ -40,7 +40,7 @@ def smollm2_folder(tmp_path, **changes):
 def engine_serve_line(folder, task: str = "token_embed", flags: EngineFlags | None = None,
                       *extra: str) -> str:
     """The engine layer's engine as a ``vllm serve`` line: its environment
-    (``_vllm_driver.ENGINE_ENV``) and ``LLM(...)`` keywords (``EngineFlags.llm_kwargs``)."""
+    (``driver.ENGINE_ENV``) and ``LLM(...)`` keywords (``EngineFlags.llm_kwargs``)."""
     flags = flags or EngineFlags()
     env = " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
     words = [f"--runner pooling --pooler-config.task {task}"]
