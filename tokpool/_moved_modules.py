@@ -56,6 +56,10 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "tokpool.late_interaction.paths": ("tokpool.sim.vllm_rules.scoring_path",),
     "tokpool.engine_check": ("tokpool.engine",),
     "tokpool.engine_score": ("tokpool.engine.score",),
+    "tokpool.sim.vllm_rules.engine": (  # split by idea (issue 44)
+        "tokpool.sim.vllm_rules.cudagraph", "tokpool.sim.vllm_rules.batch_limits",
+        "tokpool.sim.vllm_rules.defaults", "tokpool.sim.vllm_rules.scheduling",
+        "tokpool.pooler.task_names", "tokpool.sim.vllm_rules.devices"),
 }
 
 

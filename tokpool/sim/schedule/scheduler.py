@@ -63,9 +63,9 @@ from ...guard import ensure_fits
 
 # Called through the module, never copied: the refusal tests swap the checks there.
 from ..vllm_rules import engine_checks
-from ..vllm_rules.engine import step_order
 from ..vllm_rules.kv_spec import max_in_flight_tokens
 from ..vllm_rules.prefix_cache import reads_prefix_cache
+from ..vllm_rules.scheduling import step_order
 from .kv_blocks import KVBlocks, block_keys, unlimited_blocks
 
 #: Bytes one KV block costs the block manager at most (its id in a block table, its
