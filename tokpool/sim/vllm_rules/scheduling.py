@@ -1,9 +1,13 @@
-"""vLLM 0.33.0's scheduling rules, as pure functions the schedulers call.
+"""vLLM 0.33.0's scheduling rules, as pure functions the schedulers and closed forms call.
 
+- ``long_prefill_cap``: the most tokens one request takes in a step (vLLM's
+  ``long_prefill_token_threshold``, lifted for a lone request);
 - ``step_order``: the order of a step's requests in its rows (Model Runner V2).
 
 Each names the vLLM file and function it restates; tokpool's scheduler
-(``tokpool.sim.schedule.scheduler``) calls them, never a copy.
+(``tokpool.sim.schedule.scheduler``), the check of a given schedule
+(``tokpool.sim.schedule.given``) and the closed forms (``tokpool.sim.backends.closed_form``)
+call them, never a copy.
 """
 
 from __future__ import annotations
@@ -12,7 +16,29 @@ from collections.abc import Sequence
 
 from .sizes import positive_int as _positive_int
 
-__all__ = ["step_order"]
+__all__ = ["long_prefill_cap", "step_order"]
+
+
+def long_prefill_cap(threshold: int | None, eligible: int) -> int:
+    """Most tokens one request may take in a step (0: no cap).
+
+    vllm/v1/core/sched/scheduler.py, ``Scheduler.schedule``: ``long_prefill_token_threshold``
+    (``SchedulerConfig``; ``None`` or 0: no cap) holds only while ``num_eligible_reqs`` (the
+    requests running or waiting when the step is scheduled) is above 1; a lone request takes
+    the whole budget (nobody to starve). Every running or waiting request's new tokens are then
+    cut to it (``if 0 < long_prefill_token_threshold < num_new_tokens``), with or without
+    chunked prefill. (``--long-prefill-token-threshold-adaptive``, off by default, is not
+    modelled.)
+
+    Args:
+        threshold: ``long_prefill_token_threshold`` (``None`` or 0: no cap).
+        eligible: requests running or waiting when the step is scheduled.
+
+    Example:
+        >>> long_prefill_cap(16, eligible=2), long_prefill_cap(16, eligible=1)
+        (16, 0)
+    """
+    return (threshold or 0) if eligible > 1 else 0
 
 
 def step_order(
