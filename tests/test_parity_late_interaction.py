@@ -61,13 +61,13 @@ from vllm.v1.pool.metadata import PoolingMetadata as VMeta  # noqa: E402
 from vllm.v1.pool.metadata import PoolingStates as VStates  # noqa: E402
 
 from tokpool.late_interaction import scoring  # noqa: E402
-from tokpool.sim.vllm_rules import scoring_path as paths  # noqa: E402
 from tokpool.late_interaction.listwise import (  # noqa: E402
     DOC_TOKEN_ID,
     QUERY_TOKEN_ID,
     JinaRankingPool,
     seeded_projector,
 )
+from tokpool.sim.vllm_rules import scoring_path as paths  # noqa: E402
 
 WORKLOADS = 120
 
