@@ -12,8 +12,7 @@ import torch
 
 import tokpool as tp
 from tokpool.cli import main as cli_main
-from tokpool.sim.vllm_rules import engine as rules_engine
-from tokpool.sim.vllm_rules import engine_checks, kv_cache
+from tokpool.sim.vllm_rules import cudagraph, engine_checks, kv_cache
 from tokpool.sim.vllm_rules.architectures import uses_mla
 from tokpool.sim.vllm_rules.args import shell_line
 from tokpool.sim.vllm_rules.hf_config import MAX_CONFIG_FILE_BYTES
@@ -195,7 +194,7 @@ def test_kv_lora_rank_means_mla_only_for_the_model_types_vllm_builds_with_it():
     (lambda: kv_cache.data_parallel_split(10**9, dp=2), r"num_requests=1,000,000,000"),
     (lambda: kv_cache.pooler_ranks(tp=10**9), r"tp=1,000,000,000 ranks"),
     (lambda: kv_cache.pipeline_layers(10**9, 10**8), r"pp=100,000,000 ranks.*fullest_stage"),
-    (lambda: rules_engine.cudagraph_capture_sizes(2**31 - 1), r"max_capture_size=2,147,483"),
+    (lambda: cudagraph.cudagraph_capture_sizes(2**31 - 1), r"max_capture_size=2,147,483"),
     (lambda: engine_checks.check_tensor_parallel("m", 10**15 + 1, 1, 2),
      r"divisible by tensor parallel size"),
 ])

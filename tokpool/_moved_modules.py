@@ -61,6 +61,10 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "tokpool.widgets.explorers": ("tokpool.widgets.base", "tokpool.widgets.tokens",
                                   "tokpool.widgets.rewards", "tokpool.widgets.ownership",
                                   "tokpool.widgets.memory"),
+    "tokpool.sim.vllm_rules.engine": (  # split by idea (issue 44)
+        "tokpool.sim.vllm_rules.cudagraph", "tokpool.sim.vllm_rules.batch_limits",
+        "tokpool.sim.vllm_rules.defaults", "tokpool.sim.vllm_rules.scheduling",
+        "tokpool.pooler.task_names", "tokpool.sim.vllm_rules.devices"),
 }
 
 

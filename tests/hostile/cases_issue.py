@@ -596,8 +596,7 @@ def round5_edges(w: World) -> list[Case]:
     """Issue 40's edges: a schedule vLLM makes, a start-up refusal on the bare path, bad input
     that waited or misnamed (each also a named test in ``tests/test_edges_round5.py``)."""
     from tokpool.engine.check import engine_check as check
-    from tokpool.sim.vllm_rules import engine as rules_engine
-    from tokpool.sim.vllm_rules import engine_checks
+    from tokpool.sim.vllm_rules import cudagraph, engine_checks
     from tokpool.sim.vllm_rules.args import shell_line
 
     from .surface import _sweep
@@ -667,7 +666,7 @@ def round5_edges(w: World) -> list[Case]:
         refuse(a, "pipeline_layers(10**9, pp=10**8)",
                lambda: kv_cache.pipeline_layers(10**9, 10**8), "pp", time_cap=5),
         refuse(a, "cudagraph_capture_sizes(2**31 - 1)",
-               lambda: rules_engine.cudagraph_capture_sizes(2**31 - 1), "max_capture_size",
+               lambda: cudagraph.cudagraph_capture_sizes(2**31 - 1), "max_capture_size",
                time_cap=5),
         refuse(a, "check_tensor_parallel with 10**15 + 1 heads",
                lambda: engine_checks.check_tensor_parallel("m", 10**15 + 1, 1, 2),
@@ -684,7 +683,7 @@ def round5_edges(w: World) -> list[Case]:
         *_sweep(a, "pipeline_layers", kv_cache.pipeline_layers, {"num_layers": 30, "pp": 2}, {
             "num_layers": {"0": 0, "10**30": 10**30, "'30'": "30"},
             "pp": {"10**8": 10**8, "31": 31, "None": None}}),
-        *_sweep(a, "cudagraph_capture_sizes", rules_engine.cudagraph_capture_sizes,
+        *_sweep(a, "cudagraph_capture_sizes", cudagraph.cudagraph_capture_sizes,
                 {"max_capture_size": 512}, {"max_capture_size": {
                     "-1": -1, "10**30": 10**30, "1.5": 1.5, "'8'": "8"}}),
     ]

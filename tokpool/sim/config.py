@@ -167,7 +167,7 @@ class SimConfig:
             nothing and captures no CUDA graphs, so every step runs eagerly (as with
             ``enforce_eager``); ``1``-``3`` capture piecewise graphs for a pooling model (O2/O3
             ask for full graphs too, which pooling models do not support:
-            ``vllm_rules.engine.pooling_cudagraph_mode``).
+            ``vllm_rules.cudagraph.pooling_cudagraph_mode``).
         ignored_flags: the flags of a ``vllm serve`` line that change nothing tokpool simulates
             (the API server's own, ``--served-model-name``, logging, ...), as given; set by
             ``from_vllm_args`` so that what was ignored is said, never dropped silently.

@@ -425,11 +425,11 @@ class MemoryExplorer(Explorer):
                              "call tp.viz.render_memory(hardware='CPU') for the bytes alone")
         if async_scheduling is None:
             # (imported here: only this explorer asks; the file's imports are shared)
-            from ..sim.vllm_rules.engine import default_async_scheduling
+            from ..sim.vllm_rules.defaults import default_async_scheduling
 
             # vLLM's default for a pooling model: off (vllm/config/vllm.py,
             # VllmConfig.__post_init__: "Disabling asynchronous scheduling by default for
-            # pooling model"), as tokpool's rule room says (engine.default_async_scheduling)
+            # pooling model"), as tokpool's rule room says (defaults.default_async_scheduling)
             async_scheduling = default_async_scheduling("pooling")
         checks.flag("async_scheduling", async_scheduling)
         if policies is not None:

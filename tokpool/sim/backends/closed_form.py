@@ -1,8 +1,10 @@
 """Closed forms for ONE request of T tokens, vectorised over T (numpy), for fast sweeps.
 
 They are the analytic engine's bookkeeping solved by hand for a single request (tests check
-them against ``simulate(mode="analytic")`` point by point). With budget C, n = ceil(T / C) steps
-and last chunk L = T − (n − 1)·C (unchunked: n = 1, L = T), row bytes r = W·s:
+them against ``simulate(mode="analytic")`` point by point). With C tokens a step (the budget
+B: the long-prefill threshold, ``vllm_rules.scheduling.long_prefill_cap``, is lifted for a lone
+request), n = ceil(T / C) steps and last chunk L = T − (n − 1)·C (unchunked: n = 1, L = T),
+row bytes r = W·s:
 
 - what each chunk keeps comes from the keep rule (``tokpool.pooler.keep_rule``): unfinished chunks
   kept as clones hold (T − L)·r at most, a prealloc buffer T·r, views and host copies 0 —
@@ -28,7 +30,7 @@ from ...pooler.keep_rule import keep_rule
 from ..config import SimConfig
 
 # Called through the modules, never copied: the seam and refusal tests swap the rules there.
-from ..vllm_rules import engine_checks
+from ..vllm_rules import engine_checks, scheduling
 from ..vllm_rules import step_memory as step_memory_rule
 from ..vllm_rules.classifier import head_peak, head_tensors, whole_tensor_delivered
 from ..vllm_rules.cpu_platform import host_copy_copies
@@ -56,18 +58,27 @@ def single_request(prompt_lens: np.ndarray, config: SimConfig,
 
     Raises:
         EngineRefusal: without chunked prefill, a prompt longer than the budget.
+        ValueError: a threshold rule that would split a lone prompt without chunked prefill
+            (not vLLM 0.33.0's: it lifts the threshold for a lone request).
     """
     cfg = config
     T = np.asarray(prompt_lens, dtype=np.int64)
-    # long_prefill_token_threshold does not cap a request that is alone (vLLM's
-    # Scheduler.schedule: the cap is 0 unless num_eligible_reqs > 1): the budget chunks it
-    C = cfg.max_num_batched_tokens
+    B = cfg.max_num_batched_tokens  # the budget
+    # The long-prefill threshold for the one request, alone in the engine: vLLM 0.33.0 lifts
+    # it (cap 0), so the budget chunks the prompt. C: the most tokens one step takes.
+    cap = scheduling.long_prefill_cap(cfg.long_prefill_token_threshold, eligible=1)
+    C = min(cap, B) if cap else B
     if cfg.enable_chunked_prefill:
         n = (T + C - 1) // C
     else:
-        if T.max(initial=0) > C:  # the refusal names the first such prompt
+        if T.max(initial=0) > B:  # the refusal names the first such prompt
             engine_checks.check_unchunked_prompts_schedulable(
-                T[T > C][:1].tolist(), C, enable_chunked_prefill=False)
+                T[T > B][:1].tolist(), B, enable_chunked_prefill=False)
+        if C < B:  # a split without chunked prefill: the keep rule's other branch
+            raise ValueError(
+                f"long_prefill_token_threshold={cap} splits a lone prompt without chunked "
+                "prefill; closed forms solve whole or chunked prompts only: use "
+                "mode='analytic'")
         n = np.ones_like(T)
     L = T - (n - 1) * C
     multi = n >= 2

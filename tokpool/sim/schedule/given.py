@@ -4,7 +4,8 @@ have made, so a wrong one is an error, not a silent simulation.
 
 The engine's limits are checked by replaying the schedule through the rule functions tokpool's
 own scheduler uses (its block manager ``kv_blocks.KVBlocks`` built by ``kv_blocks_for``,
-``long_prefill_cap``, ``may_admit``, ``holds_slot``), never by a second copy of them.
+``may_admit``, ``holds_slot``, and the threshold rule
+``vllm_rules.scheduling.long_prefill_cap``), never by a second copy of them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..._args import as_whole
 from ..vllm_rules.kv_spec import max_in_flight_tokens
+from ..vllm_rules.scheduling import long_prefill_cap
 from .kv_blocks import KVBlocks
 from .scheduler import (
     ScheduledStep,
@@ -23,7 +25,6 @@ from .scheduler import (
     check_prompt_token_ids,
     holds_slot,
     kv_blocks_for,
-    long_prefill_cap,
     may_admit,
 )
 

@@ -20,7 +20,8 @@ Per step, with a token budget ``max_num_batched_tokens``:
 
 With ``long_prefill_token_threshold`` (vLLM's flag of that name), no request takes more than
 that many tokens in one step, unless it is the only request running or waiting (vLLM lifts
-the cap then: nobody to starve). The cap applies with or without chunked prefill.
+the cap then: nobody to starve). The cap applies with or without chunked prefill. The rule is
+``vllm_rules.scheduling.long_prefill_cap`` (also importable from here).
 
 With ``kv_cache_blocks`` (vLLM's ``num_gpu_blocks``) the cache is finite: block 0 is vLLM's
 null block, so ``kv_cache_blocks - 1`` blocks hold KV. A running request that cannot get the
@@ -63,9 +64,9 @@ from ...guard import ensure_fits
 
 # Called through the module, never copied: the refusal tests swap the checks there.
 from ..vllm_rules import engine_checks
-from ..vllm_rules.engine import step_order
 from ..vllm_rules.kv_spec import max_in_flight_tokens
 from ..vllm_rules.prefix_cache import reads_prefix_cache
+from ..vllm_rules.scheduling import long_prefill_cap, step_order  # the threshold rule, row order
 from .kv_blocks import KVBlocks, block_keys, unlimited_blocks
 
 #: Bytes one KV block costs the block manager at most (its id in a block table, its
@@ -388,14 +389,6 @@ def _raise_stuck(waiting, lens: list[int], index: int) -> None:
         "(kv_cache_blocks / gpu_memory_utilization) or raise max_num_batched_tokens / enable "
         "chunked prefill"
     )
-
-
-def long_prefill_cap(threshold: int | None, eligible: int) -> int:
-    """Most tokens one request may take in a step (0: no cap): vLLM's
-    ``long_prefill_token_threshold``, lifted when at most one request runs or waits
-    (``Scheduler.schedule``: nobody to starve). ``eligible``: requests running or waiting
-    when the step is scheduled."""
-    return (threshold or 0) if eligible > 1 else 0
 
 
 def may_admit(running: int, max_num_seqs: int) -> bool:

@@ -2,8 +2,11 @@
 
 A new vLLM version's rule is an edit here, seen by every backend through the seams:
 
-- ``engine``: capture sizes and graph dispatch, batch defaults by device and usage, chunked
-  prefill eligibility, the order of a step's rows, pooling defaults, tasks;
+- ``cudagraph``: capture sizes, graph dispatch and the pooling CUDA-graph mode;
+  ``batch_limits``: the token budget and ``max_num_seqs`` by device, usage and model;
+  ``defaults``: pooling defaults (head dtype, activation, async scheduling) and chunked
+  prefill eligibility; ``scheduling``: the long-prefill threshold and the order of a step's
+  rows; the task rules are ``tokpool.pooler.task_names`` (re-exported here);
 - ``engine_checks``: every refusal of vLLM's that tokpool models, each once (start-up and
   per request), and ``as_if``'s way past them; ``sizes``: the sizes vLLM's int32 tensors can
   hold (tokpool's refusal, not vLLM's);
@@ -27,15 +30,32 @@ A new vLLM version's rule is an edit here, seen by every backend through the sea
 ``tokpool.sim.vllm_run`` holds the other half: vLLM's own code, run, as the oracle.
 """
 
-from .devices import GiB, Hardware, resolve_hardware
-from .engine import *  # noqa: F403 - the rule functions (DEVICES, resolve_device, ...), engine.__all__
-from .engine import __all__ as _engine_names
+from ...pooler.task_names import (  # the task rules live with the pooler: the gate needs them
+    POOLING_TASK_PRIORITY,
+    RUNNER_TASKS,
+    TOKEN_POOL_METHOD_TASKS,
+    check_request_task,
+    check_selected_task,
+    select_pooling_task,
+)
+from .batch_limits import *  # noqa: F403 - batch_limits.__all__
+from .batch_limits import __all__ as _batch_names
+from .cudagraph import *  # noqa: F403 - cudagraph.__all__
+from .cudagraph import __all__ as _cudagraph_names
+from .defaults import *  # noqa: F403 - defaults.__all__
+from .defaults import __all__ as _default_names
+from .devices import DEVICES, DeviceFacts, GiB, Hardware, resolve_device, resolve_hardware
 from .engine_checks import *  # noqa: F403 - every refusal, engine_checks.__all__
 from .engine_checks import __all__ as _refusal_names
 from .pooling_kind import POOLING_KINDS, PoolingKind, kind_of
+from .scheduling import *  # noqa: F403 - scheduling.__all__
+from .scheduling import __all__ as _scheduling_names
 
 #: The vLLM release these rules were read in and checked against.
 VLLM_VERSION = "0.33.0"
 
-__all__ = [*_engine_names, *_refusal_names, "GiB", "Hardware", "POOLING_KINDS", "PoolingKind",
-           "VLLM_VERSION", "kind_of", "resolve_hardware"]
+__all__ = [*_cudagraph_names, *_batch_names, *_default_names, *_scheduling_names,
+           *_refusal_names, "DEVICES", "DeviceFacts", "GiB", "Hardware", "POOLING_KINDS",
+           "POOLING_TASK_PRIORITY", "PoolingKind", "RUNNER_TASKS", "TOKEN_POOL_METHOD_TASKS",
+           "VLLM_VERSION", "check_request_task", "check_selected_task", "kind_of",
+           "resolve_device", "resolve_hardware", "select_pooling_task"]

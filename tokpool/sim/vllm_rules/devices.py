@@ -2,11 +2,11 @@
 
 Each ``Hardware`` record carries what two different readers need:
 
-- vLLM's rules (``engine.batch_defaults``, ``engine.default_max_cudagraph_capture_size``, the
-  KV-cache sizing in ``kv_cache``) read what the DRIVER reports: ``total_memory_bytes`` (what
-  ``torch.cuda.mem_get_info`` returns as total — a little below the nominal capacity), the
-  device name (``driver_name``: vLLM looks for ``"a100"`` in it) and the compute capability
-  (``(10, x)`` is data-centre Blackwell);
+- vLLM's rules (``batch_limits.batch_defaults``,
+  ``cudagraph.default_max_cudagraph_capture_size``, the KV-cache sizing in ``kv_cache``) read
+  what the DRIVER reports: ``total_memory_bytes`` (what ``torch.cuda.mem_get_info`` returns as
+  total — a little below the nominal capacity), the device name (``driver_name``: vLLM looks
+  for ``"a100"`` in it) and the compute capability (``(10, x)`` is data-centre Blackwell);
 - tokpool's roofline time ESTIMATES (``tokpool.sim.backends.timing``) read the spec sheet:
   nominal ``hbm_bytes``, HBM bandwidth, dense bf16 FLOP/s and the host link's bandwidth.
 

@@ -43,7 +43,7 @@ from .architectures import (
     runs_on_transformers_backend,
 )
 from .classifier import classifier_runs_in
-from .engine import pooling_attn_type
+from .defaults import pooling_attn_type
 from .hf_families import checked_hf_config, count_parameters
 from .kv_spec import attention_head_size, check_kv_layout, layer_sliding_windows
 from .models import ModelPreset

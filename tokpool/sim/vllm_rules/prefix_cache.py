@@ -22,7 +22,7 @@
 
 from __future__ import annotations
 
-from .engine import AttnType, SeqPoolingType, TokPoolingType, chunked_prefill_supported
+from .defaults import AttnType, SeqPoolingType, TokPoolingType, chunked_prefill_supported
 
 __all__ = ["TOKEN_TASK_SKIP_REASON", "default_prefix_caching", "prefix_caching_supported",
            "reads_prefix_cache"]

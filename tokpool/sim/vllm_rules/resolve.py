@@ -3,17 +3,17 @@
 ``SimConfig`` holds what the user gave; ``resolve_engine`` applies vLLM 0.33.0's rules — the
 same functions the parity tests check against vLLM's own code — once, in this order:
 
-0. the pooling defaults: head dtype (``engine.default_head_dtype``: float32), activation
-   (``engine.default_use_activation``), async scheduling (``engine.default_async_scheduling``:
-   off for pooling models);
+0. the pooling defaults: head dtype (``defaults.default_head_dtype``: float32), activation
+   (``defaults.default_use_activation``), async scheduling
+   (``defaults.default_async_scheduling``: off for pooling models);
 1. ``max_model_len``: the model's context (``models.ModelPreset.max_model_len``);
-2. chunked prefill: ``engine.chunked_prefill_supported`` (encoders, CLS/MEAN decoders and STEP
-   PRMs never chunk, whatever task they serve: the model's token pooling decides);
-3. token budget and ``max_num_seqs``: ``engine.engine_batch_limits`` / ``engine.batch_defaults``
-   by device, usage context and (on vLLM's CPU platform) world size ``tp x pp`` (raised to
-   ``max_model_len`` when prompts are not chunked);
-4. CUDA-graph mode and capture sizes: ``engine.pooling_cudagraph_mode`` (PIECEWISE, or NONE
-   when eager or at ``-O0``: no capture sizes) and ``engine.resolve_cudagraph_sizes``;
+2. chunked prefill: ``defaults.chunked_prefill_supported`` (encoders, CLS/MEAN decoders and
+   STEP PRMs never chunk, whatever task they serve: the model's token pooling decides);
+3. token budget and ``max_num_seqs``: ``batch_limits.engine_batch_limits`` /
+   ``batch_limits.batch_defaults`` by device, usage context and (on vLLM's CPU platform) world
+   size ``tp x pp`` (raised to ``max_model_len`` when prompts are not chunked);
+4. CUDA-graph mode and capture sizes: ``cudagraph.pooling_cudagraph_mode`` (PIECEWISE, or NONE
+   when eager or at ``-O0``: no capture sizes) and ``cudagraph.resolve_cudagraph_sizes``;
 5. KV cache: the model's KV-cache spec per rank (``kv_cache.kv_cache_spec``: each layer's
    window and bytes, vLLM's groups, the pool block; none for an encoder-only model) and, with
    ``gpu_memory_utilization``, the blocks vLLM would allocate from the DRIVER-reported memory;
@@ -47,15 +47,17 @@ import torch
 # Refusals are called through the module, never copied: the refusal tests swap them there.
 from . import cpu_platform, engine_checks, runner
 from .architectures import FLOAT16_UNSUPPORTED, supports_pipeline_parallel
-from .engine import (
+from .batch_limits import derive_batch_limits
+from .cudagraph import (
     OPTIMIZATION_LEVEL_CUDAGRAPH_MODE,
+    pooling_cudagraph_mode,
+    resolve_cudagraph_sizes,
+)
+from .defaults import (
     chunked_prefill_supported,
     default_async_scheduling,
     default_head_dtype,
     default_use_activation,
-    derive_batch_limits,
-    pooling_cudagraph_mode,
-    resolve_cudagraph_sizes,
 )
 from .kv_cache import kv_cache_memory_bytes, kv_cache_spec
 from .kv_spec import max_in_flight_tokens

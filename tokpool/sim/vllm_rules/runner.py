@@ -30,7 +30,7 @@ joins ``finished_req_ids``) and ``PoolingRunner.remove_request`` calls ``state.c
 resumed request starts with a new ``PoolingStates`` (``add_request``): clean output.
 
 **Rows.** V1 lays a step's requests out in its persistent batch's order (``v1_batch_rows``),
-V2 sorts them by scheduled tokens (``engine.step_order``).
+V2 sorts them by scheduled tokens (``scheduling.step_order``).
 
 Checked against vLLM's own ``AllPool`` and ``PoolingStates`` driven through a preempt/resume
 sequence (``tests/test_runner_lifecycle.py``).
@@ -126,7 +126,7 @@ def v1_batch_rows(steps: Sequence) -> list:
     then ``InputBatch.condense`` moves the last requests down into the holes left; the CPU
     attention backend sets no ``reorder_batch_threshold``, so ``_may_reorder_batch`` keeps that
     order. Model Runner V2 sorts each step by scheduled tokens instead
-    (``engine.step_order``). New requests are added in request order (the waiting queue's
+    (``scheduling.step_order``). New requests are added in request order (the waiting queue's
     FCFS order for requests that arrive together), resumed ones in their first admission's.
 
     Args:

@@ -16,11 +16,12 @@ import dataclasses
 import functools
 from typing import Any
 
+from ...pooler.task_names import select_pooling_task
+
 # Refusals are called through the module, never copied: the refusal tests swap them there.
 from . import engine_checks
 from .args import parse_vllm_args
 from .cpu_platform import CPU_KVCACHE_SPACE_ENV, read_kvcache_space
-from .engine import select_pooling_task
 from .hf_config import declared_tasks
 from .models import MODEL_PRESETS, ModelPreset
 from .runner import read_use_v2_model_runner

@@ -6,6 +6,9 @@ int32 tensors (``InputBuffers``, vllm/v1/worker/gpu/input_batch.py; ``BlockTable
 vllm/v1/worker/block_table.py), and ``torch.distributed`` numbers ranks with C ints. A
 simulation of an engine that cannot exist would report numbers for nothing, so every way in (a
 ``SimConfig``, a ``vllm serve`` line) refuses such a size first, naming the field or the flag.
+
+``positive_int``: the check the rule functions (``cudagraph``, ``batch_limits``,
+``scheduling``) make of a size they are given (an int, at least 1 unless told).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENGINE_SIZE_LIMITS", "check_engine_sizes"]
+__all__ = ["ENGINE_SIZE_LIMITS", "check_engine_sizes", "positive_int"]
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -65,3 +68,10 @@ def check_engine_sizes(values: Mapping[str, Any], *, flags: bool = False) -> Non
         raise ValueError(f"tensor x pipeline x data parallel = {sizes[0]} x {sizes[1]} x "
                          f"{sizes[2]} GPUs is over {INT32_MAX:,}: {_RANKS}")
 
+
+def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
+    """``value`` when it is an int (not a bool) >= ``minimum``, else ``ValueError`` naming
+    ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value

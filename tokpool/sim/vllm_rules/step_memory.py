@@ -2,7 +2,8 @@
 
 vLLM 0.33.0 (Model Runner V2) runs a step as a CUDA-graph replay when its token count, padded up
 to a capture size, is at most ``max_cudagraph_capture_size`` (and ``enforce_eager`` is off; the
-sizes: ``engine.resolve_cudagraph_sizes``, the dispatch: ``engine.graph_size_for``). A replay
+sizes: ``cudagraph.resolve_cudagraph_sizes``, the dispatch: ``cudagraph.graph_size_for``). A
+replay
 writes its output into graph memory that later replays rewrite. Pooling models run PIECEWISE
 graphs, whose outputs live in the shared graph pool; tokpool models that memory as rows
 ``[0, padded)`` of one persistent buffer (what a FULL graph's ``hidden_states`` buffer is): a
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine import padded_step_sizes
+from .cudagraph import padded_step_sizes
 
 #: The region id of the persistent output memory (graph memory, or the teaching buffer).
 PERSISTENT_REGION = 0
