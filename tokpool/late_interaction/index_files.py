@@ -40,7 +40,8 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["FILE_PARTS", "expected_ivf_pairs", "folder_part", "layout_files"]
+__all__ = ["FILE_PARTS", "expected_ivf_pairs", "folder_part", "id_map_pickle_bytes",
+           "layout_files"]
 
 #: Per layout: (file-name pattern, part). The first match names a real folder's file's part.
 FILE_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -73,8 +74,6 @@ PICKLED_ARRAYS_ONCE = 200
 COLBERT_SMALL = 1_680 + 1_659 + 1_612 + 1_829 + 109
 #: fast-plaid: ``metadata.json``, ``plan.json``, ``{chunk}.metadata.json``, manifests.
 FAST_PLAID_JSON = {"fast-plaid": 210 + 36 + 78 + 130, "pylate": 173 + 36 + 78 + 126}
-#: PyLate's two pickled id maps, per document (ids ``"0"`` ... ``"n-1"``: longer ids, more).
-PYLATE_ID_MAP_BYTES = 2 * 7.8
 #: Documents per chunk file (colbert-ai's ``get_chunksize`` and fast-plaid's ``batch_size``).
 CHUNK_DOCS = 25_000
 
@@ -118,6 +117,29 @@ def expected_ivf_pairs(counts: dict[int, int], partitions: int) -> float:
     k = partitions
     return sum(c * k * -math.expm1(n * math.log1p(-1 / k)) if k > 1 else c
                for n, c in counts.items())
+
+
+def id_map_pickle_bytes(n_docs: int) -> int:
+    """Bytes of ``pickle.dumps({str(i): i for i in range(n)})`` (protocol 4), worked out.
+
+    PyLate keeps this map and its reverse (``documents_ids_to_plaid_ids.pkl``); with ids
+    ``"0"`` ... ``"n-1"`` (longer ids: more bytes). Per entry: the key as ``SHORT_BINUNICODE``
+    (2 B + digits) and ``MEMOIZE`` (1 B), the value as ``BININT1`` / ``BININT2`` / ``BININT``
+    (2 / 3 / 5 B); ``MARK`` + ``SETITEMS`` per 1,000 entries; a 9-byte ``FRAME`` per 64 KiB;
+    14 B of protocol, empty dict and stop.
+
+    Example:
+        >>> import pickle
+        >>> all(id_map_pickle_bytes(n) == len(pickle.dumps({str(i): i for i in range(n)},
+        ...                                                 protocol=4)) for n in (300, 1200, 5000))
+        True
+    """
+    digits = sum(max(0, min(n_docs, 10**d) - 10 ** (d - 1) * (d > 1)) * d
+                 for d in range(1, len(str(max(n_docs - 1, 0))) + 1))
+    ints = (2 * min(n_docs, 256) + 3 * max(0, min(n_docs, 65_536) - 256)
+            + 5 * max(0, n_docs - 65_536))
+    payload = 3 * n_docs + digits + ints + 2 * (n_docs // 1_000 + 1) + 3
+    return payload + 9 * math.ceil(payload / 65_536) + 2
 
 
 def _doclens_json(counts: dict[int, int]) -> int:
@@ -175,5 +197,5 @@ def layout_files(layout: str, *, counts: dict[int, int], last_len: int, n_vector
     parts["codes"] = chunks * tch_npy_header("<i8", (n_vectors,)) + n_vectors * 8
     parts["residuals"] = chunks * tch_npy_header("<u1", (n_vectors, row)) + n_vectors * row
     parts["second copy"] = 2 * NUMPY_HEADER + (n_vectors + pad) * (8 + row)
-    parts["small files"] += round(PYLATE_ID_MAP_BYTES * n_docs)
+    parts["small files"] += 2 * id_map_pickle_bytes(n_docs)  # the map and its reverse
     return parts
