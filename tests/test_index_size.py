@@ -10,6 +10,11 @@ import torch
 
 import tokpool as tp
 from tokpool.late_interaction import multivector_index_bytes, plaid_partitions
+from tokpool.late_interaction.index_files import (
+    MERGED_HEADER,
+    PICKLED_ARRAY_BYTES,
+    TORCH_SAVE_BYTES,
+)
 
 
 def test_raw_storage_is_rows_times_dim_times_itemsize():
@@ -26,16 +31,23 @@ def test_colbert_layout_int32_codes_packed_residuals_fp16_centroids():
     # 20 docs x 50 tokens = 1,000 vectors; 16 * sqrt(1000) = 505.96 -> K = 2^8 = 256
     b = multivector_index_bytes([50] * 20, 128, nbits="default", layout="colbert")
     assert (b.nbits, b.partitions) == (1, 256)
-    assert b.parts == {"codes": 1000 * 4, "residuals": 1000 * 16, "centroids": 256 * 128 * 2}
-    assert b.total_bytes == 4000 + 16000 + 65536
+    pt = TORCH_SAVE_BYTES  # each part is whole torch.save files (issue 48: the whole folder)
+    assert b.parts == {"codes": 1000 * 4 + pt, "residuals": 1000 * 16 + pt,
+                       "centroids": 256 * 128 * 2 + pt, "ivf": b.ivf_bytes,
+                       "small files": b.small_bytes}
+    assert b.total_bytes == 4000 + 16000 + 65536 + 3 * pt + b.ivf_bytes + b.small_bytes
     b2 = multivector_index_bytes([50] * 20, 128, nbits=2, layout="colbert")
-    assert b2.residual_bytes == 1000 * 32 and b2.codes_bytes == 4000
+    assert b2.residual_bytes == 1000 * 32 + pt and b2.codes_bytes == 4000 + pt
 
 
 def test_fast_plaid_layout_int64_codes_four_bits_by_default():
     b = multivector_index_bytes([50] * 20, 128, nbits="default", layout="fast-plaid")
     assert (b.nbits, b.partitions) == (4, 256)
-    assert b.parts == {"codes": 1000 * 8, "residuals": 1000 * 64, "centroids": 256 * 128 * 2}
+    h = MERGED_HEADER  # fast-plaid 1.7's merged files (no padding: every document is 50 long)
+    assert {p: b.parts[p] for p in ("codes", "residuals", "centroids")} == {
+        "codes": 1000 * 8 + h, "residuals": 1000 * 64 + h, "centroids": 256 * 128 * 2 + 80}
+    assert set(b.parts) == {"codes", "residuals", "centroids", "ivf", "vectors", "small files"}
+    assert b.vector_bytes == 1000 * 128 * 2 + round(20 * PICKLED_ARRAY_BYTES) + 200  # fp16 copy
 
 
 def test_partitions_follow_the_power_of_two_rule_capped_at_the_vectors():
@@ -77,7 +89,7 @@ def test_pooling_then_compression_and_against_dense():
     (([4], 128), {"nbits": 3}, ValueError, "nbits must be one of [1, 2, 4, 8]"),
     (([4], 128), {"nbits": 0}, ValueError, "nbits must be a whole number from 1 to 8"),
     (([4], 128), {"nbits": 2, "layout": "faiss"}, ValueError,
-     "layout must be one of ['colbert', 'fast-plaid']"),
+     "layout must be one of ['colbert', 'fast-plaid', 'pylate']"),
     (([4], 100), {"nbits": 1}, ValueError, "dim must be a multiple of 8"),
     (([4], 96), {"nbits": 8, "layout": "colbert"}, ValueError, "divisible by 8 · nbits = 64"),
 ])
@@ -89,7 +101,7 @@ def test_bad_values_are_refused_in_words(args, kwargs, error, words):
 
 def test_fast_plaid_packs_any_multiple_of_eight():
     b = multivector_index_bytes([4], 96, nbits=8, layout="fast-plaid")
-    assert b.residual_bytes == 4 * 96
+    assert b.residual_bytes == 4 * 96 + MERGED_HEADER
 
 
 def test_an_integer_array_of_lengths_counts_as_the_list_does():
@@ -105,7 +117,8 @@ def test_an_integer_array_of_lengths_counts_as_the_list_does():
     with pytest.raises(ValueError, match="doc_lens is empty"):
         multivector_index_bytes(np.array([], dtype=np.int64), 64)
     big = multivector_index_bytes(np.full(10**7, 128), 128, nbits=2)  # ten million documents
-    assert big.n_vectors == 128 * 10**7 and big.codes_bytes == 4 * 128 * 10**7
+    assert big.n_vectors == 128 * 10**7  # 400 chunk files of 25,000 documents
+    assert big.codes_bytes == 4 * 128 * 10**7 + 400 * TORCH_SAVE_BYTES
 
 
 def test_index_plot_draws_one_line_per_option_and_refuses_other_frames():

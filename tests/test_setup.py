@@ -265,20 +265,22 @@ def _ci(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[s
 def test_ci_times_each_stage_and_closes_with_counts_and_times(tmp_path):
     done, calls = _ci(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert [c.split()[0] for c in calls] == ["install", "test", "engine", "-o"]
+    assert [c.split()[0] for c in calls] == ["install", "index", "test", "engine", "-o"]
     assert calls[-1].startswith("-o engine engine-test")  # the venv is checked once
     assert all(c.endswith("TOKPOOL_FULL=1") for c in calls)  # the sweeps in full
     lines = done.stdout.splitlines()
     staged = [line.split(":")[1].strip() for line in lines if line.startswith("CI stage: ")]
-    assert staged == ["install", "make test", "engine-venv", "engine-test", "total"]
-    assert re.fullmatch(r"ci: 4 passed, 0 failed, 5 skipped; install \d+ s, make test \d+ s, "
+    assert staged == ["install", "index-venv", "make test", "engine-venv", "engine-test",
+                      "total"]  # index-venv: issue 48's real indexers, before make test
+    assert re.fullmatch(r"ci: 4 passed, 0 failed, 5 skipped; install \d+ s, index-venv \d+ s, "
+                        r"make test \d+ s, "
                         r"engine-venv \d+ s, engine-test \d+ s, total \d+ s", lines[-1]), lines[-1]
 
 
 def test_ci_stops_at_a_failing_stage_with_its_exit_status(tmp_path):
     done, calls = _ci(tmp_path, FAIL_TEST="1")
     assert done.returncode == 2
-    assert [c.split()[0] for c in calls] == ["install", "test"]  # nothing after the failure
+    assert [c.split()[0] for c in calls] == ["install", "index", "test"]  # none after it
     last = done.stdout.splitlines()[-1]
     assert last.startswith("ci: 3 passed, 0 failed, 1 skipped; install ") and "(exit 2)" in last
 
@@ -287,7 +289,7 @@ def test_ci_fails_loudly_when_pytest_collects_nothing(tmp_path):
     done, calls = _ci(tmp_path, FAIL_TEST="5")
     assert done.returncode == 1
     assert "pytest collected no tests (exit code 5)" in done.stderr
-    assert [c.split()[0] for c in calls] == ["install", "test"]
+    assert [c.split()[0] for c in calls] == ["install", "index", "test"]
 
 
 # --- sample and full sizes of the long sweeps ---------------------------------------------------

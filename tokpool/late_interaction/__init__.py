@@ -10,7 +10,8 @@ engine has pooled them, and vLLM's scoring flow driven on the simulator.
     alignment.py      one MaxSim score taken apart per query token
                       (``tp.viz.plot_maxsim_alignment``)
     token_pooling.py  hierarchical token pooling (PyLate / Sentence-Transformers, colpali-engine)
-    index_size.py     bytes of a multi-vector index: raw, colbert-ai's and fast-plaid's residuals
+    index_size.py     bytes of a multi-vector index: raw, or an indexer's whole folder
+    index_files.py    the files each indexer writes (version by version) and their bytes
     retrieval.py      the shipped retrieval set (data/retrieval), MRR@k, recall@k, bootstrap CIs
     quality.py        dense vs MaxSim vs pooled MaxSim on it: vectors, bytes, MRR@10 with CIs
     rerank_cost.py    tp.simulate_score over documents x length, both paths (imported on use)

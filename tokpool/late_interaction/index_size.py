@@ -15,26 +15,29 @@ differ in the width of the centroid id and their default ``nbits``:
     the centroid table ``.half()`` (fp16) and asserts ``dim % (nbits * 8) == 0``;
     ``infra/config/settings.py``: ``nbits = 1``; ``indexing/collection_indexer.py``:
     ``num_partitions = 2 ** floor(log2(16 · sqrt(num_embeddings_est)))``.
-``layout="fast-plaid"`` — fast-plaid (lightonai/fast-plaid), PyLate's default index:
-    ``rust/index/create.rs`` writes ``{chunk}.codes.npy`` from an ``argmax`` (int64, 8 bytes a
-    vector) and ``{chunk}.residuals.npy`` uint8 ``[N, dim / 8 * nbits]``;
-    ``python/fast_plaid/search/fast_plaid.py``: ``nbits = 4`` by default, the same partition
-    rule, ``K = min(num_partitions, sample tokens)``, centroids normalised and ``.half()``.
+``layout="fast-plaid"`` — fast-plaid 1.7.0 (lightonai/fast-plaid):
+    ``rust/index/create.rs`` writes the codes from an ``argmax`` (int64, 8 bytes a vector) and
+    the residuals uint8 ``[N, dim / 8 * nbits]``; ``python/fast_plaid/search/fast_plaid.py``:
+    ``nbits = 4`` by default, the same partition rule, ``K = min(num_partitions, sample
+    tokens)``, centroids normalised and ``.half()``.
+``layout="pylate"`` — PyLate 1.6.0's ``indexes.PLAID``, on the fast-plaid it pins (``<= 1.4.6``),
+    which keeps the codes and residuals twice (per chunk and merged).
 
 Both estimate ``N`` from a sample of documents; here ``N`` is the real vector count (the
 estimate when every document is sampled) and ``K`` is capped at ``N`` as fast-plaid caps it
-(colbert-ai's k-means would refuse fewer training vectors than partitions). Not counted, by
-design: the inverted file (centroid → document ids: data-dependent, at most one id per vector,
-fewer after colbert-ai's per-document de-duplication), the ``2^nbits`` bucket cutoffs and
-weights, the average residual, document lengths and JSON metadata — each small beside the
-codes and residuals.
+(colbert-ai's k-means would refuse fewer training vectors than partitions). The total is the
+indexer's whole folder, file by file (:mod:`tokpool.late_interaction.index_files`): the
+inverted file, fast-plaid's raw ``embeddings.npy`` (``≤ 1,000`` documents), the codec, JSON
+metadata and every file's header included; within 1 % of folders colbert-ai 0.2.22, fast-plaid
+1.7.0 and PyLate 1.6.0 wrote (``tests/test_index_real.py``,
+``benchmarks/results/index_bytes_real.json``).
 
 Example:
     >>> b = multivector_index_bytes([100] * 1_000, 128, nbits=2, layout="colbert")
-    >>> b.n_vectors, b.partitions, b.codes_bytes, b.residual_bytes, b.centroid_bytes
-    (100000, 4096, 400000, 3200000, 1048576)
-    >>> b.total_bytes, b.dense_bytes
-    (4648576, 256000)
+    >>> b.n_vectors, b.partitions, b.codes_bytes, b.residual_bytes, b.centroid_bytes  # + headers
+    (100000, 4096, 401570, 3201570, 1050146)
+    >>> b.total_bytes, b.dense_bytes   # the whole folder: the inverted file and small files too
+    (5094144, 256000)
 """
 
 from __future__ import annotations
@@ -50,21 +53,22 @@ import torch
 
 from .._args import _show, choice, each, items, whole
 from ..pooler.heads import dtype_size, resolve_dtype
+from .index_files import layout_files
 from .token_pooling import pooled_length
 
 __all__ = ["DEFAULT_NBITS", "INDEX_LAYOUTS", "INDEX_OPTIONS", "IndexBytes", "index_bytes_table",
            "multivector_index_bytes", "plaid_partitions"]
 
 #: The residual layouts ``multivector_index_bytes`` knows (``nbits=None`` is raw storage).
-INDEX_LAYOUTS: tuple[str, ...] = ("colbert", "fast-plaid")
+INDEX_LAYOUTS: tuple[str, ...] = ("colbert", "fast-plaid", "pylate")
 #: Each indexer's default bits per dimension (``nbits="default"``).
-DEFAULT_NBITS: dict[str, int] = {"colbert": 1, "fast-plaid": 4}
-#: Bytes of one centroid id: colbert-ai's int32, fast-plaid's int64.
-CODE_BYTES: dict[str, int] = {"colbert": 4, "fast-plaid": 8}
+DEFAULT_NBITS: dict[str, int] = {"colbert": 1, "fast-plaid": 4, "pylate": 4}
+#: Bytes of one centroid id: colbert-ai's int32, fast-plaid's (and so PyLate's) int64.
+CODE_BYTES: dict[str, int] = {"colbert": 4, "fast-plaid": 8, "pylate": 8}
 #: Bytes of one centroid-table value (both save the table as fp16).
 CENTROID_ITEMSIZE = 2
 
-Layout = Literal["colbert", "fast-plaid"]
+Layout = Literal["colbert", "fast-plaid", "pylate"]
 
 
 @dataclass(frozen=True)
@@ -72,16 +76,23 @@ class IndexBytes:
     """A multi-vector index's bytes, part by part, beside one dense vector per document.
 
     Attributes:
-        layout: ``"raw"`` (every vector in ``dtype``), ``"colbert"`` or ``"fast-plaid"``.
+        layout: ``"raw"`` (every vector in ``dtype``), ``"colbert"``, ``"fast-plaid"`` or
+            ``"pylate"`` (one indexer's whole folder: :mod:`tokpool.late_interaction.index_files`).
         n_docs, n_tokens: documents and their token rows before pooling.
         n_vectors: vectors stored (after ``pool_factor``; the upper bound ``pool_tokens`` gives).
         dim, dtype, nbits, pool_factor: as asked (``nbits`` 0 for raw storage).
         partitions: k-means centroids ``K`` (0 for raw storage).
-        vector_bytes: raw storage ``n_vectors · dim · itemsize`` (0 when compressed).
-        codes_bytes: ``n_vectors · code bytes`` (4: colbert-ai's int32; 8: fast-plaid's int64).
+        vector_bytes: raw vectors ``n_vectors · dim · itemsize``: raw storage, or fast-plaid's
+            ``embeddings.npy`` (``≤ 1,000`` documents; ``dtype`` as given to the indexer).
+        codes_bytes: ``n_vectors · code bytes`` (4: colbert-ai's int32; 8: fast-plaid's int64),
+            file headers (and fast-plaid's padding rows) included, as are the parts below.
         residual_bytes: ``n_vectors · dim · nbits / 8`` (uint8, packed).
         centroid_bytes: ``K · dim · 2`` (the fp16 centroid table).
         dense_bytes: one ``dtype`` vector of ``dim`` per document, for comparison.
+        ivf_bytes: the inverted file (one id per (centroid, document) pair: an ESTIMATE,
+            uniform centroids) and its ``K`` lengths.
+        copy_bytes: PyLate's pinned fast-plaid's second copy of codes and residuals.
+        small_bytes: the codec, JSON metadata, document lengths, PyLate's id maps.
     """
 
     layout: str
@@ -98,11 +109,15 @@ class IndexBytes:
     residual_bytes: int
     centroid_bytes: int
     dense_bytes: int
+    ivf_bytes: int = 0
+    copy_bytes: int = 0
+    small_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        """Everything counted: raw vectors, or codes + residuals + centroids."""
-        return self.vector_bytes + self.codes_bytes + self.residual_bytes + self.centroid_bytes
+        """The whole folder: every part (raw storage: the vectors alone)."""
+        return (self.vector_bytes + self.codes_bytes + self.residual_bytes + self.centroid_bytes
+                + self.ivf_bytes + self.copy_bytes + self.small_bytes)
 
     @property
     def bytes_per_vector(self) -> float:
@@ -118,7 +133,9 @@ class IndexBytes:
     def parts(self) -> dict[str, int]:
         """The non-zero parts, by name, in bytes."""
         named = {"vectors": self.vector_bytes, "codes": self.codes_bytes,
-                 "residuals": self.residual_bytes, "centroids": self.centroid_bytes}
+                 "residuals": self.residual_bytes, "centroids": self.centroid_bytes,
+                 "ivf": self.ivf_bytes, "second copy": self.copy_bytes,
+                 "small files": self.small_bytes}
         return {k: v for k, v in named.items() if v}
 
     def as_row(self) -> dict[str, object]:
@@ -217,8 +234,9 @@ def multivector_index_bytes(
         >>> multivector_index_bytes([512] * 100, 384, pool_factor=2).n_vectors   # 1 + 511 // 2
         25600
         >>> tp.late_interaction.multivector_index_bytes([512] * 100, 384, nbits="default",
-        ...                            layout="fast-plaid").parts
-        {'codes': 409600, 'residuals': 9830400, 'centroids': 1572864}
+        ...                            layout="fast-plaid").parts   # <= 1,000 documents
+        {'vectors': 39325770, 'codes': 409792, 'residuals': 9830592, 'centroids': 1572944, \
+'ivf': 370840, 'small files': 2839}
     """
     counts = _length_counts(doc_lens)  # {length: documents}
     width = whole("dim", dim, minimum=1)
@@ -244,12 +262,27 @@ def multivector_index_bytes(
                          f"a multiple of 8, got {width}; use nbits=None for raw storage")
     bits = _nbits(nbits, layout, width)
     k = plaid_partitions(n_vectors)
+    pooled = {}  # {vectors per document: documents}
+    for n, c in counts.items():
+        pooled[pooled_length(n, factor, protected)] = pooled.get(
+            pooled_length(n, factor, protected), 0) + c
+    last = pooled_length(_last_length(doc_lens), factor, protected)
+    # each part is whole files: N · (4 | 8) B codes, N · dim / 8 · nbits B residuals,
+    # K · dim · 2 B fp16 centroids, the inverted file, ... (index_files.layout_files)
+    files = layout_files(layout, counts=pooled, last_len=last, n_vectors=n_vectors, dim=width,
+                         nbits=bits, partitions=k, raw_itemsize=itemsize)
     return IndexBytes(
-        layout=layout, nbits=bits, partitions=k, vector_bytes=0,
-        codes_bytes=n_vectors * CODE_BYTES[layout],  # N · (4 | 8) B
-        residual_bytes=n_vectors * (width // 8 * bits),  # N · dim / 8 · nbits B
-        centroid_bytes=k * width * CENTROID_ITEMSIZE,  # K · dim · 2 B (fp16)
-        **common)
+        layout=layout, nbits=bits, partitions=k, vector_bytes=files["vectors"],
+        codes_bytes=files["codes"], residual_bytes=files["residuals"],
+        centroid_bytes=files["centroids"], ivf_bytes=files["ivf"],
+        copy_bytes=files["second copy"], small_bytes=files["small files"], **common)
+
+
+def _last_length(doc_lens: object) -> int:
+    """The last document's token rows (fast-plaid pads its merged files by ``max - last``)."""
+    if isinstance(doc_lens, torch.Tensor | np.ndarray):
+        return int(doc_lens[-1])
+    return int(list(doc_lens)[-1])  # type: ignore[call-overload]
 
 
 #: The options ``index_bytes_table`` compares by default: (label, pool_factor, nbits, layout).
