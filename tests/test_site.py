@@ -38,13 +38,27 @@ def numbers(text: str) -> list[str]:
 def test_the_site_links_nothing_outside_its_folder(site: Path) -> None:
     pages = sorted(site.glob("*.html"))
     assert {p.name for p in pages} == {"index.html", "buffer.html", "ownership.html",
-                                      "memory.html"}
+                                      "memory.html", "example.html", "glossary.html"}
     for page in pages:
         text = page.read_text()
         assert provenance_line() in html.unescape(text)
         for ref in re.findall(r"""(?:src|href)=["']([^"']+)""", text):
             assert "://" not in ref and not ref.startswith("/"), (page.name, ref)
             assert (site / ref).exists(), (page.name, ref)
+
+
+def test_the_first_example_and_the_glossary_are_the_library_s(site: Path) -> None:
+    from tokpool.site.extras import first_example, glossary_rows
+
+    printed, png = first_example()
+    page = (site / "example.html").read_text()
+    assert html.escape(printed) in page and "pooling holds" in printed
+    src = re.search(r"<img id='figure' src='([^']+)'", page).group(1)
+    assert (site / src).read_bytes() == shrink_png(png)
+    rows = glossary_rows(Path(__file__).resolve().parents[1] / "README.md")
+    assert len(rows) >= 20
+    glossary = (site / "glossary.html").read_text()
+    assert glossary.count("<tr>") == len(rows) + 1
 
 
 def test_provenance_line_names_the_deployment() -> None:
@@ -98,6 +112,11 @@ def test_the_site_works_from_file_with_the_network_off(site: Path) -> None:
             for explorer in EXPLORERS:
                 _drive(page, site, explorer)
             _snaps(page, site)
+            for name in ("index", "example", "glossary"):
+                page.goto((site / f"{name}.html").resolve().as_uri())
+                assert page.inner_text("#provenance") == provenance_line()
+            page.goto((site / "example.html").resolve().as_uri())
+            page.wait_for_function("() => document.getElementById('figure').naturalWidth > 0")
         finally:
             browser.close()
     assert not outside, f"the site fetched from outside its folder: {outside}"

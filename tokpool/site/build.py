@@ -20,7 +20,8 @@ from .._package import __version__
 from ..sim import SimConfig
 from ..sim.vllm_rules import VLLM_VERSION
 from ..widgets.view import DISPLAY_DPI, PNG_DPI, png_size
-from .page import control_spec, explorer_page, index_page
+from .extras import example_body, first_example, glossary_body, glossary_rows
+from .page import control_spec, explorer_page, index_page, page
 from .states import EXPLORERS, shrink_png
 
 __all__ = ["SiteSummary", "build_site", "provenance_line"]
@@ -117,8 +118,23 @@ def build_site(out: str | Path, *, sample: bool = False, progress: bool = True) 
             title=explorer.title, header=header, blurb=explorer.blurb,
             controls=[control_spec(c.name, c.label, c.values) for c in controls],
             states=states), encoding="utf-8")
+    printed, png = first_example()
+    small = shrink_png(png)
+    name = f"img/{hashlib.sha256(small).hexdigest()[:16]}.png"
+    (root / name).write_bytes(small)
+    images.add(name)
+    width = round(png_size(png)[0] * DISPLAY_DPI / PNG_DPI)
+    (root / "example.html").write_text(page("The README's first example", header,
+                                            example_body(printed, name, width)), encoding="utf-8")
+    rows = glossary_rows(Path(__file__).resolve().parents[2] / "README.md")
+    if rows:  # a checkout (an installed package has no README beside it)
+        (root / "glossary.html").write_text(page("Glossary", header, glossary_body(rows)),
+                                            encoding="utf-8")
+    extra = ("<ul><li><a href='example.html'>The README's first example</a>, run at build "
+             "time</li>" + ("<li><a href='glossary.html'>Glossary</a></li>" if rows else "")
+             + "</ul>")
     (root / "index.html").write_text(index_page(header=header, entries=[
-        (f"{e.name}.html", e.title, e.blurb, counts[e.name]) for e in EXPLORERS]),
+        (f"{e.name}.html", e.title, e.blurb, counts[e.name]) for e in EXPLORERS], extra=extra),
         encoding="utf-8")
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     return SiteSummary(path=root, size_bytes=size, states=counts, images=len(images),
