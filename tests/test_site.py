@@ -183,3 +183,13 @@ def _snaps(page, site: Path) -> None:
     step = page.evaluate("Number(document.getElementById('c-step').value)")
     assert step == 1
     assert "Engine step 1 of 1" in page.inner_text("#readout")
+
+
+def test_tokpool_site_refuses_a_file_as_its_folder(tmp_path: Path, capsys) -> None:
+    from tokpool.cli import main
+
+    target = tmp_path / "taken.txt"
+    target.write_text("a file")
+    assert main(["site", str(target), "--sample"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tokpool site: error:") and "is a file" in err
