@@ -112,6 +112,7 @@ def test_the_site_works_from_file_with_the_network_off(site: Path) -> None:
             for explorer in EXPLORERS:
                 _drive(page, site, explorer)
             _snaps(page, site)
+            _prompt_lengths(page, site)
             for name in ("index", "example", "glossary"):
                 page.goto((site / f"{name}.html").resolve().as_uri())
                 assert page.inner_text("#provenance") == provenance_line()
@@ -193,3 +194,30 @@ def test_tokpool_site_refuses_a_file_as_its_folder(tmp_path: Path, capsys) -> No
     assert main(["site", str(target), "--sample"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tokpool site: error:") and "is a file" in err
+
+
+def _prompt_lengths(page, site: Path) -> None:
+    """The memory page's prompt-length slider: at each length, render_memory's sweep's exact
+    bytes per policy and vLLM's verdict for that length."""
+    from tokpool.site.states import MEMORY_POINTS_PER_DOUBLING, memory_points, memory_view
+
+    explorer = next(e for e in EXPLORERS if e.name == "memory")
+    page.goto((site / "memory.html").resolve().as_uri())
+    key = {c.name: c.values[0] for c in explorer.controls(True)}
+    points = memory_points(memory_view(key, points_per_doubling=MEMORY_POINTS_PER_DOUBLING))
+    assert page.evaluate("Number(document.getElementById('c-prompt-len').max)") == (
+        len(points["lens"]) - 1)
+    seen = set()
+    for i in (0, len(points["lens"]) // 2, len(points["lens"]) - 1):
+        page.evaluate("""(i) => { const e = document.getElementById('c-prompt-len');
+            e.value = i; e.dispatchEvent(new Event('input')); }""", i)
+        text = page.inner_text("#at-len")
+        assert page.inner_text("#v-prompt-len") == f"{points['lens'][i]:,} tokens"
+        for policy, peaks in points["peaks"].items():
+            assert f"{policy}\t{peaks[i]:,} bytes" in text, (policy, i, text)
+        verdict = points["verdict"][i]
+        assert ("vLLM starts" in text) == (verdict is None)
+        if verdict is not None:
+            assert points["refusals"][verdict] in text
+        seen.add(text)
+    assert len(seen) == 3, "the prompt-length slider did not change the numbers"

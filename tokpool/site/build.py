@@ -101,6 +101,8 @@ def build_site(out: str | Path, *, sample: bool = False, progress: bool = True) 
             entry: dict[str, Any] = {
                 "k": [position[j][state.key[c.name]] for j, c in enumerate(controls)],
                 "html": state.html}
+            if state.points is not None:
+                entry["p"] = state.points
             if state.png is not None:
                 png = shrink_png(state.png)
                 name = f"img/{hashlib.sha256(png).hexdigest()[:16]}.png"

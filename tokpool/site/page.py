@@ -85,7 +85,9 @@ function show(moved) {
     snap.textContent = '';
   }
   const s = D.states[i];
+  window.tokpoolState = i;
   setControls(s.k);
+  showLen();
   document.getElementById('readout').innerHTML = s.html;
   const img = document.getElementById('figure');
   document.getElementById('state').textContent = 'state ' + (i + 1) + ' of ' + D.states.length;
@@ -96,6 +98,23 @@ function show(moved) {
     img.style.display = '';
   } else { img.style.display = 'none'; done(); }
 }
+const lenCtl = document.getElementById('c-prompt-len');
+function showLen() {
+  const s = D.states[window.tokpoolState], box = document.getElementById('at-len');
+  if (!lenCtl || !s.p) return;
+  const p = s.p, i = Math.min(Number(lenCtl.value), p.lens.length - 1);
+  lenCtl.max = p.lens.length - 1; lenCtl.value = i;
+  const n = p.lens[i];
+  document.getElementById('v-prompt-len').textContent = n.toLocaleString('en-US') + ' tokens';
+  const rows = Object.keys(p.peaks).map(k => '<tr><th align="left">' + k +
+    '</th><td align="right">' + p.peaks[k][i].toLocaleString('en-US')
+    + ' bytes</td></tr>').join('');
+  const v = p.verdict[i];
+  box.innerHTML = '<table>' + rows + '</table><div class="verdict">' + (v === null ?
+    'vLLM starts for a prompt of this length.' : 'vLLM refuses to start: ' +
+    p.refusals[v].replace(/&/g, '&amp;').replace(/</g, '&lt;')) + '</div>';
+}
+if (lenCtl) lenCtl.addEventListener('input', showLen);
 ctl.forEach((e, j) => e.addEventListener('input', () => show(j)));
 show(-1);
 """
@@ -114,10 +133,18 @@ def explorer_page(*, title: str, header: str, blurb: str, controls: Sequence[dic
             f'<b id="v-{c["name"]}"></b></label>')
     data = json.dumps({"controls": list(controls), "states": list(states)},
                       separators=(",", ":")).replace("</", "<\\/")
+    if any("p" in s for s in states):  # a slider over the sweep's prompt lengths
+        lengths = ("<div class='lengths'><label>peak pooling bytes at a prompt length "
+                   "<input type='range' id='c-prompt-len' min='0' max='0' step='1' value='0'>"
+                   " <b id='v-prompt-len'></b></label> (the sweep's lengths, "
+                   "each exact from the simulator)<div id='at-len'></div></div>")
+    else:
+        lengths = ""
     body = (f"<p>{html.escape(blurb)}</p><div class='controls'>{''.join(rows)}</div>"
             "<div class='snap' id='snap'></div>"
             "<div style='font-size:11px;color:#777' id='state'></div>"
-            "<div id='readout'></div><div class='figure'><img id='figure' alt='figure'></div>"
+            f"{lengths}<div id='readout'></div>"
+            "<div class='figure'><img id='figure' alt='figure'></div>"
             f"<script type='application/json' id='tokpool-states'>{data}</script>")
     return page(title, header, body, script=_SCRIPT)
 

@@ -42,6 +42,8 @@ class State:
     html: str
     png: bytes | None
     settings: dict[str, Any] = field(default_factory=dict)
+    #: per prompt length (memory explorer): the sweep's exact peaks and vLLM's verdict
+    points: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -189,14 +191,46 @@ def _memory_controls(sample: bool) -> tuple[Control, ...]:
     return tuple(Control(k, _MEMORY_LABELS[k], v) for k, v in _memory_grid(sample).items())
 
 
+#: Prompt lengths per doubling of the memory page's prompt-length slider (the figure keeps
+#: ``render_memory``'s default resolution).
+MEMORY_POINTS_PER_DOUBLING = 8
+
+
+def memory_view(key: dict[str, Any], *, points_per_doubling: int = 2) -> View:
+    """``render_memory`` for one state of the memory page's grid."""
+    return render_memory(model=key["model"], hardware=key["hardware"],
+                         async_scheduling=key["async_scheduling"], head_dtype=key["head_dtype"],
+                         points_per_doubling=points_per_doubling)
+
+
+def memory_points(view: View) -> dict[str, Any]:
+    """A ``render_memory`` sweep as the page's data: each prompt length's peak pooling bytes
+    per policy and vLLM's verdict (``None`` = starts, else an index into ``refusals``)."""
+    df = view.table
+    lens = sorted(int(n) for n in df["prompt_len"].unique())
+    peaks = {str(policy): [int(b) for b in rows.sort_values("prompt_len")["peak_pooling_bytes"]]
+             for policy, rows in df.groupby("policy", sort=False)}
+    first = df[df["policy"] == df["policy"].iloc[0]].sort_values("prompt_len")
+    refusals: list[str] = []
+    verdict: list[int | None] = []
+    for starts, text in zip(first["vllm_starts"], first["refusal"], strict=True):
+        if starts:
+            verdict.append(None)
+            continue
+        if text not in refusals:
+            refusals.append(str(text))
+        verdict.append(refusals.index(text))
+    return {"lens": lens, "peaks": peaks, "verdict": verdict, "refusals": refusals}
+
+
 def _memory_states(sample: bool) -> Iterator[State]:
     grid = _memory_grid(sample)
     for values in product(*grid.values()):
         key = dict(zip(grid, values, strict=True))
-        view = render_memory(model=key["model"], hardware=key["hardware"],
-                             async_scheduling=key["async_scheduling"],
-                             head_dtype=key["head_dtype"])
-        yield _view_state(key, view)
+        view = memory_view(key)
+        dense = memory_view(key, points_per_doubling=MEMORY_POINTS_PER_DOUBLING)
+        yield State(key=key, html=view.html, png=view.png, settings=view.settings,
+                    points=memory_points(dense))
 
 
 def _memory_count(sample: bool) -> int:
