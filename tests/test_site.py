@@ -38,7 +38,8 @@ def numbers(text: str) -> list[str]:
 def test_the_site_links_nothing_outside_its_folder(site: Path) -> None:
     pages = sorted(site.glob("*.html"))
     assert {p.name for p in pages} == {"index.html", "buffer.html", "ownership.html",
-                                      "memory.html", "example.html", "glossary.html"}
+                                      "memory.html", "example.html", "glossary.html",
+                                      "figures.html"}
     for page in pages:
         text = page.read_text()
         assert provenance_line() in html.unescape(text)
@@ -59,6 +60,12 @@ def test_the_first_example_and_the_glossary_are_the_library_s(site: Path) -> Non
     assert len(rows) >= 20
     glossary = (site / "glossary.html").read_text()
     assert glossary.count("<tr>") == len(rows) + 1
+    from tokpool.site.figures import FIGURES
+
+    figures = (site / "figures.html").read_text()
+    for notebook, _, draw in FIGURES:
+        src = re.search(rf"<img src='([^']+)' width='\d+' alt='{notebook}'>", figures).group(1)
+        assert (site / src).read_bytes() == shrink_png(draw()), notebook
 
 
 def test_provenance_line_names_the_deployment() -> None:
@@ -113,7 +120,7 @@ def test_the_site_works_from_file_with_the_network_off(site: Path) -> None:
                 _drive(page, site, explorer)
             _snaps(page, site)
             _prompt_lengths(page, site)
-            for name in ("index", "example", "glossary"):
+            for name in ("index", "example", "glossary", "figures"):
                 page.goto((site / f"{name}.html").resolve().as_uri())
                 assert page.inner_text("#provenance") == provenance_line()
             page.goto((site / "example.html").resolve().as_uri())

@@ -9,6 +9,7 @@ folder to a ``gh-pages`` branch, or point Pages at it).
 from __future__ import annotations
 
 import hashlib
+import html
 import sys
 import time
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from ..sim import SimConfig
 from ..sim.vllm_rules import VLLM_VERSION
 from ..widgets.view import DISPLAY_DPI, PNG_DPI, png_size
 from .extras import example_body, first_example, glossary_body, glossary_rows
+from .figures import FIGURES
 from .page import control_spec, explorer_page, index_page, page
 from .states import EXPLORERS, shrink_png
 
@@ -128,13 +130,28 @@ def build_site(out: str | Path, *, sample: bool = False, progress: bool = True) 
     width = round(png_size(png)[0] * DISPLAY_DPI / PNG_DPI)
     (root / "example.html").write_text(page("The README's first example", header,
                                             example_body(printed, name, width)), encoding="utf-8")
+    sections = []
+    for notebook, caption, draw in FIGURES:
+        png = draw()
+        small = shrink_png(png)
+        name = f"img/{hashlib.sha256(small).hexdigest()[:16]}.png"
+        (root / name).write_bytes(small)
+        images.add(name)
+        width = round(png_size(png)[0] * DISPLAY_DPI / PNG_DPI)
+        sections.append(f"<h2 id='{notebook}'>notebooks/{notebook}.ipynb</h2>"
+                        f"<p>{html.escape(caption)}</p><div class='figure'>"
+                        f"<img src='{name}' width='{width}' alt='{notebook}'></div>")
+    (root / "figures.html").write_text(page("The notebooks' key figures", header, (
+        "<p>Drawn when this site was built, by the plot functions the notebooks call. "
+        "Notebooks 03, 04 and 06 need real model weights and are not here.</p>"
+        + "".join(sections))), encoding="utf-8")
     rows = glossary_rows(Path(__file__).resolve().parents[2] / "README.md")
     if rows:  # a checkout (an installed package has no README beside it)
         (root / "glossary.html").write_text(page("Glossary", header, glossary_body(rows)),
                                             encoding="utf-8")
     extra = ("<ul><li><a href='example.html'>The README's first example</a>, run at build "
-             "time</li>" + ("<li><a href='glossary.html'>Glossary</a></li>" if rows else "")
-             + "</ul>")
+             "time</li><li><a href='figures.html'>The notebooks' key figures</a></li>"
+             + ("<li><a href='glossary.html'>Glossary</a></li>" if rows else "") + "</ul>")
     (root / "index.html").write_text(index_page(header=header, entries=[
         (f"{e.name}.html", e.title, e.blurb, counts[e.name]) for e in EXPLORERS], extra=extra),
         encoding="utf-8")

@@ -31,7 +31,8 @@ def page(title: str, header: str, body: str, *, script: str = "") -> str:
     """A whole page: its title, the visible provenance line, the navigation and ``body``."""
     nav = ('<nav><a href="index.html">index</a><a href="buffer.html">buffer stepper</a>'
            '<a href="ownership.html">ownership</a><a href="memory.html">memory</a>'
-           '<a href="example.html">first example</a><a href="glossary.html">glossary</a></nav>')
+           '<a href="example.html">first example</a>'
+           '<a href="figures.html">figures</a><a href="glossary.html">glossary</a></nav>')
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
             f'<header class="tp" id="provenance">{html.escape(header)}</header>{nav}'
