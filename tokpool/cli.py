@@ -479,6 +479,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_site(args: argparse.Namespace) -> int:
     from .site import build_site  # matplotlib and the widgets: only for this command
 
+    check_output_dir(args.out, "OUT")
     summary = build_site(args.out, sample=args.sample)
     print(f"site written to {summary.path}/: {summary.size_bytes / 1e6:.1f} MB, "
           f"{sum(summary.states.values())} states, {summary.seconds:.0f} s; open index.html")
