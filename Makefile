@@ -36,7 +36,7 @@ INDEX_VENV ?= .venv-index
 
 .PHONY: install lab test test-fast lint bench report browser-deps vllm engine engine-test hostile-test \
 	index index-test \
-	clean notebook-filter docs-screenshots
+	clean notebook-filter docs-screenshots site site-bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -133,5 +133,16 @@ bench: install
 report: install
 	$(BIN)/tokpool report
 
+# The explorers as a static site (no kernel, no network: open site/index.html, or publish the
+# folder as it is). `make test` builds a small sample of it (tests/test_site.py).
+SITE ?= site
+site: install
+	$(BIN)/tokpool site $(SITE)
+
+# The site's budgets (size, states, build time, browser time per control) measured into
+# benchmarks/results/site_budget.json (the README quotes it).
+site-bench: install browser-deps
+	$(PY) -m benchmarks.site_budget
+
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) $(ENGINE_VENV).failed $(INDEX_VENV) $(INDEX_VENV).failed .pytest_cache .ruff_cache reports
+	rm -rf $(VENV) $(ENGINE_VENV) $(ENGINE_VENV).failed $(INDEX_VENV) $(INDEX_VENV).failed .pytest_cache .ruff_cache reports site

@@ -140,6 +140,8 @@ def _cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("report timeout 0", ["report", "--timeout", "0"], "0 is below the minimum 1"),
         ("report out is a file", ["report", "--notebooks", "notebooks", "--out", str(notes)],
          "is a file; give a folder"),
+        # site
+        ("site out is a file", ["site", str(notes), "--sample"], "is a file; give a folder"),
         # engine-check (more in test_engine_check.py)
         ("engine-check python missing", ["engine-check", "--python", str(tmp / "no-python")],
          "no Python at"),

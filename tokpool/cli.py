@@ -476,6 +476,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_site(args: argparse.Namespace) -> int:
+    from .site import build_site  # matplotlib and the widgets: only for this command
+
+    check_output_dir(args.out, "OUT")
+    summary = build_site(args.out, sample=args.sample)
+    print(f"site written to {summary.path}/: {summary.size_bytes / 1e6:.1f} MB, "
+          f"{sum(summary.states.values())} states, {summary.seconds:.0f} s; open index.html")
+    return 0
+
+
 # --- engine-check --------------------------------------------------------------------------
 
 
@@ -662,6 +672,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks", default="notebooks")
     p.add_argument("--timeout", type=_int_at_least(1), default=1800, help="seconds per cell")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("site", help="the explorers as a static site (no kernel, no network)",
+                       description="Precompute every explorer state into OUT/ (index.html).")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--sample", action="store_true", help="a small grid (seconds, not minutes)")
+    p.set_defaults(func=_cmd_site)
     return parser
 
 
