@@ -343,10 +343,10 @@ def test_memory_explorer_refuses_hostile_values_and_answers(browser_page) -> Non
     # opens with vLLM's defaults, says so, and says what sets the peak
     shown = d.root.inner_text()
     assert "sync scheduling (vLLM's default)" in shown and "What sets the peak" in shown
-    # a slider's readout keeps a gap before the next control's label ("16Kprompt length")
+    # a slider's readout keeps a gap before the next control's label ("8Kprompt length")
     gap = d.root.evaluate("""root => {
         const r = [...root.querySelectorAll('.tokpool-readout')]
-            .find(e => e.textContent.trim() === '16K').getBoundingClientRect();
+            .find(e => e.textContent.trim() === '8K').getBoundingClientRect();
         const l = [...root.querySelectorAll('label')]
             .find(e => e.textContent.trim() === 'prompt length').getBoundingClientRect();
         return Math.abs(l.top - r.top) < 6 ? l.left - r.right : 99; }""")
