@@ -1,0 +1,100 @@
+"""Every peak a figure draws is drawn by its parts, each part in the legend under its own name,
+and no legend is empty or names what the axes do not hold (issue 48)."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+
+import tokpool as tp
+from tokpool.plots.score_memory import score_peak_parts
+
+matplotlib.use("Agg")
+
+JINA = {"architectures": ["JinaForRanking"], "model_type": "qwen3", "hidden_size": 1024,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
+
+
+def _rgb(value) -> list[tuple]:
+    """A colour, or an array of colours, as rounded RGB tuples."""
+    import numpy as np
+    from matplotlib.colors import to_rgba
+
+    if isinstance(value, str) or np.ndim(value) == 1:
+        return [tuple(round(c, 3) for c in to_rgba(value)[:3])]
+    return [tuple(round(c, 3) for c in to_rgba(v)[:3]) for v in value]
+
+
+def _colours(ax) -> set[tuple]:
+    """The colours of every artist the axes hold (faces, edges, lines)."""
+    out: set[tuple] = set()
+    for artist in [*ax.patches, *ax.collections, *ax.lines]:
+        for getter in ("get_facecolor", "get_edgecolor", "get_color"):
+            if hasattr(artist, getter):
+                out.update(_rgb(getattr(artist, getter)()))
+    return out
+
+
+def assert_legend_attached(ax) -> list[str]:
+    """The legend exists, is not empty, and each entry's colour is drawn in the axes."""
+    from matplotlib.patches import Patch
+
+    legend = ax.get_legend() or (ax.figure.legends[0] if ax.figure.legends else None)
+    assert legend is not None, "no legend"
+    labels = [t.get_text() for t in legend.texts]
+    assert labels and all(labels), labels
+    drawn = _colours(ax)
+    for handle, label in zip(legend.legend_handles, labels, strict=True):
+        colour = handle.get_facecolor() if isinstance(handle, Patch) else handle.get_color()
+        assert _rgb(colour)[0] in drawn, (label, colour)
+    return labels
+
+
+def _bars(ax) -> dict[float, dict[str, int]]:
+    out: dict[float, dict[str, int]] = {}
+    for p in ax.patches:
+        gid = p.get_gid() or ""
+        if gid.startswith("peak part: "):
+            x = round(p.get_x() + p.get_width() / 2, 3)
+            out.setdefault(x, {})[gid.removeprefix("peak part: ")] = round(p.get_height())
+    return out
+
+
+@pytest.fixture(scope="module")
+def rerank():
+    cfg = tp.SimConfig.for_model("SmolLM2-135M", hardware="H100", task="token_embed")
+    two = tp.simulate_score([32], [512] * 100, cfg, mode="analytic")
+    one = tp.simulate_score([32], [512] * 100, cfg, mode="analytic",
+                            flash_late_interaction=False)
+    jina = tp.simulate_score([135], [190] * 64, tp.SimConfig.from_hf_config(
+        JINA, hardware="H100"), mode="analytic", template_tokens=12850 - 64 * 191 - 136)
+    return {"two": two, "one": one, "jina": jina}
+
+
+@pytest.mark.parametrize("name", ["two", "one", "jina"])
+def test_score_memory_draws_every_peak_by_its_parts(rerank, name):
+    import matplotlib.pyplot as plt
+
+    result = rerank[name]
+    ax = tp.viz.plot_score_memory(result)
+    labels = assert_legend_attached(ax)
+    assert any(label.startswith("peak during the step") for label in labels)
+    assert any(label.startswith("host memory") for label in labels)
+    bars = _bars(ax)
+    steps = result.steps
+    for row in range(len(steps)):
+        step = steps.iloc[row]
+        end = int(step["pool_bytes"])
+        peak = int(step["pool_peak_bytes"])
+        if peak > end:
+            parts = bars[float(step["step"])]
+            assert sum(parts.values()) == peak, (name, row, parts, peak)
+            assert parts == score_peak_parts(result, row)
+    if name == "two":  # the MaxSim scratch is a part of the peak, named in the legend
+        assert any("MaxSim scratch" in label for label in labels)
+    if name == "jina":  # no query cache in a listwise prompt: not in the legend
+        assert not any("query cache" in label for label in labels), labels
+        assert any(label.startswith("chunk cache") for label in labels)
+    plt.close("all")
