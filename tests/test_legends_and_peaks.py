@@ -98,3 +98,40 @@ def test_score_memory_draws_every_peak_by_its_parts(rerank, name):
         assert not any("query cache" in label for label in labels), labels
         assert any(label.startswith("chunk cache") for label in labels)
     plt.close("all")
+
+
+def test_notebook_02_section_5_legend_names_what_its_panels_draw():
+    """Notebook 02 §5: three timelines under one figure legend built from the axes' own
+    artists (it was an empty box: proxy handles the axes never held)."""
+    import matplotlib.pyplot as plt
+    import nbformat
+    from test_one_number import NOTEBOOKS
+
+    nb = nbformat.read(NOTEBOOKS / "02_chunked_prefill_ownership.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.cell_type == "code"
+               and '("clone", "prealloc", "offload")' in c.source and "fig.legend" in c.source]
+    namespace = {"tp": tp, "plt": plt, "config": tp.SimConfig(
+        hidden_size=576, max_num_batched_tokens=8, head_dtype=None, use_activation=False)}
+    exec(compile(cell.source, "02", "exec"), namespace)
+    (legend,) = namespace["fig"].legends
+    labels = [t.get_text() for t in legend.texts]
+    assert len(labels) >= 3 and all(labels), labels
+    for words in ("chunk cache", "peak during the step", "host memory"):
+        assert any(label.startswith(words) for label in labels), (words, labels)
+    plt.close("all")
+
+
+def test_memory_timeline_peak_parts_are_artists_the_legend_names():
+    import matplotlib.pyplot as plt
+
+    run = tp.simulate([32_768], tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H200"),
+                      mode="analytic")
+    ax = tp.plot_memory_timeline(run)
+    labels = assert_legend_attached(ax)
+    held = ax.get_legend_handles_labels()[1]
+    for part in tp.sim.peak_parts(run):
+        assert any(label.startswith(part) for label in labels), (part, labels)
+        assert any(label.startswith(part) for label in held), (part, held)
+    assert sum(_bars(ax)[float(run.steps["pool_peak_bytes"].idxmax())].values()) == \
+        run.peak_pooling_bytes
+    plt.close("all")

@@ -47,7 +47,7 @@ def score_peak_parts(result: ScoreResult, row: int) -> dict[str, int]:
         then pooling's own tensors — ``tp.sim.peak_parts`` of the stage's run where they add up
         (one request in the step), else one part naming the step's requests.
     """
-    from ..sim.results.peak_parts import peak_parts
+    from ..sim.results.peak_parts import peak_parts  # the stage run says what its peak holds
 
     step = result.steps.iloc[row]
     parts: dict[str, int] = {}
