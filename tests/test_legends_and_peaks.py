@@ -135,3 +135,19 @@ def test_memory_timeline_peak_parts_are_artists_the_legend_names():
     assert sum(_bars(ax)[float(run.steps["pool_peak_bytes"].idxmax())].values()) == \
         run.peak_pooling_bytes
     plt.close("all")
+
+
+def test_rerank_cost_legend_tells_solid_from_dashed():
+    import matplotlib.pyplot as plt
+
+    from tokpool.late_interaction.rerank_cost import rerank_sweep
+
+    cfg = tp.SimConfig.for_model("SmolLM2-135M", hardware="H100", task="token_embed")
+    ax = tp.viz.plot_rerank_cost(rerank_sweep([1, 4, 16], [512], cfg, query_len=32))
+    assert_legend_attached(ax)
+    legend = ax.get_legend()
+    assert legend.handlelength >= 4
+    styles = {h.get_label().split(": ", 1)[1]: (h.get_linestyle(), h.get_markerfacecolor())
+              for h in ax.get_lines()}
+    assert len(set(styles.values())) == len(styles) == 2, styles  # no two series look alike
+    plt.close("all")
