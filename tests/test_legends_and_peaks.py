@@ -47,6 +47,8 @@ def assert_legend_attached(ax) -> list[str]:
     assert labels and all(labels), labels
     drawn = _colours(ax)
     for handle, label in zip(legend.legend_handles, labels, strict=True):
+        if "0 B on the device" in label or "off the chart" in label:
+            continue  # said, not drawn: a series of zeros, a line far above the curves
         colour = handle.get_facecolor() if isinstance(handle, Patch) else handle.get_color()
         assert _rgb(colour)[0] in drawn, (label, colour)
     return labels
@@ -150,4 +152,24 @@ def test_rerank_cost_legend_tells_solid_from_dashed():
     styles = {h.get_label().split(": ", 1)[1]: (h.get_linestyle(), h.get_markerfacecolor())
               for h in ax.get_lines()}
     assert len(set(styles.values())) == len(styles) == 2, styles  # no two series look alike
+    plt.close("all")
+
+
+def test_memory_explorer_head_off_draws_and_says_its_zero_points():
+    """With the head off, lengths that fit one step own 0 B under sync scheduling: drawn on
+    the lower edge and said in the legend, not dropped from a log axis."""
+    import matplotlib.pyplot as plt
+
+    from tokpool.plots.zero_points import ZERO_WORDS
+
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM", head_dtype=None,
+                                 use_activation=False)
+    df = tp.sweep(tp.viz.prompt_grid(1024, 1 << 15), cfg, async_scheduling=[False])
+    ax = tp.plot_memory_vs_prompt_length(df)
+    labels = assert_legend_attached(ax)
+    assert ZERO_WORDS in labels
+    zero = df[(df["policy"] == "clone") & (df["peak_pooling_bytes"] == 0)]["prompt_len"]
+    assert len(zero) and int(zero.max()) <= cfg.max_num_batched_tokens
+    (marks,) = [line for line in ax.lines if line.get_label() == "_zero: clone"]
+    assert sorted(marks.get_xdata()) == sorted(zero.astype(float))
     plt.close("all")

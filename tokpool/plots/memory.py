@@ -13,6 +13,7 @@ from matplotlib.lines import Line2D
 
 from .._args import whole
 from ._style import OKABE_ITO, at_least_ticks, format_bytes, format_tokens, new_axes, styled
+from .zero_points import draw_zero_points, zero_legend_entry
 
 if TYPE_CHECKING:
     from ..sim import SimResult
@@ -333,6 +334,7 @@ def _plot_lines(df: pd.DataFrame, y: str, ax: Axes, *, hue: str, floor_zero: boo
     if hue not in df.columns:
         raise ValueError(f"df lacks the hue column {hue!r}; it has {list(df.columns)}")
     extra: list[Any] = []
+    zeros = None  # the colour of a series whose zero points are on the lower edge
     for i, (name, group) in enumerate(df.groupby(hue, sort=False)):
         g = group.sort_values("prompt_len")
         if hue == "policy":
@@ -348,12 +350,15 @@ def _plot_lines(df: pd.DataFrame, y: str, ax: Axes, *, hue: str, floor_zero: boo
             continue
         shown = np.where(values > 0, values, np.nan) if floor_zero else values
         ax.plot(g["prompt_len"], shown, color=colour, label=str(name), **style)
+        if floor_zero and zero_label.startswith("0 B") and draw_zero_points(
+                ax, g["prompt_len"].to_numpy(), values, colour, str(name)):
+            zeros = colour
         _mark_refused(ax, g, shown, colour)
         if "corrupted" in g.columns and g["corrupted"].any():
             bad = g[g["corrupted"]]
             ax.scatter(bad["prompt_len"], np.where(bad[y] > 0, bad[y], np.nan), marker="x",
                        s=36, color="black", zorder=5, lw=1.2)
-    return extra
+    return extra + ([zero_legend_entry(zeros)] if zeros is not None else [])
 
 
 def _refused(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
