@@ -116,8 +116,8 @@ def limit_summary(limits: StartupLimits, *, messages: bool = True) -> list[str]:
         lines = [f"vLLM starts for every prompt up to {limits.starts_up_to:,} tokens."]
     if limits.context is not None and limits.context < limits.upto:
         lines.append(f"Past {limits.context:,} tokens the prompt is past the model's context: "
-                     "vLLM refuses --max-model-len unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
-                     f"({CONTEXT_CHECK}); drawn as if.")
+                     "vLLM refuses such a --max-model-len unless "
+                     "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; drawn as if.")
     if limits.kv_cache is not None and limits.kv_cache < limits.upto:
         reason = REFUSAL_REASONS.get("kv_cache_planning._check_enough_kv_cache_memory", "")
         lines.append(f"Past {limits.kv_cache:,} tokens vLLM refuses to start: {reason}; drawn "
