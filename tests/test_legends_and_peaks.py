@@ -173,3 +173,14 @@ def test_memory_explorer_head_off_draws_and_says_its_zero_points():
     (marks,) = [line for line in ax.lines if line.get_label() == "_zero: clone"]
     assert sorted(marks.get_xdata()) == sorted(zero.astype(float))
     plt.close("all")
+
+
+def test_rerank_explorer_offers_the_context_and_refuses_in_its_controls_words():
+    from tokpool.widgets.late_interaction import max_prompt_len
+
+    ex = tp.rerank_explorer()
+    assert ex.doc_len.max == max_prompt_len(None) == 8192  # SmolLM2-135M's context
+    with pytest.raises(ValueError) as err:
+        tp.viz.render_rerank(documents=2, doc_len=9000)
+    assert "as_if" not in str(err.value) and "max_model_len >=" not in str(err.value)
+    assert "at most 8,192 tokens" in str(err.value)
