@@ -496,7 +496,7 @@ def test_rerank_explorer_refuses_hostile_values_and_answers(browser_page) -> Non
     d.shows_figure()
     shown = d.root.inner_text()
     assert "two stages" in shown and "one stage" in shown and "bytes to the host" in shown
-    d.refused(lambda: d.type_into(d.box("document length"), "99999"), "from 1 to 32768",
+    d.refused(lambda: d.type_into(d.box("document length"), "99999"), "from 1 to 8192",
               "is out of range")
     # past SmolLM2's context: vLLM's own refusal, in the panel
     d.refused(lambda: d.type_into(d.box("document length"), "9000"), "max_model_len=8192",

@@ -197,7 +197,7 @@ def rerank_explorer(*, documents: int = 100, doc_len: int = 512, query_len: int 
         >>> ex.error is None and ex.view.settings["stages"]
         'one'
         >>> ex.typed["document length"].value = "99999"
-        >>> ex.error.startswith("document length must be from 1 to 32768")
+        >>> ex.error.startswith("document length must be from 1 to 8192")
         True
     """
     return RerankExplorer(documents=documents, doc_len=doc_len, query_len=query_len,
