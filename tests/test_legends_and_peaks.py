@@ -84,6 +84,8 @@ def test_score_memory_draws_every_peak_by_its_parts(rerank, name):
     labels = assert_legend_attached(ax)
     assert any(label.startswith("peak during the step") for label in labels)
     assert any(label.startswith("host memory") for label in labels)
+    assert len(labels) == len(set(labels)) and sum(
+        label.startswith("peak during") for label in labels) == 1, labels
     bars = _bars(ax)
     steps = result.steps
     for row in range(len(steps)):

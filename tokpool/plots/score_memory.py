@@ -153,7 +153,8 @@ def plot_score_memory(result: ScoreResult, *, engine: int = 0, ax: Axes | None =
                                  f"peak {format_bytes(result.peak_query_cache_bytes)})"))
         bars, _ = ax.get_legend_handles_labels()
         have = {h.get_label() for h in handles}
-        handles += [b for b in bars if b.get_label() not in have]
+        handles += [b for b in bars if b.get_label() not in have  # the parts drawn here
+                    and not b.get_label().startswith("peak during")]
         if len(scored) and not any("MaxSim" in h.get_label() for h in handles):
             handles.append(Line2D([], [], marker="v", ls="", color=MAXSIM_COLOUR,
                                   label="documents scored in the worker (MaxSim, peak "
