@@ -2,11 +2,13 @@
 
 JupyterLab autosaves, so after `make lab` the notebooks in the working copy hold their outputs.
 That is the reader's copy and stays as it is; this filter runs where git reads the file into a
-commit (``git add``, ``git diff``, ``git status``), as nbstripout does. It reads a notebook on
-stdin and writes it on stdout without outputs, execution counts, the stored widget state and the
-per-run metadata JupyterLab adds (collapsed/scrolled state, execution times, the kernel's full
-``language_info``), in nbformat's own layout. A clean notebook comes out byte for byte as it
-went in.
+commit (``git add``, ``git diff``), as nbstripout does. ``git status`` first compares the file's
+size and time stamp, so a notebook that has run is listed as modified while ``git diff`` is
+empty (nothing to commit; ``git add`` clears the listing; the README says so). It reads a
+notebook on stdin and writes it on stdout without outputs, execution counts, the stored widget
+state and the per-run metadata JupyterLab adds (collapsed/scrolled state, execution times, the
+kernel's full ``language_info``), in nbformat's own layout. A clean notebook comes out byte for
+byte as it went in.
 
 ``.gitattributes`` names the filter (``notebooks/*.ipynb filter=tokpool-strip``); ``make
 install`` and ``make lab`` register it in the checkout's git config::

@@ -97,6 +97,10 @@ _g8 = per_model[per_model["model"].str.startswith("Qwen3-Embedding-8B")
                 & ~per_model["async_scheduling"]]
 _q8_at_longest = float(_g8.loc[_g8["prompt_len"] == lens[-1], "peak_pooling_bytes"].iloc[0])
 assert abs(_q8_at_longest / _shepherd(True) - 5) < 0.01, "a fifth"  # the prose says a fifth
+from tokpool.late_interaction.listwise import listwise_prompts as _lp
+_listwise_llm = tp.simulate(_lp([135], [190] * n_docs, template_tokens=12850 - n_docs * 191 - 136),
+                            jina.replace(usage="llm"), mode="analytic")  # the offline LLM class
+assert len(_listwise_llm.steps) == 1, "one step"  # the prose says one step
 """,
 }
 
@@ -208,7 +212,7 @@ CLAIMS: dict[str, dict[str, str]] = {
             "(peak_32k['pooled output'] // (32_768 * vllm_default.width), "
             "peak_32k['float32 cast'] // (32_768 * vllm_default.width), "
             "peak_32k['activation'] // (32_768 * vllm_default.width))",
-        "Steps of 16,384 tokens run eagerly": "embedding.max_num_batched_tokens",
+        "Steps of 8,192 tokens run eagerly": "embedding.max_num_batched_tokens",
         "vLLM's head adds T·W·4 bytes for the cast and another T·W·4": "(_f32, _f32)",
         "only the selected columns are owned: 20 MiB at a million tokens":
             "_shepherd(False) / 2**20",
@@ -219,12 +223,13 @@ CLAIMS: dict[str, dict[str, str]] = {
             "_q8_at_longest / 2**30",
         "Qwen3-Embedding-8B (hidden size 4096)": "embedding.hidden_size",
         "on an H100 (80 GiB)": "hbm / 2**30",
-        "chunks of 16,384 tokens": "embedding.max_num_batched_tokens",
+        "chunks of 8,192 tokens": "embedding.max_num_batched_tokens",
+        "would use 16,384": "vllm_default.replace(usage='llm').max_num_batched_tokens",
         "The model's context is 40,960 tokens": "_q8.max_model_len",
         "weights (about 14 GiB in bfloat16)": "_q8.num_parameters * 2 / 2**30",
         "every policy is a straight line of slope 1": "_slope",
-        "with 16,384-token eager steps": "embedding.max_num_batched_tokens",
-        "Below one chunk (16,384 tokens)": "embedding.max_num_batched_tokens",
+        "with 8,192-token eager steps": "embedding.max_num_batched_tokens",
+        "Below one chunk (8,192 tokens)": "embedding.max_num_batched_tokens",
         "hidden sizes 576, 1024 and 4096":
             "tuple(sorted(p.hidden_size for p in tp.MODEL_PRESETS.values() "
             "if p.default_task == 'token_embed'))",
@@ -232,18 +237,21 @@ CLAIMS: dict[str, dict[str, str]] = {
             "tp.MODEL_PRESETS['Qwen2.5-Math-PRM-7B'].num_labels",
         "backbone's **4,096-wide hidden rows**":
             "tp.MODEL_PRESETS['math-shepherd-mistral-7b-prm'].hidden_size",
-        "(16,384 × 4096 × 2 bytes = 128 MiB)":
+        "(8,192 × 4096 × 2 bytes = 64 MiB)":
             "(embedding.max_num_batched_tokens, embedding.hidden_size, embedding.dtype_size, "
             "_chunk / 2**20)",
         "(92 % of the GPU": "mine.gpu_memory_utilization * 100",
         "(200 dpi)": "_view.PNG_DPI",
         "reads 64 documents in one 12,850-token prompt": "(n_docs, listwise.prompt_lens[0])",
-        "260 KiB at its peak but delivers only the 65 marker rows × 512 in bfloat16, 66,560 B":
-            "(listwise.peak_pooling_bytes / 2**10, int(listwise.requests['delivered_rows'][0]), "
+        "prompt chunked at 8,192 tokens) pooling holds 41.1 MiB at its peak but delivers only the "
+        "65 marker rows × 512 in bfloat16, 66,560 B":
+            "(jina.max_num_batched_tokens, listwise.peak_pooling_bytes / 2**20, "
+            "int(listwise.requests['delivered_rows'][0]), "
             "jina.output_width, int(listwise.requests['output_bytes'][0]))",
+        "runs it in one step and holds 260 KiB": "_listwise_llm.peak_pooling_bytes / 2**10",
         "32,768-token document late-chunked at 512 on Qwen3-Embedding-8B":
             "(late.prompt_lens[0], chunk)",
-        "holds 384 MiB, every token's row until the last chunk, while the user gets 64 rows, "
+        "holds 448 MiB, every token's row until the last chunk, while the user gets 64 rows, "
         "1 MiB": "(late.peak_pooling_bytes / 2**20, int(late.requests['delivered_rows'][0]), "
                  "int(late.requests['output_bytes'][0]) / 2**20)",
     },

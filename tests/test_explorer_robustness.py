@@ -139,7 +139,7 @@ def test_memory_explorer_opens_within_the_context_and_widens_a_collapsed_range()
              for box in ex.children[1].children
              if isinstance(box, widgets_module.HBox) and len(box.children) == 2
              and isinstance(box.children[1], widgets_module.Label)}
-    assert shown == {"chunk budget (tokens/step)": "16K", "prompt length": "512K – 1M"}
+    assert shown == {"chunk budget (tokens/step)": "8K", "prompt length": "512K – 1M"}
 
 
 @dataclass

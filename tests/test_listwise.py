@@ -162,10 +162,10 @@ def test_jina_ranking_tensor_equals_analytic(run):
 
 
 def test_jina_one_shot_projector_peak():
-    """One step: the one-shot view owns nothing; the peak is the gather (alive until the
-    projector returns), the first layer's output and the ReLU's (65 x (1024 + 512 + 512),
-    bf16)."""
-    r = tp.simulate_score([135], [190] * 64, jina_config(), mode="analytic",
+    """One step (the offline LLM class: budget 16,384 on an H100): the one-shot view owns
+    nothing; the peak is the gather (alive until the projector returns), the first layer's
+    output and the ReLU's (65 x (1024 + 512 + 512), bf16)."""
+    r = tp.simulate_score([135], [190] * 64, jina_config(usage="llm"), mode="analytic",
                           template_tokens=12850 - 64 * 191 - 136)
     assert r.peak_pooling_bytes == 65 * (1024 + 512 + 512) * 2
 

@@ -300,7 +300,7 @@ def test_readme_first_example_draws_the_peak_as_its_parts_to_the_byte() -> None:
     bars = _peak_bars(ax)
     assert [part for _, part, _ in bars] == ["pooled output", "float32 cast", "activation"]
     assert sum(n for _, _, n in bars) == run.peak_pooling_bytes == 5 * 2**28  # 1.25 GiB
-    assert {step for step, _, _ in bars} == {1.0}
+    assert {step for step, _, _ in bars} == {3.0}  # `vllm serve`: 8K chunks, the 4th step
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "head output (cast / activation)" not in labels  # never drawn: not promised
     assert {"pooled output (model dtype)", "float32 cast (head)",

@@ -65,10 +65,12 @@ def test_the_reranker_picture_numbers_are_what_the_example_computes():
     assert f"# {held:,} B held, {out:,} B out" in block
     tour = README.read_text().split("### Rerankers", 1)[1].split("\n## ", 1)[0]
     prose = " ".join(tour.split("The memory picture above", 1)[1].split("```", 1)[0].split())
-    said = (f"holds {listwise.peak_pooling_bytes // 1024} KiB and delivers "
+    from tokpool._text import format_bytes
+
+    said = (f"holds {format_bytes(listwise.peak_pooling_bytes, significant=3)} and delivers "
             f"{listwise.summary()['output_bytes']:,} B",
-            f"holds {late.peak_pooling_bytes // 2**20} MiB, every token's row, and delivers "
-            f"{late.summary()['output_bytes'] // 2**20} MiB")
+            f"holds {format_bytes(late.peak_pooling_bytes, significant=3)}, every token's row, "
+            f"and delivers {late.summary()['output_bytes'] // 2**20} MiB")
     assert all(s in prose for s in said), (said, prose)
     import matplotlib.pyplot as plt
 

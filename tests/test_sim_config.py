@@ -15,12 +15,15 @@ from tokpool.sim.backends.source import HiddenStateSource, SyntheticSource, chec
 
 def test_defaults_and_derived_values():
     cfg = SimConfig()
-    # vLLM 0.33.0's defaults for a pooling model on an H100, LLM class
+    # vLLM 0.33.0's defaults for a pooling model on an H100 under `vllm serve` (issue 48: the
+    # default deployment is the server's; the offline LLM class is usage="llm")
     assert cfg.dtype == torch.bfloat16 and cfg.head_dtype == torch.float32
     assert cfg.use_activation and not cfg.async_scheduling and cfg.enable_chunked_prefill
-    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (16384, 1024)
-    assert cfg.replace(usage="server").max_num_batched_tokens == 8192
-    assert SimConfig(hardware="L4").max_num_batched_tokens == 8192
+    assert cfg.usage == "server"
+    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (8192, 1024)
+    assert cfg.replace(usage="llm").max_num_batched_tokens == 16384
+    assert SimConfig(hardware="L4").max_num_batched_tokens == 2048
+    assert SimConfig(hardware="L4", usage="llm").max_num_batched_tokens == 8192
     assert cfg.policy == "clone" and cfg.pooling_method == "ALL"
     assert cfg.width == cfg.hidden_size and cfg.dtype_size == 2
     # vLLM's graph output buffer: the largest capture size (512) rows

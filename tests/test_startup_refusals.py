@@ -28,7 +28,7 @@ def test_a_million_tokens_on_one_h100_is_refused_as_vllm_serve_refuses_it(as_if_
                              gpu_memory_utilization=0.92)
     assert err.value.follows == KV_CHECK and str(err.value) == str(refusals[1])
     assert "144.0 GiB KV cache is needed" in str(err.value)
-    assert "available KV cache memory (56.57 GiB)" in str(err.value)
+    assert "available KV cache memory (57.25 GiB)" in str(err.value)  # `vllm serve`
     # ... and as the `vllm serve` line (the API server's defaults) refuses it
     with pytest.raises(tp.sim.EngineRefusal) as line:
         tp.SimConfig.from_vllm_args(

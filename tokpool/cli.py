@@ -521,11 +521,12 @@ def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "anal
                    help="skip the head's normalise/softmax (vLLM applies it by default)")
     p.add_argument("--budget", type=_arg(parse_size), default=None,
                    help="max_num_batched_tokens per step (default: vLLM's for the hardware "
-                        "and --usage, e.g. 16384 on an H100 for the LLM class)")
+                        "and --usage, e.g. 8192 on an H100 for vllm serve)")
     p.add_argument("--max-num-seqs", type=_int_at_least(1), default=None,
                    help="most running requests (default: vLLM's)")
-    p.add_argument("--usage", choices=("llm", "server"), default="llm",
-                   help="vLLM's usage context for the defaults: the LLM class or the server")
+    p.add_argument("--usage", choices=("server", "llm"), default="server",
+                   help="vLLM's usage context for the defaults: vllm serve (default) or the "
+                        "offline LLM class")
     p.add_argument("--max-model-len", type=_arg(parse_size), default=None,
                    help="longest prompt accepted (default: the model preset's context; past "
                         "it vLLM needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the environment)")

@@ -13,6 +13,7 @@ from matplotlib.lines import Line2D
 
 from .._args import whole
 from ._style import OKABE_ITO, at_least_ticks, format_bytes, format_tokens, new_axes, styled
+from .zero_points import draw_zero_points, zero_legend_entry
 
 if TYPE_CHECKING:
     from ..sim import SimResult
@@ -154,9 +155,11 @@ def _peak_bars(ax: Axes, result: Any, steps: pd.DataFrame, peak: np.ndarray) -> 
         bottom = 0.0
         for name, nbytes in peak_parts(result, int(x[i])).items():
             colour, words = _part_style(name)
+            first = colour not in drawn  # the axes hold what the legend names (issue 48)
             drawn.setdefault(colour, words)
             ax.bar(x[i], nbytes, width=PEAK_BAR_WIDTH, bottom=bottom, color=colour,
-                   edgecolor="black", linewidth=0.6, zorder=3, gid=f"peak part: {name}")
+                   edgecolor="black", linewidth=0.6, zorder=3, gid=f"peak part: {name}",
+                   label=words if first else None)
             bottom += nbytes
     return drawn
 
@@ -175,7 +178,8 @@ def _draw_ledger(ax: Axes, steps: pd.DataFrame, *, host: bool, label_peak: bool 
     for values, (_, colour, label) in zip(layers, MEMORY_CATEGORIES, strict=True):
         top = bottom + values
         ax.fill_between(edges, np.append(bottom, bottom[-1:]), np.append(top, top[-1:]),
-                        step="post", color=colour, alpha=0.85, lw=0)
+                        step="post", color=colour, alpha=0.85, lw=0,
+                        label=label if values.any() and colour not in colours else None)
         if values.any():  # nothing drawn: no legend entry
             colours.setdefault(colour, label)
         bottom = top
@@ -188,9 +192,10 @@ def _draw_ledger(ax: Axes, steps: pd.DataFrame, *, host: bool, label_peak: bool 
             colours[colour] = words  # the head output awaiting its copy IS the activation's
         colours.setdefault(colour, words)
     handles: list[Any] = [Patch(color=c, label=w) for c, w in colours.items()]
-    ax.stairs(peak, edges, color="black", lw=1.2, gid="pool_peak_bytes")
-    handles.append(Line2D([], [], color="black", lw=1.2, label=(
-        "peak during the step (bar: what it is made of)" if bars else "peak during the step")))
+    peak_words = "peak during the step (bar: what it is made of)" if bars else \
+        "peak during the step"
+    ax.stairs(peak, edges, color="black", lw=1.2, gid="pool_peak_bytes", label=peak_words)
+    handles.append(Line2D([], [], color="black", lw=1.2, label=peak_words))
     if label_peak and len(peak) and peak.max() > 0:
         i = len(peak) - 1 - int(peak[::-1].argmax())  # the last step at the peak: clear of an inset
         ax.annotate(f"peak {format_bytes(peak[i])}", xy=(x[i], peak[i]), xytext=(0, 3),
@@ -198,7 +203,7 @@ def _draw_ledger(ax: Axes, steps: pd.DataFrame, *, host: bool, label_peak: bool 
                     ("left" if i == 0 else "right"), va="bottom", fontsize=8.5)
     if host:
         ax.stairs(steps["host_bytes"].to_numpy(dtype=float), edges, color="0.45", lw=1.2,
-                  ls="--")
+                  ls="--", label="host memory (outputs, offload)")
         handles.append(Line2D([], [], color="0.45", lw=1.2, ls="--",
                               label="host memory (outputs, offload)"))
     top = max(peak.max(initial=0), bottom.max(initial=0),
@@ -329,6 +334,7 @@ def _plot_lines(df: pd.DataFrame, y: str, ax: Axes, *, hue: str, floor_zero: boo
     if hue not in df.columns:
         raise ValueError(f"df lacks the hue column {hue!r}; it has {list(df.columns)}")
     extra: list[Any] = []
+    zeros = None  # the colour of a series whose zero points are on the lower edge
     for i, (name, group) in enumerate(df.groupby(hue, sort=False)):
         g = group.sort_values("prompt_len")
         if hue == "policy":
@@ -344,12 +350,15 @@ def _plot_lines(df: pd.DataFrame, y: str, ax: Axes, *, hue: str, floor_zero: boo
             continue
         shown = np.where(values > 0, values, np.nan) if floor_zero else values
         ax.plot(g["prompt_len"], shown, color=colour, label=str(name), **style)
+        if floor_zero and zero_label.startswith("0 B") and draw_zero_points(
+                ax, g["prompt_len"].to_numpy(), values, colour, str(name)):
+            zeros = colour
         _mark_refused(ax, g, shown, colour)
         if "corrupted" in g.columns and g["corrupted"].any():
             bad = g[g["corrupted"]]
             ax.scatter(bad["prompt_len"], np.where(bad[y] > 0, bad[y], np.nan), marker="x",
                        s=36, color="black", zorder=5, lw=1.2)
-    return extra
+    return extra + ([zero_legend_entry(zeros)] if zeros is not None else [])
 
 
 def _refused(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

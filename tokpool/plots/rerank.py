@@ -13,9 +13,10 @@ from ._style import OKABE_ITO, at_least_ticks, format_bytes, format_tokens, new_
 
 __all__ = ["plot_rerank_cost"]
 
-#: What each line is: column, label, line style.
-_SERIES = (("peak_pooling_bytes", "peak device bytes of pooling", "-"),
-           ("host_bytes", "bytes to the host", "--"))
+#: What each line is: column, label, line style, marker (filled / open: told apart in the
+#: legend too, where a short dash looks like a solid line).
+_SERIES = (("peak_pooling_bytes", "peak device bytes of pooling (solid, ●)", "-", "o"),
+           ("host_bytes", "bytes to the host (dashed, ○)", "--", "o"))
 _PATHS = {"two": ("two stages (online default)", OKABE_ITO[0]),
           "one": ("one stage (flag off, offline LLM.score)", OKABE_ITO[3])}
 
@@ -56,14 +57,15 @@ def plot_rerank_cost(table: pd.DataFrame, *, x: str = "n_docs", ax: Axes | None 
     for path, part in ok.groupby("stages", sort=False):
         label, colour = _PATHS[path]
         part = part.sort_values(x)
-        for column, what, style in _SERIES:
+        for column, what, style, marker in _SERIES:
             values = part[column].clip(lower=1)
-            ax.plot(part[x], values, linestyle=style, marker="o", markersize=3, color=colour,
-                    label=f"{label}: {what}")
+            ax.plot(part[x], values, linestyle=style, marker=marker, markersize=4,
+                    color=colour, label=f"{label}: {what}",
+                    markerfacecolor=colour if style == "-" else "white")
     ax.set_xscale("log")
     ax.set_yscale("log")
     if len(refused):
-        bottom = ok[[c for c, _, _ in _SERIES]].clip(lower=1).min().min() if len(ok) else 1
+        bottom = ok[[c for c, *_ in _SERIES]].clip(lower=1).min().min() if len(ok) else 1
         reason = refused["refusal"].iloc[0].split(";")[0]
         ax.scatter(refused[x], [bottom] * len(refused), marker="x", s=50, color="#b00020",
                    zorder=5, label="\n".join(textwrap.wrap(
@@ -74,7 +76,8 @@ def plot_rerank_cost(table: pd.DataFrame, *, x: str = "n_docs", ax: Axes | None 
     ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: format_tokens(v)))
     ax.set_xlabel("documents" if x == "n_docs" else "document length (tokens)")
     ax.set_ylabel("bytes")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5)  # beside: no overlap
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7.5,  # beside: no overlap
+              handlelength=4.5)  # long enough to show the dashes
     fixed = int(table[other].iloc[0])
     ax.set_title(title if title is not None else
                  f"1 query × N documents of {fixed:,} tokens" if x == "n_docs" else

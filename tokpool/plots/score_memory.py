@@ -4,7 +4,9 @@
 keeps across steps) and ``steps.maxsim_scratch_bytes``; this figure draws the simulator's
 ledger as ``plot_memory_timeline`` does, stacks the query cache on top of it, marks the steps
 whose documents were scored in the worker with their MaxSim scratch, and separates the two
-stages. It only draws what the result says.
+stages. It only draws what the result says, and every in-step peak is drawn by its parts
+(``score_peak_parts``: the query cache, the MaxSim scratch, and pooling's own tensors, broken
+down by ``tp.sim.peak_parts`` where the step has one request), each part in the legend.
 """
 
 from __future__ import annotations
@@ -18,17 +20,56 @@ from matplotlib.patches import Patch
 
 from .._args import whole
 from ._style import OKABE_ITO, format_bytes, new_axes, styled
-from .memory import MEMORY_CATEGORIES, plot_memory_timeline
+from .memory import MEMORY_CATEGORIES, PEAK_BAR_WIDTH, _part_style, plot_memory_timeline
 
 if TYPE_CHECKING:
     from ..late_interaction.simulate_score import ScoreResult
 
-__all__ = ["MAXSIM_COLOUR", "QUERY_CACHE_COLOUR", "plot_score_memory"]
+__all__ = ["MAXSIM_COLOUR", "QUERY_CACHE_COLOUR", "plot_score_memory", "score_peak_parts"]
 
+#: Pooling's own tensors in a score step that ``tp.sim.peak_parts`` does not break down.
+POOLED_ROWS = "pooled rows of the step's requests (not broken down)"
 #: The query cache's colour in every score figure.
 QUERY_CACHE_COLOUR = OKABE_ITO[5]
 #: Steps whose documents were scored in the worker (MaxSim).
 MAXSIM_COLOUR = OKABE_ITO[3]
+
+
+def score_peak_parts(result: ScoreResult, row: int) -> dict[str, int]:
+    """What one step's in-step peak is made of, summing to its ``pool_peak_bytes`` to the byte.
+
+    Args:
+        result: a ``tp.simulate_score(...)`` result.
+        row: the row of ``result.steps``.
+
+    Returns:
+        ``{part: bytes}``: ``"query cache"`` and ``"MaxSim scratch"`` when the step holds them,
+        then pooling's own tensors — ``tp.sim.peak_parts`` of the stage's run where they add up
+        (one request in the step), else one part naming the step's requests.
+    """
+    from ..sim.results.peak_parts import peak_parts  # the stage run says what its peak holds
+
+    step = result.steps.iloc[row]
+    parts: dict[str, int] = {}
+    for name, column in (("query cache", "query_cache_bytes"),
+                         ("MaxSim scratch", "maxsim_scratch_bytes")):
+        if int(step[column]) > 0:
+            parts[name] = int(step[column])
+    rest = int(step["pool_peak_bytes"]) - sum(parts.values())
+    own: dict[str, int] = {}
+    for stage, offset in zip(result.stages, result.stage_offsets, strict=True):
+        local = int(step["step"]) - offset
+        if 0 <= local < len(stage.steps) and int(stage.steps["pool_peak_bytes"].iloc[local]) \
+                == rest and int(step.get("engine", 0)) == int(getattr(stage, "engine", 0)):
+            try:
+                own = peak_parts(stage, local)
+            except (ValueError, TypeError):
+                own = {}
+            break
+    if sum(own.values()) != rest or len(own) == 0:
+        own = {POOLED_ROWS: rest}
+    parts.update({k: v for k, v in own.items() if v > 0})
+    return parts
 
 
 @styled
@@ -60,7 +101,13 @@ def plot_score_memory(result: ScoreResult, *, engine: int = 0, ax: Axes | None =
         raise ValueError(f"engine {engine} ran nothing in this score call; its engines are "
                          f"{sorted(set(result.steps['engine']))}")
     ax = new_axes(ax, (7.6, 3.8))
-    plot_memory_timeline(steps, ax=ax, legend=False, title="", **style)
+    plot_memory_timeline(steps, ax=ax, legend=True, title="", **style)
+    shown = ax.get_legend()  # the ledger's own entries (chunk cache, peak line, host line)
+    timeline_handles = list(shown.legend_handles)
+    for h, t in zip(timeline_handles, shown.texts, strict=True):
+        h.set_label("peak during the step (bar: what it is made of)"
+                    if t.get_text().startswith("peak during") else t.get_text())
+    shown.remove()
     x = steps["step"].to_numpy()
     edges = np.append(x, x[-1] + 1) - 0.5
     below = sum(steps[c].to_numpy(dtype=float) for c, _, _ in MEMORY_CATEGORIES)
@@ -69,9 +116,28 @@ def plot_score_memory(result: ScoreResult, *, engine: int = 0, ax: Axes | None =
                     (below + cache)[-1:]), step="post", color=QUERY_CACHE_COLOUR, alpha=0.8,
                     lw=0)
     scored = steps[steps["maxsim_scratch_bytes"] > 0]
-    if len(scored):
-        ax.scatter(scored["step"], scored["pool_peak_bytes"], marker="v", s=22,
-                   color=MAXSIM_COLOUR, zorder=4)
+    # every in-step peak above the step's end drawn by its parts, each part labelled once
+    rows = np.flatnonzero(steps["pool_peak_bytes"].to_numpy() > (below + cache))
+    labelled: set[str] = set()
+    full = result.steps.index[result.steps["engine"] == engine]
+    for i in rows:
+        bottom = 0.0
+        for name, nbytes in score_peak_parts(result, int(full[i])).items():
+            if name == "query cache":
+                colour, words = QUERY_CACHE_COLOUR, (
+                    f"query cache (cloned rows, peak "
+                    f"{format_bytes(result.peak_query_cache_bytes)})")
+            elif name == "MaxSim scratch":
+                colour, words = MAXSIM_COLOUR, (
+                    f"documents scored in the worker: MaxSim scratch (peak "
+                    f"{format_bytes(result.peak_maxsim_scratch_bytes)})")
+            else:
+                colour, words = _part_style(name)
+            ax.bar(x[i], nbytes, width=PEAK_BAR_WIDTH, bottom=bottom, color=colour,
+                   edgecolor="black", linewidth=0.6, zorder=3, gid=f"peak part: {name}",
+                   label=None if words in labelled else f"{words}")
+            labelled.add(words)
+            bottom += nbytes
     stage2 = steps.loc[steps["stage"] == 2, "step"]
     if len(stage2):
         ax.axvline(float(stage2.iloc[0]) - 0.5, color="0.3", lw=0.8, ls=":")
@@ -81,14 +147,19 @@ def plot_score_memory(result: ScoreResult, *, engine: int = 0, ax: Axes | None =
     top = max(ax.get_ylim()[1], float((below + cache).max()) * 1.15)
     ax.set_ylim(0, top or 1)
     if legend:
-        handles, _ = ax.get_legend_handles_labels()
-        handles.append(Patch(color=QUERY_CACHE_COLOUR, label="query cache (cloned rows, "
-                             f"peak {format_bytes(result.peak_query_cache_bytes)})"))
-        if len(scored):
+        handles = list(timeline_handles)
+        if cache.any():
+            handles.append(Patch(color=QUERY_CACHE_COLOUR, label="query cache (cloned rows, "
+                                 f"peak {format_bytes(result.peak_query_cache_bytes)})"))
+        bars, _ = ax.get_legend_handles_labels()
+        have = {h.get_label() for h in handles}
+        handles += [b for b in bars if b.get_label() not in have  # the parts drawn here
+                    and not b.get_label().startswith("peak during")]
+        if len(scored) and not any("MaxSim" in h.get_label() for h in handles):
             handles.append(Line2D([], [], marker="v", ls="", color=MAXSIM_COLOUR,
                                   label="documents scored in the worker (MaxSim, peak "
                                   f"{format_bytes(result.peak_maxsim_scratch_bytes)})"))
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2,
                   fontsize=8)
     ax.set_title(title if title is not None else
                  f"{result.path.name} scoring ({result.path.io_processor}) · engine {engine}")

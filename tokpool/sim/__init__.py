@@ -30,7 +30,8 @@ Rooms, bottom to top (a module imports only from its own room or below):
 - ``simulation`` (``simulate``) and ``sweeps`` (``sweep``);
 - ``startup``: per prompt length of a sweep, whether vLLM would start to serve it
   (``startup_refusals``, ``mark_startup_refusals``: the same start-up checks), so plots mark
-  the points vLLM refuses.
+  the points vLLM refuses; ``startup_limits``: where vLLM stops starting, found exactly
+  (``startup_limits``, ``limit_summary``).
 """
 
 from ..pooler.keep_rule import KeepRule, keep_rule, ownership_table
@@ -53,6 +54,7 @@ from .results.result import SimResult
 from .schedule.scheduler import ScheduledStep, schedule
 from .simulation import simulate
 from .startup import mark_startup_refusals, refusal_summary, startup_refusal, startup_refusals
+from .startup_limits import StartupLimits, limit_summary, startup_limits
 from .sweeps import SWEEP_COLUMNS, sweep
 from .vllm_rules.devices import DEVICES, HARDWARE_PRESETS, Hardware
 from .vllm_rules.engine_checks import EngineRefusal
@@ -76,11 +78,13 @@ __all__ = [
     "ScheduledStep",
     "SimConfig",
     "SimResult",
+    "StartupLimits",
     "SyntheticSource",
     "corruption_table",
     "estimate_step_times",
     "explain",
     "keep_rule",
+    "limit_summary",
     "lucky_requests",
     "mark_startup_refusals",
     "overwritten_requests",
@@ -93,6 +97,7 @@ __all__ = [
     "schedule",
     "schedule_frame",
     "simulate",
+    "startup_limits",
     "startup_refusal",
     "startup_refusals",
     "sweep",

@@ -97,14 +97,15 @@ class SimConfig:
         step_tag_id: STEP: the tag token whose rows are kept; defaults to the synthetic tag when
             ``step_tag_every`` is set. Without a tag id, STEP keeps every row.
         max_num_batched_tokens: the scheduler's token budget per step. Default: vLLM's for
-            the hardware and ``usage`` (``vllm_rules.batch_defaults``: 16384 for the ``LLM``
-            class on an H100/H200), raised to ``max_model_len`` when prompts are not chunked.
-            With ``output_memory="one_buffer"`` also the persistent
-            hidden-state buffer's rows.
+            the hardware and ``usage`` (``vllm_rules.batch_defaults``: 8192 for ``vllm serve``,
+            16384 for the offline ``LLM`` class on an H100/H200), raised to ``max_model_len``
+            when prompts are not chunked. With ``output_memory="one_buffer"`` also the
+            persistent hidden-state buffer's rows.
         max_num_seqs: most requests running (admitted, unfinished) at once (default:
             vLLM's for the hardware and ``usage``).
-        usage: ``"llm"`` (vLLM's ``LLM`` class) or ``"server"`` (the OpenAI API server): picks
-            vLLM's default budget and ``max_num_seqs``.
+        usage: ``"server"`` (``vllm serve``, the OpenAI API server: the default, what vLLM's
+            docs run) or ``"llm"`` (the offline ``LLM`` class): picks vLLM's default budget and
+            ``max_num_seqs``.
         async_overwrite: under async scheduling, when step N+1 writes its output memory, racing
             step N's host copy (enqueued at the end of step N on a copy stream, as vLLM's
             ``AsyncPoolingOutput``): ``"forward_start"`` (conservative default: before any copy
@@ -246,7 +247,7 @@ class SimConfig:
     enforce_eager: bool = False
     max_cudagraph_capture_size: int | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None
-    usage: Usage = "llm"
+    usage: Usage = "server"
     rows_from: RowsFrom | None = None
     max_model_len: int | None = None
     allow_long_max_model_len: bool = False

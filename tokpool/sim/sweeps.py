@@ -71,10 +71,10 @@ def sweep(
         >>> df = sweep([1_000, 30_000], cfg, policies=["clone", "prealloc"],
         ...            async_scheduling=[False])
         >>> df.pivot(index="prompt_len", columns="policy", values="peak_pooling_bytes")
-        policy         clone  prealloc
+        policy          clone  prealloc
         prompt_len
         1000               0         0
-        30000       94994432  61440000
+        30000       111771648  61440000
     """
     config = SimConfig() if config is None else config
     if not isinstance(mode, str) or mode not in _AUTO_PROGRESS_POINTS:

@@ -41,6 +41,22 @@ def _default_config() -> SimConfig:
                                usage="server")
 
 
+def _in_controls(message: str, config: SimConfig) -> str:
+    """A refusal's advice, limited to what the explorer's controls can do (it has no
+    ``as_if`` and no ``max_model_len`` control)."""
+    head = message.split(" Pass max_model_len >=", 1)[0]
+    if head == message:
+        return message.replace(", or simulate it on purpose with as_if=True", "")
+    return (f"{head} Shorten the document or the query to at most "
+            f"{config.max_model_len:,} tokens (the model's context).")
+
+
+def max_prompt_len(config: SimConfig | None) -> int:
+    """The longest document or query the explorer offers: the model's context, within
+    ``MAX_DOC_LEN``."""
+    return min(MAX_DOC_LEN, (_default_config() if config is None else config).max_model_len)
+
+
 def _check(documents: Any, doc_len: Any, query_len: Any, output_width: Any, stages: Any,
            config: Any) -> None:
     """The explorer's bounds, before any work (the constructor and every render ask this)."""
@@ -88,9 +104,15 @@ def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 
     _check(documents, doc_len, query_len, output_width, stages, config)
     config = _default_config() if config is None else config
     head = width_head(config, output_width)
-    results = {p: simulate_score([query_len], [doc_len] * documents, config, mode="analytic",
-                                 flash_late_interaction=flag, head=head)
-               for p, flag in STAGES.items()}
+    try:
+        results = {p: simulate_score([query_len], [doc_len] * documents, config,
+                                     mode="analytic", flash_late_interaction=flag, head=head)
+                   for p, flag in STAGES.items()}
+    except ValueError as err:  # vLLM's refusal, in the explorer's controls' words
+        said = _in_controls(str(err), config)
+        if hasattr(err, "follows"):  # an EngineRefusal keeps the vLLM function it follows
+            raise type(err)(said, follows=err.follows) from err
+        raise ValueError(said) from err
     table = pd.DataFrame({f"{p} stage{'s' if p == 'two' else ''}":
                           [r.summary()[k] for k, _ in _ROWS] for p, r in results.items()},
                          index=[label for _, label in _ROWS])
@@ -142,7 +164,7 @@ class RerankExplorer(Explorer):
                                   "style": {"description_width": "initial"}}
         self.documents = W.IntSlider(value=documents, min=1, max=MAX_DOCS,
                                      description="documents", **common)
-        self.doc_len = W.IntSlider(value=doc_len, min=1, max=MAX_DOC_LEN,
+        self.doc_len = W.IntSlider(value=doc_len, min=1, max=max(doc_len, max_prompt_len(config)),
                                    description="document length", **common)
         self.query_len = W.IntSlider(value=query_len, min=1, max=MAX_QUERY_LEN,
                                      description="query length", **common)
@@ -175,7 +197,7 @@ def rerank_explorer(*, documents: int = 100, doc_len: int = 512, query_len: int 
         >>> ex.error is None and ex.view.settings["stages"]
         'one'
         >>> ex.typed["document length"].value = "99999"
-        >>> ex.error.startswith("document length must be from 1 to 32768")
+        >>> ex.error.startswith("document length must be from 1 to 8192")
         True
     """
     return RerankExplorer(documents=documents, doc_len=doc_len, query_len=query_len,

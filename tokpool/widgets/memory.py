@@ -205,11 +205,12 @@ def _vllm_defaults(config: SimConfig) -> dict[str, bool]:
     """Which of the settings a researcher changes are vLLM 0.33.0's defaults for this model,
     hardware and task (``SimConfig.for_model`` resolves them as vLLM does)."""
     base = SimConfig.for_model(config.model.name, task=config.task, hardware=config.hardware,
-                               tensor_parallel_size=config.tensor_parallel_size) \
+                               tensor_parallel_size=config.tensor_parallel_size,
+                               usage=config.usage) \
         if config.model is not None and config.model.name in MODEL_PRESETS else None
     if base is None:  # your own model: vLLM's pooling-model defaults
         base = SimConfig(hidden_size=config.hidden_size, task=config.task,
-                         hardware=config.hardware)
+                         hardware=config.hardware, usage=config.usage)
     return {
         "async_scheduling": config.async_scheduling == base.async_scheduling,
         "head_dtype": config.head_dtype == base.head_dtype,
@@ -228,7 +229,9 @@ def _defaults_html(config: SimConfig, vllm: dict[str, bool]) -> str:
             else "no head cast")
     budget = (f"chunks of {config.max_num_batched_tokens:,} tokens" if
               config.enable_chunked_prefill else "not chunked (vLLM never chunks this model)")
-    words = [said("async_scheduling", "async scheduling" if config.async_scheduling
+    deployment = "vllm serve" if config.usage == "server" else "the offline LLM class"
+    words = [f"{deployment} on {config.hardware.name}",
+             said("async_scheduling", "async scheduling" if config.async_scheduling
                   else "sync scheduling"),
              said("head_dtype", head),
              said("use_activation", "activation on" if config.use_activation

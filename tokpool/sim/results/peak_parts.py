@@ -142,7 +142,7 @@ def what_sets_the_peak(result: SimResult) -> str:
     Example:
         >>> r = tp.simulate([32_768], tp.SimConfig.for_model("Qwen3-Embedding-8B"))
         >>> print(tp.sim.what_sets_the_peak(r))  # doctest: +NORMALIZE_WHITESPACE
-        peak 1.25 GiB in step 1 = pooled output 256 MiB + float32 cast 512 MiB + activation
+        peak 1.25 GiB in step 3 = pooled output 256 MiB + float32 cast 512 MiB + activation
         512 MiB: the head sets it, not the chunk cache
     """
     steps = result.steps
