@@ -667,6 +667,12 @@ def cli_cases(w: World) -> list[Case]:
                                                    "--out", out_file + "2.safetensors"],
             "nope-model"),
         cli(a, "tokpool gate (a kind that is not one)", ["gate", "nope"], "nope"),
+        cli(a, "tokpool site (no OUT)", ["site"], "OUT"),
+        cli(a, "tokpool site (OUT is a file)", ["site", str(w.files["text.txt"])], "OUT"),
+        cli(a, "tokpool site (OUT under a file)",
+            ["site", str(w.files["text.txt"] / "site")], "OUT"),
+        cli(a, "tokpool site --sample (a value it does not take)",
+            ["site", str(w.tmp / "site"), "--sample", "yes"], "yes"),
     ]
     return cases
 
