@@ -69,13 +69,6 @@ def test_analytic_equals_tensor_on_every_column(cfg, lens, arrivals):
     if not cfg.enable_chunked_prefill:
         cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, max(lens)))
     arrival = arrivals[: len(lens)]
-    if (cfg.policy == "offload" and not cfg.enable_chunked_prefill
-            and cfg.long_prefill_token_threshold is not None):
-        # Not drawn until fixed: a prompt the threshold splits without chunked prefill is
-        # handed over on the device (keep_rule: the chunk), but the tensor backend takes every
-        # offload output as on the host already (EngineLoop.outputs_on_host), the counting
-        # backend looks at the output itself: host_bytes and d2h_bytes differ.
-        cfg = cfg.replace(long_prefill_token_threshold=None)
     try:
         tensor = simulate(lens, cfg, mode="tensor", arrival_steps=arrival)
     except EngineRefusal as refusal:  # a threshold split vLLM's STEP pooling fails on
@@ -138,3 +131,19 @@ def test_closed_forms_equal_the_analytic_loop(cfg, lens, model, hardware):
                     value, row[name], rel_tol=1e-9), name
             else:
                 assert value == row[name], name
+
+
+def test_offload_hands_a_threshold_split_chunk_over_on_the_device():
+    """Offload keeps chunks on the host, but a prompt ``long_prefill_token_threshold`` splits
+    without chunked prefill is handed over as its last chunk (keep_rule: ``"chunk"``), on the
+    device: its host copy is a device-to-host copy, in both modes."""
+    cfg = SimConfig(hidden_size=1, num_labels=1, dtype="bfloat16", head_dtype=None,
+                    use_activation=False, task="token_classify", policy="offload",
+                    enable_chunked_prefill=False, long_prefill_token_threshold=1,
+                    max_num_batched_tokens=2, max_num_seqs=1, output_memory="one_buffer")
+    frames = {mode: simulate([2, 1], cfg, mode=mode, arrival_steps=[0, 0]).steps
+              for mode in ("tensor", "analytic")}
+    pd.testing.assert_frame_equal(frames["tensor"], frames["analytic"])
+    # no head (no cast, no activation): step 1 delivers request 0's last chunk (1 row, 2 B)
+    # from the device; step 2 request 1 from its host buffer, its chunk copied as pooled
+    assert frames["tensor"]["d2h_bytes"].tolist() == [0, 2, 2]

@@ -118,6 +118,9 @@ class TensorEngine(EngineLoop):
                             if config.task in ("token_embed", "embed") else
                             TokenClassifierHead(head_dtype=None, check_finite=False))
         self.offload = self.outputs_on_host
+        # Offload keeps chunks on the host, but a chunk handed over as it is (a split without
+        # chunked prefill, keep_rule's "chunk") stays on the device: its storages, this step's.
+        self._device_outputs: set = set()
         self.tag = self.kind.row_tag(config)
         self.states: dict[int, PoolingStates] = {}
         self.delivered: dict[int, Tensor] = {}
@@ -145,14 +148,20 @@ class TensorEngine(EngineLoop):
             if state.buffer is not None:
                 yield state.buffer, "cache", self.offload, True
         for t in self._step_outputs:
-            yield t, "output", self.offload, False
+            yield t, "output", self._on_host(t), False
         for category in ("output", "head"):
             for t, cat in self._step_extra:
                 if cat == category:
-                    yield t, cat, self.offload, False
+                    yield t, cat, self._on_host(t) if cat == "output" else self.offload, False
             for _, t, cat in self.pending:
                 if cat == category:
-                    yield t, cat, self.offload, False
+                    yield t, cat, self._on_host(t) if cat == "output" else self.offload, False
+
+    def _on_host(self, output: Tensor | None) -> bool:
+        """Whether pooling's ``output`` lives on the host: offload's buffers do, a chunk
+        handed over as it is does not (the counting backend looks at the output the same way)."""
+        return (self.offload and output is not None
+                and storage_key(output) not in self._device_outputs)
 
     def _measure(self) -> dict:
         """Unique live storages: ``key -> (nbytes, category, on_host, tensor)``; notes new ones."""
@@ -185,6 +194,10 @@ class TensorEngine(EngineLoop):
     # --- loop hooks ------------------------------------------------------------------------
 
     def begin_iteration(self, index: int) -> None:
+        # Only outputs still waiting for their host copy matter; a freed storage's address
+        # may be handed to a new one.
+        pending = {storage_key(t) for _, t, _ in self.pending}
+        self._device_outputs &= pending
         self._new = {}
         self._peak = 0
         self._step_outputs, self._step_extra = [], []
@@ -243,6 +256,10 @@ class TensorEngine(EngineLoop):
             self._drop_finished(step)
             return pooled
         outputs = self.pooler(hidden, meta)
+        if self.offload and not self.kind.selects(cfg):  # a selection is made on the host
+            self._device_outputs.update(
+                storage_key(out) for out, rule in zip(outputs, rules, strict=True)
+                if out is not None and rule.returns == "chunk")
         self._checkpoint(outputs)
         for (_, start, stop), rule in zip(step.chunks, rules, strict=True):
             if rule.keep == "host":
@@ -347,7 +364,7 @@ class TensorEngine(EngineLoop):
         self._copy_stream.wait_event(done)
         with torch.cuda.stream(self._copy_stream):
             for r, t, _ in outs:
-                if self.offload:
+                if self._on_host(t):
                     continue  # already on the host
                 host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
                 host.copy_(t, non_blocking=True)
@@ -370,11 +387,11 @@ class TensorEngine(EngineLoop):
         self.source.reset(request)  # its KV cache is gone: the prefill restarts at token 0
 
     def output_nbytes(self, output: Tensor) -> int:
-        return (0 if self.offload or not self.host_copy_copies
+        return (0 if self._on_host(output) or not self.host_copy_copies
                 else output.numel() * output.element_size())
 
     def deliver(self, index: int, request: int, t: Tensor) -> int:
-        if self.offload:
+        if self._on_host(t):
             host = t  # already on the host
         elif not self.host_copy_copies:
             host = t.to("cpu")  # vLLM's CPU platform: the tensor itself, 0 bytes copied
