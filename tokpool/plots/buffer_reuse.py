@@ -10,7 +10,7 @@ its host copy) still points at the rows after a later step has written other tok
 rows and what they hold, the views alive then and the rows rewritten under them, the clones —
 from what the engine recorded (``SimResult.chunks``, ``buffer_writes`` and ``overwrites``: the
 view tracker's own record), so the picture shows the simulator's verdict, never a second
-opinion. ``plot_buffer_reuse`` draws one panel (``step=k``) or every step side by side.
+opinion. ``plot_buffer_reuse`` draws one panel (``step=k``) or every step, one under another.
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def _spread(centres: Sequence[float], height: float, low: float) -> list[float]:
 
 
 def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, float]:
-    """Draw one panel; returns its y range (bottom, top) so panels side by side can share
+    """Draw one panel; returns its y range (bottom, top) so stacked panels can share
     one."""
     rows = panel.rows
     height_in = ax.get_position().height * ax.figure.get_size_inches()[1]
@@ -452,18 +452,20 @@ def plot_buffer_reuse(
     Each panel is one engine step: the buffer's rows top to bottom and which request's
     tokens they hold (faded: left over from an earlier step); on the left the views pooling
     keeps (``AllPool``'s ``hidden_states_cache`` entries that are views, and finished outputs
-    that are views awaiting their host copy), each a card with an arrow to a bracket over
-    the rows it points at; rows that this step's write rewrote under a kept view are
+    that are views awaiting their host copy), each a card with a bracket over the rows it
+    points at and an arrow that ends on those rows (the buffer's edge); rows that this step's write rewrote under a kept view are
     cross-hatched red (earlier ones hatched lightly), with a sentence under the buffer
     ("step 2 wrote rows 0–3: req 0 tok 8–11 still points here"); on the right the owned
-    copies (clones), which the buffer's writes never touch. Everything comes from
+    copies (clones), drawn as rows of their own (one row a token, the buffer's scale), which
+    the buffer's writes never touch. Steps are stacked one under another, ``FIGURE_WIDTH``
+    inches wide, no text under ``MIN_FONT`` points: readable at a notebook's width. Everything comes from
     ``buffer_reuse_panels(result)``: the engine's own record.
 
     Args:
         result: a ``tp.simulate(...)`` result (tensor or analytic mode).
-        step: draw only this engine step (one panel); ``None``: every step, side by side.
+        step: draw only this engine step (one panel); ``None``: every step, one under another (9 in wide).
         ax: with ``step``: the axes to draw into (a new figure when ``None``). Without it:
-            one axes per step (a new figure when ``None``, up to 3 panels a row).
+            one axes per step (a new figure when ``None``, one step a row).
         clone_beside_views: beside every view, the clone the ``"clone"`` policy keeps instead.
         legend: add the legend (under the panels, or under the one panel).
 
@@ -501,7 +503,7 @@ def plot_buffer_reuse(
         return ax
     if len(panels) > MAX_PANELS:
         raise ValueError(f"the run has {len(panels)} engine steps; plot_buffer_reuse draws at "
-                         f"most {MAX_PANELS} side by side. Pass step= for one of them, or walk "
+                         f"most {MAX_PANELS} together. Pass step= for one of them, or walk "
                          "them with tp.buffer_reuse_explorer(result)")
     if ax is None:  # one step under another, so the text stays readable at a notebook's width
         fig, grid = plt.subplots(len(panels), 1, figsize=(FIGURE_WIDTH,
