@@ -453,17 +453,19 @@ def plot_buffer_reuse(
     tokens they hold (faded: left over from an earlier step); on the left the views pooling
     keeps (``AllPool``'s ``hidden_states_cache`` entries that are views, and finished outputs
     that are views awaiting their host copy), each a card with a bracket over the rows it
-    points at and an arrow that ends on those rows (the buffer's edge); rows that this step's write rewrote under a kept view are
-    cross-hatched red (earlier ones hatched lightly), with a sentence under the buffer
+    points at and an arrow that ends on those rows (the buffer's edge); rows that this step's
+    write rewrote under a kept view are cross-hatched red (earlier ones hatched lightly),
+    with a sentence under the buffer
     ("step 2 wrote rows 0–3: req 0 tok 8–11 still points here"); on the right the owned
     copies (clones), drawn as rows of their own (one row a token, the buffer's scale), which
     the buffer's writes never touch. Steps are stacked one under another, ``FIGURE_WIDTH``
-    inches wide, no text under ``MIN_FONT`` points: readable at a notebook's width. Everything comes from
-    ``buffer_reuse_panels(result)``: the engine's own record.
+    inches wide, no text under ``MIN_FONT`` points: readable at a notebook's width.
+    Everything comes from ``buffer_reuse_panels(result)``: the engine's own record.
 
     Args:
         result: a ``tp.simulate(...)`` result (tensor or analytic mode).
-        step: draw only this engine step (one panel); ``None``: every step, one under another (9 in wide).
+        step: draw only this engine step (one panel); ``None``: every step, one under
+            another (9 in wide).
         ax: with ``step``: the axes to draw into (a new figure when ``None``). Without it:
             one axes per step (a new figure when ``None``, one step a row).
         clone_beside_views: beside every view, the clone the ``"clone"`` policy keeps instead.
