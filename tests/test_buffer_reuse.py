@@ -159,3 +159,49 @@ def test_step_slider_walks_the_run() -> None:
     with pytest.raises(ValueError, match="engine steps 0 to 2"):
         tp.viz.buffer_reuse_explorer(result, step=5)
     mpl.pyplot.close("all")
+
+
+def test_the_whole_run_reads_at_a_notebooks_width() -> None:
+    """Issue 48: the three steps side by side were 17.4 in wide (3,503 px saved), shrunk to a
+    notebook's width: about 5 px text. Stacked, the figure is at most 9 in wide and no text is
+    under 7.5 pt, so shown 880 px wide (a notebook, GitHub's README) text is at least 9 px."""
+    from tokpool.plots.buffer_reuse import FIGURE_WIDTH, MIN_FONT
+
+    axes = tp.viz.plot_buffer_reuse(tp.simulate([20], _config(policy="legacy")))
+    fig = axes[0].figure
+    width_in = fig.get_size_inches()[0]
+    assert width_in <= FIGURE_WIDTH <= 9.2
+    texts = [t for a in axes for t in a.texts] + fig.legends[0].get_texts()
+    smallest = min(t.get_fontsize() for t in texts)
+    assert smallest >= MIN_FONT
+    shown_px_per_in = min(100.0, 880 / width_in)  # the notebook's 100 dpi, or shrunk to fit
+    assert smallest / 72 * shown_px_per_in >= 9
+    mpl.pyplot.close("all")
+
+
+def test_arrows_land_on_their_rows_and_clones_are_rows() -> None:
+    """Each view's arrow ends on the buffer's edge, level with a row the view points at (not
+    on a bracket beside it); each clone is drawn as rows of its own, one row a token."""
+    from tokpool.plots.buffer_reuse import _BUFFER
+
+    result = tp.simulate([20], _config(policy="legacy"))
+    axes = tp.viz.plot_buffer_reuse(result)
+    arrows = clones = 0
+    for ax in axes:
+        for child in ax.texts:
+            gid = child.get_gid() or ""
+            if gid.startswith("arrow:"):
+                _, _, _, r0, r1 = gid.split(":")
+                x, y = child.xy
+                assert x == _BUFFER[0] and int(r0) < y < int(r1)
+                arrows += 1
+        for patch in ax.patches:
+            gid = patch.get_gid() or ""
+            if gid.startswith("clone:"):
+                _, _, t0, t1 = gid.split(":")
+                assert patch.get_height() == int(t1) - int(t0)
+                clones += 1
+    panels = tp.viz.buffer_reuse_panels(result)
+    assert arrows == sum(len(p.views) for p in panels) > 0
+    assert clones == sum(len(p.clones) for p in panels) > 0
+    mpl.pyplot.close("all")

@@ -95,3 +95,21 @@ def test_mismatched_embeddings_are_refused_by_maxsim_in_its_words():
         tp.viz.plot_maxsim_alignment(torch.ones(2, 4), torch.ones(3, 5), ["a", "b"], list("xyz"))
     with pytest.raises(ValueError):
         tp.viz.plot_maxsim_alignment(torch.ones(2, 4), torch.ones(0, 4), ["a", "b"], [])
+
+
+def test_figure_fits_a_screen_for_a_long_query():
+    """Notebook 06 opened on a 41-token query in a 1,013 px tall figure: never on screen whole.
+    A long query now fits 600 px (100 dpi), its whole saved image included."""
+    import io
+
+    from PIL import Image
+
+    q, d = _pair(3, lq=41, ld=48)
+    ax = tp.viz.plot_maxsim_alignment(q, d, [f"query{i}" for i in range(41)],
+                                      [f"documenttoken{j}" for j in range(48)])
+    try:
+        buf = io.BytesIO()
+        ax.figure.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        assert Image.open(buf).size[1] <= 600
+    finally:
+        plt.close(ax.figure)

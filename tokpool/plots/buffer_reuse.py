@@ -10,7 +10,7 @@ its host copy) still points at the rows after a later step has written other tok
 rows and what they hold, the views alive then and the rows rewritten under them, the clones —
 from what the engine recorded (``SimResult.chunks``, ``buffer_writes`` and ``overwrites``: the
 view tracker's own record), so the picture shows the simulator's verdict, never a second
-opinion. ``plot_buffer_reuse`` draws one panel (``step=k``) or every step side by side.
+opinion. ``plot_buffer_reuse`` draws one panel (``step=k``) or every step, one under another.
 """
 
 from __future__ import annotations
@@ -39,8 +39,13 @@ REQUEST_COLOURS: tuple[str, ...] = tuple(c for i, c in enumerate(OKABE_ITO) if i
 REWRITTEN = OKABE_ITO[3]  # vermillion: rows rewritten under a kept view
 SAFE = OKABE_ITO[2]  # green: an owned copy
 PADDING = "0.82"
-#: Most engine steps drawn side by side (``step=None``); longer runs are drawn one step a time.
+#: Most engine steps drawn together (``step=None``); longer runs are drawn one step a time.
 MAX_PANELS = 24
+#: Width of the figure, inches: shown at a notebook's or a README's width (about 880 px) its
+#: smallest text (7.5 pt) is still about 10 px tall. Steps are stacked, one under another.
+FIGURE_WIDTH = 9.0
+#: The smallest text drawn, points.
+MIN_FONT = 7.5
 
 # x layout of a panel (data units): view cards | brackets | buffer column | clone column
 _CARD = (0.0, 1.45)
@@ -259,7 +264,7 @@ def _spread(centres: Sequence[float], height: float, low: float) -> list[float]:
 
 
 def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, float]:
-    """Draw one panel; returns its y range (bottom, top) so panels side by side can share
+    """Draw one panel; returns its y range (bottom, top) so stacked panels can share
     one."""
     rows = panel.rows
     height_in = ax.get_position().height * ax.figure.get_size_inches()[1]
@@ -294,10 +299,10 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
         if not shown or r - shown[-1] >= label_rows:
             shown.append(r)
     for r in shown:
-        ax.text(x1 + 0.04, r + 0.5, str(r), ha="left", va="center", fontsize=7,
+        ax.text(x1 + 0.04, r + 0.5, str(r), ha="left", va="center", fontsize=7.5,
                 color="0.4")
     # the views pooling keeps: cards on the left, a bracket over their rows, an arrow between
-    card_h = max(rows * 0.24, label_rows * 4.3)  # four lines of text
+    card_h = max(rows * 0.24, label_rows * 5.0)  # four lines of text and a margin
     centres = _spread([(v.row0 + v.row1) / 2 for v in panel.views], card_h, 0.0)
     lanes: list[tuple[int, int]] = []
     for v, cy in zip(panel.views, centres, strict=True):
@@ -310,9 +315,13 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
                 solid_capstyle="butt")
         for y in (v.row0 + 0.08, v.row1 - 0.08):
             ax.plot([bx, x0], [y, y], color=edge, lw=1.2, zorder=7)
-        ax.annotate("", xy=(bx, (v.row0 + v.row1) / 2), xytext=(_CARD[1], cy),
+        # the arrow lands on the rows themselves (the buffer's edge, level with the middle of
+        # the view's rows; views over the same rows land a little apart), past the bracket
+        land = v.row0 + (v.row1 - v.row0) * min(0.5 + 0.15 * lane, 0.9)
+        ax.annotate("", xy=(x0, land), xytext=(_CARD[1], cy),
                     arrowprops={"arrowstyle": "-|>", "color": edge, "lw": 1.4,
-                                "shrinkA": 0, "shrinkB": 1}, zorder=7)
+                                "shrinkA": 0, "shrinkB": 0}, zorder=8,
+                    gid=f"arrow:{v.request}:{v.kept_step}:{v.row0}:{v.row1}")
         ax.add_patch(Rectangle((_CARD[0], cy - card_h / 2), _CARD[1] - _CARD[0], card_h,
                                facecolor="white", edgecolor=edge, lw=1.6 if broken else 1.0,
                                ls="-" if broken else (0, (3, 2)), zorder=4,
@@ -330,7 +339,7 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
         ax.text((_CARD[0] + _CARD[1]) / 2, cy,
                 f"view: req {v.request} tok {format_range(v.token0, v.token1)}\n"
                 f"kept in step {v.kept_step},\n{where}\n{state}",
-                ha="center", va="center", fontsize=7.0, linespacing=1.15, zorder=5,
+                ha="center", va="center", fontsize=7.5, linespacing=1.15, zorder=5,
                 color=REWRITTEN if broken else "0.15")
         for r0, r1, *_ in v.rewritten_before:
             ax.add_patch(Rectangle((x0, r0), x1 - x0, r1 - r0, fill=False, hatch="///",
@@ -340,28 +349,39 @@ def _draw_panel(ax: Axes, panel: BufferPanel, *, title: bool) -> tuple[float, fl
             ax.add_patch(Rectangle((x0, r0), x1 - x0, r1 - r0, fill=False, hatch="xxx",
                                    edgecolor=REWRITTEN, lw=1.8, zorder=3,
                                    gid=f"rewritten:{panel.step}:{v.request}:{r0}:{r1}"))
-    # owned copies: beside the buffer, untouched by its writes
-    clone_h = card_h * 0.8
-    beside = iter(centres)  # a clone drawn instead of a view sits level with the view's card
-    c_centres = _spread([next(beside) if c.instead_of_view else 0.0 for c in panel.clones],
-                        clone_h, 0.0)
-    for c, cy in zip(panel.clones, c_centres, strict=True):
-        ax.add_patch(Rectangle((_CLONE[0], cy - clone_h / 2), _CLONE[1] - _CLONE[0], clone_h,
-                               facecolor="white" if c.instead_of_view else "#e6f4ef",
-                               edgecolor=SAFE, lw=1.2, ls=(0, (3, 2)) if c.instead_of_view
-                               else "-", zorder=4, gid="clone"))
-        head = ("policy 'clone' would\nown a copy of" if c.instead_of_view
-                else f"{c.kind} from step {c.kept_step}\nowns a copy of")
-        ax.text((_CLONE[0] + _CLONE[1]) / 2, cy,
-                f"{head}\nreq {c.request} tok {format_range(c.token0, c.token1)} ✓",
-                ha="center", va="center", fontsize=7.0, linespacing=1.15, color="#00553a",
-                zorder=5)
+    # owned copies: rows of their own beside the buffer (one row a token, the buffer's scale),
+    # untouched by its writes; a clone drawn instead of a view sits level with the view's card
+    beside = iter(centres)
+    wanted = [next(beside) - (c.token1 - c.token0) / 2 if c.instead_of_view else 0.0
+              for c in panel.clones]
+    tops: list[float] = []
+    edge_y = 0.0
+    for c, want in sorted(zip(panel.clones, wanted, strict=True), key=lambda p: p[1]):
+        top = max(want, edge_y)
+        tops.append(top)
+        n = c.token1 - c.token0
+        edge_y = top + n + max(0.6, 1.2 * label_rows)  # room for the caption under it
+        cx0, cx1 = _CLONE[0] + 0.12, _CLONE[1] - 0.12
+        ax.add_patch(Rectangle((cx0, top), cx1 - cx0, n, facecolor=_colour(c.request),
+                               edgecolor=SAFE, lw=1.6, ls=(0, (3, 2)) if c.instead_of_view
+                               else "-", zorder=4, gid=f"clone:{c.request}:{c.token0}:{c.token1}"))
+        for r in range(1, n):  # one row a token, as in the buffer
+            ax.plot([cx0, cx1], [top + r, top + r], color="white", lw=0.4, alpha=0.6,
+                    zorder=4.5)
+        if n >= label_rows:
+            ax.text((cx0 + cx1) / 2, top + n / 2,
+                    f"req {c.request} tok {format_range(c.token0, c.token1)}",
+                    ha="center", va="center", fontsize=7.5, color="white", zorder=5)
+        caption = ("policy 'clone' would own these ✓" if c.instead_of_view
+                   else f"{c.kind} from step {c.kept_step}: owned ✓")
+        ax.text((cx0 + cx1) / 2, top + n + 0.15, caption, ha="center", va="top",
+                fontsize=7.5, color="#00553a", zorder=5)
+    clone_bottom = edge_y
     # what broke in this step, in words, under the buffer
     notes = [f"✗ step {panel.step} wrote rows {format_range(r0, r1)}: req {v.request} "
              f"tok {format_range(t0, t1)} still points here"
              for v in panel.views for r0, r1, t0, t1 in v.rewritten_now]
-    bottom = max([rows, *(cy + card_h / 2 for cy in centres),
-                  *(cy + clone_h / 2 for cy in c_centres)])
+    bottom = max([rows, clone_bottom, *(cy + card_h / 2 for cy in centres)])
     for i, note in enumerate(notes):
         ax.text(_CARD[0], bottom + (0.55 + i * 0.9) * label_rows, note, ha="left", va="top",
                 fontsize=7.5, color=REWRITTEN, fontweight="bold")
@@ -390,7 +410,7 @@ def _panel_title(panel: BufferPanel) -> str:
 def _figure_title(result: SimResult) -> str:
     c = result.config
     mode = "async" if c.async_scheduling else "sync"
-    return (f"The reused hidden-states buffer, engine step by engine step — policy "
+    return (f"The reused hidden-states buffer, engine step by engine step\npolicy "
             f"{c.policy!r}, {mode} scheduling, {c.max_num_batched_tokens} tokens per step")
 
 
@@ -432,18 +452,22 @@ def plot_buffer_reuse(
     Each panel is one engine step: the buffer's rows top to bottom and which request's
     tokens they hold (faded: left over from an earlier step); on the left the views pooling
     keeps (``AllPool``'s ``hidden_states_cache`` entries that are views, and finished outputs
-    that are views awaiting their host copy), each a card with an arrow to a bracket over
-    the rows it points at; rows that this step's write rewrote under a kept view are
-    cross-hatched red (earlier ones hatched lightly), with a sentence under the buffer
+    that are views awaiting their host copy), each a card with a bracket over the rows it
+    points at and an arrow that ends on those rows (the buffer's edge); rows that this step's
+    write rewrote under a kept view are cross-hatched red (earlier ones hatched lightly),
+    with a sentence under the buffer
     ("step 2 wrote rows 0–3: req 0 tok 8–11 still points here"); on the right the owned
-    copies (clones), which the buffer's writes never touch. Everything comes from
-    ``buffer_reuse_panels(result)``: the engine's own record.
+    copies (clones), drawn as rows of their own (one row a token, the buffer's scale), which
+    the buffer's writes never touch. Steps are stacked one under another, ``FIGURE_WIDTH``
+    inches wide, no text under ``MIN_FONT`` points: readable at a notebook's width.
+    Everything comes from ``buffer_reuse_panels(result)``: the engine's own record.
 
     Args:
         result: a ``tp.simulate(...)`` result (tensor or analytic mode).
-        step: draw only this engine step (one panel); ``None``: every step, side by side.
+        step: draw only this engine step (one panel); ``None``: every step, one under
+            another (9 in wide).
         ax: with ``step``: the axes to draw into (a new figure when ``None``). Without it:
-            one axes per step (a new figure when ``None``, up to 3 panels a row).
+            one axes per step (a new figure when ``None``, one step a row).
         clone_beside_views: beside every view, the clone the ``"clone"`` policy keeps instead.
         legend: add the legend (under the panels, or under the one panel).
 
@@ -481,17 +505,14 @@ def plot_buffer_reuse(
         return ax
     if len(panels) > MAX_PANELS:
         raise ValueError(f"the run has {len(panels)} engine steps; plot_buffer_reuse draws at "
-                         f"most {MAX_PANELS} side by side. Pass step= for one of them, or walk "
+                         f"most {MAX_PANELS} together. Pass step= for one of them, or walk "
                          "them with tp.buffer_reuse_explorer(result)")
-    if ax is None:
-        ncols = min(3, len(panels))
-        nrows = -(-len(panels) // ncols)
-        fig, grid = plt.subplots(nrows, ncols, figsize=(5.8 * ncols, per_in * nrows + 1.5),
+    if ax is None:  # one step under another, so the text stays readable at a notebook's width
+        fig, grid = plt.subplots(len(panels), 1, figsize=(FIGURE_WIDTH,
+                                                          per_in * len(panels) + 1.3),
                                  layout="constrained", squeeze=False)
         axes = list(grid.ravel())
-        for extra in axes[len(panels):]:
-            extra.set_visible(False)
-        fig.suptitle(_figure_title(result), fontsize=10.5, fontweight="bold", x=0.01,
+        fig.suptitle(_figure_title(result), fontsize=10, fontweight="bold", x=0.01,
                      ha="left")
     else:
         if isinstance(ax, Axes) or not all(isinstance(a, Axes) for a in ax):
@@ -505,6 +526,6 @@ def plot_buffer_reuse(
     for a in axes[:len(panels)]:
         a.set_ylim(*shared)  # one scale: a row is as tall in every panel
     if legend:
-        fig.legend(handles=_legend_handles(panels), loc="outside lower center", ncol=4,
-                   fontsize=7.5)
+        fig.legend(handles=_legend_handles(panels), loc="outside lower center", ncol=2,
+                   fontsize=MIN_FONT)
     return axes[:len(panels)]

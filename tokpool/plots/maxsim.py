@@ -18,6 +18,9 @@ from .embeddings import _tick_labels
 
 __all__ = ["plot_maxsim_alignment"]
 
+#: The tallest figure drawn, in inches: within 600 px at the notebooks' 100 dpi, padding included.
+MAX_HEIGHT = 5.8
+
 
 def _tokens(name: str, tokens: Any, n: int, what: str) -> list[str]:
     out = items(name, tokens, what=f"a list of {what} token strings, one per row")
@@ -88,7 +91,8 @@ def plot_maxsim_alignment(
         raise ValueError(f"vmax must be above 0 (the colour range is [-vmax, vmax]), got "
                          f"{_show(vmax)}")
     width = min(16.0, max(6.0, 0.16 * n_d + 3.5))
-    ax = new_axes(ax, (width, min(10.0, max(3.2, 0.28 * n_q + 2.2))))
+    # at most MAX_HEIGHT inches (under 600 px at 100 dpi): the whole figure fits a laptop screen
+    ax = new_axes(ax, (width, min(MAX_HEIGHT, max(3.2, 0.2 * n_q + 2.2))))
     image = ax.imshow(sim, cmap=cmap, vmin=-top, vmax=top, interpolation="nearest",
                       aspect="auto")
     ax.grid(False)
@@ -101,7 +105,7 @@ def plot_maxsim_alignment(
     labels_d = [f"{j} {t}" if n_d > 40 and j % 2 else t for j, t in enumerate(d_text)]
     ax.set_xticks(range(n_d), labels_d, rotation=90, fontsize=7,
                   family=font_family(labels_d))
-    ax.set_yticks(range(n_q), q_text, fontsize=8, family=font_family(q_text))
+    ax.set_yticks(range(n_q), q_text, fontsize=8 if n_q <= 24 else 6, family=font_family(q_text))
     ax.set_xlabel("document token")
     ax.set_ylabel("query token")
     score = float(parts.score)

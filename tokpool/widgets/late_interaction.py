@@ -7,6 +7,7 @@ table of both paths); ``rerank_explorer(...)`` wires sliders to it like the othe
 
 from __future__ import annotations
 
+import functools
 import html
 from typing import Any
 
@@ -76,6 +77,19 @@ def _check(documents: Any, doc_len: Any, query_len: Any, output_width: Any, stag
                         f"got {type(config).__name__}")
 
 
+@functools.lru_cache(maxsize=32)
+def _both_paths(query_len: int, doc_len: int, documents: int, config: SimConfig,
+                output_width: int | None) -> dict[str, Any]:
+    """Both paths' ``simulate_score`` results for one call, kept for the last 32 calls: the
+    path control and a value seen before only redraw (the simulation is most of a redraw's
+    work; ``SimConfig`` is frozen, so it keys the cache). Callers must not mutate the
+    results."""
+    head = width_head(config, output_width)
+    return {p: simulate_score([query_len], [doc_len] * documents, config, mode="analytic",
+                              flash_late_interaction=flag, head=head)
+            for p, flag in STAGES.items()}
+
+
 def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 32,
                   output_width: int | None = None, stages: str = "two",
                   config: SimConfig | None = None) -> View:
@@ -105,9 +119,7 @@ def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 
     config = _default_config() if config is None else config
     head = width_head(config, output_width)
     try:
-        results = {p: simulate_score([query_len], [doc_len] * documents, config,
-                                     mode="analytic", flash_late_interaction=flag, head=head)
-                   for p, flag in STAGES.items()}
+        results = _both_paths(query_len, doc_len, documents, config, output_width)
     except ValueError as err:  # vLLM's refusal, in the explorer's controls' words
         said = _in_controls(str(err), config)
         if hasattr(err, "follows"):  # an EngineRefusal keeps the vLLM function it follows
