@@ -152,7 +152,10 @@ class EngineLoop(ABC):
         self._own_rows: dict[int, dict[int, int]] = {}
         self._touched: set[int] = set()
         self._next_region = 1
-        self._copies_at_finish = [copies_at_finish(config, p) for p in self.params]
+        by_params: dict[int, bool] = {}  # asked once per distinct params (most share None)
+        self._copies_at_finish = [
+            by_params[id(p)] if id(p) in by_params else
+            by_params.setdefault(id(p), copies_at_finish(config, p)) for p in self.params]
         self._persistent_rows = config.buffer_rows
         self._step_outputs_by_size: dict[int, StepOutput] = {}  # the rule, asked once a size
         # The kind's rule and label per (finished, first chunk), asked once a run (hot path)
