@@ -145,3 +145,23 @@ def test_block_counts_are_taken_only_when_no_block_is_ever_read():
     assert not isinstance(manager((None,), True), BlockCounts)  # prefix hits read blocks
     assert not isinstance(manager((None, 32), False), BlockCounts)  # a window frees old ones
     assert counts_suffice((None, None), caching=False)
+
+
+def test_a_long_run_shows_a_bar_and_a_bad_progress_is_refused_before_any_work(capsys):
+    import io
+
+    from tokpool.sim.backends import progress
+
+    cfg = SimConfig(hidden_size=8, max_num_batched_tokens=16)
+    quiet = simulate([40, 9], cfg, mode="analytic")
+    assert "tokpool simulate" not in capsys.readouterr().out  # short: no bar (auto)
+    shown = simulate([40, 9], cfg, mode="analytic", progress=True)
+    assert "tokpool simulate" in capsys.readouterr().out  # notebooks: stdout, as tp.sweep
+    pd.testing.assert_frame_equal(quiet.steps, shown.steps)
+    err = io.StringIO()
+    with progress.bar_file(err), progress.show_progress(True):  # the command line: stderr
+        assert list(progress.ticks([1, 2, 3])) == [1, 2, 3]
+    assert "3/3" in err.getvalue()
+    with pytest.raises(TypeError, match=r"progress must be True, False or None"):
+        simulate([40, 9], cfg, mode="analytic", progress="yes")
+    assert len(progress.ticks(range(progress.AUTO_STEPS - 1))) == progress.AUTO_STEPS - 1

@@ -16,6 +16,7 @@ from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.limits import check_byte_range, check_work
 from .backends.loop import CHUNK_COLUMNS, paused_gc
+from .backends.progress import check_progress, show_progress
 from .backends.source import HiddenStateSource, PromptTokenIds, check_source, default_source
 from .backends.tensor import run_tensor
 from .backends.timing import estimate_step_times
@@ -61,6 +62,7 @@ def simulate(
     schedule: Sequence[ScheduledStep] | None = None,
     scheduler: SchedulerName = "tokpool",
     pooling_params: PoolingParams | Sequence[PoolingParams | None] | None = None,
+    progress: bool | None = None,
 ) -> SimResult:
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
@@ -100,6 +102,8 @@ def simulate(
             requests are ``token_embed``, which never reads the prefix cache. STEP's tag and
             columns are the engine's (``SimConfig``): a request may repeat them, not change
             them.
+        progress: a text bar over the engine's steps (stdout; the command line: stderr).
+            ``None``: only when the run has at least ``backends.progress.AUTO_STEPS`` steps.
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
@@ -126,6 +130,7 @@ def simulate(
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
     if not isinstance(mode, str) or mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
+    check_progress(progress)
     _check_device(device)
     if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
@@ -193,11 +198,13 @@ def simulate(
         if source is None:
             source = default_source(config)
             source.prepare(lens)
-        records, requests, corrupted, outputs, engine = run_tensor(
-            lens, config, steps, source, device=device, pooling_params=params)
+        with show_progress(progress):
+            records, requests, corrupted, outputs, engine = run_tensor(
+                lens, config, steps, source, device=device, pooling_params=params)
     else:
-        records, requests, corrupted, engine = run_counting(lens, config, steps, source=source,
-                                                            pooling_params=params)
+        with show_progress(progress):
+            records, requests, corrupted, engine = run_counting(
+                lens, config, steps, source=source, pooling_params=params)
     times = estimate_step_times(
         [r.num_scheduled_tokens for r in records],
         [r.context_sum for r in records],

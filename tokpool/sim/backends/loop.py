@@ -44,6 +44,7 @@ from ..vllm_rules.cpu_platform import host_copy_copies
 from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.runner import keeps_pooling_state_on_preemption
 from ..vllm_rules.step_memory import StepOutput
+from .progress import ticks  # a bar over a long run's steps
 from .timing import estimate_step_times
 
 
@@ -231,7 +232,7 @@ class EngineLoop(ABC):
     def run(self, steps: Sequence[ScheduledStep]) -> list[StepRecord]:
         with paused_gc():
             plan = engine_steps(steps, async_scheduling=self.cfg.async_scheduling)
-            return [self._iteration(index, step) for index, step in plan]
+            return [self._iteration(index, step) for index, step in ticks(plan)]
 
     def _iteration(self, index: int, step: ScheduledStep | None) -> StepRecord:
         self.begin_iteration(index)
