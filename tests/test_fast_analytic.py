@@ -82,6 +82,33 @@ def test_the_fast_path_equals_the_general_loop_on_every_frame(monkeypatch, cfg, 
     assert (fast.corrupted, fast.peak_pooling_bytes) == (slow.corrupted, slow.peak_pooling_bytes)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cfg=engines(), lens=st.lists(st.integers(1, 300), min_size=1, max_size=12),
+       task=st.sampled_from(("token_embed", "token_classify")))
+def test_the_stream_path_itself_equals_the_general_loop(monkeypatch, cfg, lens, task):
+    # the region the closed form covers: chunked, synchronous, no threshold, no KV limit
+    cfg = cfg.replace(task=task, enable_chunked_prefill=True, async_scheduling=False,
+                      long_prefill_token_threshold=None, kv_cache_blocks=None)
+    used = []
+
+    def stream(*args, **kwargs):
+        used.append(stream_schedule(*args, **kwargs))
+        return used[-1]
+
+    with monkeypatch.context() as m:
+        m.setattr(simulation_module, "stream_schedule", stream)
+        fast = simulate(lens, cfg, mode="analytic")
+    assert used and (used[0] is not None or len(lens) > cfg.max_num_seqs)
+    with monkeypatch.context() as m:
+        _general(m)
+        slow = simulate(lens, cfg, mode="analytic")
+    assert fast.schedule == slow.schedule
+    for name in FRAMES:
+        pd.testing.assert_frame_equal(getattr(fast, name), getattr(slow, name), check_exact=True)
+    assert _same(fast.summary()) == _same(slow.summary())
+
+
 @settings(max_examples=200, deadline=None)
 @given(lens=st.lists(st.integers(1, 3000), min_size=1, max_size=60),
        budget=st.integers(1, 4096), seqs=st.integers(1, 64), block=st.sampled_from((1, 7, 16)),
