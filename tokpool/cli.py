@@ -29,6 +29,7 @@ import tokpool as tp
 from ._text import format_bytes
 from .report import execute_notebooks
 from .sim.backends.limits import DEFAULT_MAX_RECORDS, MAX_STEPS_ENV, engine_record_limit
+from .sim.backends.progress import bar_file
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 _DEFAULT_RANGE_POINTS = 25
@@ -288,7 +289,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     prompt_lens = parse_sizes(args.prompt_lens)
     config = _sim_config(args, policy=args.policy, async_scheduling=args.async_scheduling)
     check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps, mode=args.mode)
-    with _step_limit(args, prompt_lens):
+    with _step_limit(args, prompt_lens), bar_file(sys.stderr):  # a long run's bar: stderr
         result = tp.simulate(prompt_lens, config, mode=args.mode)
     steps = result.steps
     columns = [c for c in ("step", "num_scheduled_tokens", "num_finished", "pool_bytes",

@@ -213,6 +213,7 @@ def top_level(w: World) -> list[Case]:
         "device": {"'tpu'": "tpu", "5": 5, "None": None, "'cuda:x'": "cuda:x"},
         "schedule": {"'steps'": "steps", "5": 5, "[5]": [5]},
         "scheduler": BAD_NAMES,
+        "progress": {"'yes'": "yes", "5": 5},
     }, names={"prompt_lens": ("prompt_lens",), "mode": ("mode",), "scheduler": ("scheduler",),
               "config": ("config",), "schedule": ("schedule",), "device": ("device",)})
     cases += _sweep(a, "sweep", tp.sweep, {"prompt_lens": [100, 1000], "config": cfg}, {

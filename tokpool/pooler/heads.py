@@ -69,9 +69,17 @@ def resolve_dtype(dtype: DTypeLike | None, *, what: str = "dtype") -> torch.dtyp
     raise TypeError(f"{what} must be a torch.dtype or a name, got {type(dtype).__name__}")
 
 
+_SIZES: dict[object, int] = {}  # dtype (or name) -> bytes per element, asked once each
+
+
 def dtype_size(dtype: DTypeLike) -> int:
     """Bytes per element of a (named) dtype."""
-    return torch.empty((), dtype=resolve_dtype(dtype)).element_size()
+    try:
+        return _SIZES[dtype]
+    except (KeyError, TypeError):  # not asked yet, or not a dtype at all (resolve_dtype says)
+        size = torch.empty((), dtype=resolve_dtype(dtype)).element_size()
+    _SIZES[dtype] = size
+    return size
 
 
 class NonFiniteError(ValueError):

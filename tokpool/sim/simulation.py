@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Literal
 
@@ -15,6 +16,7 @@ from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.limits import check_byte_range, check_work
 from .backends.loop import CHUNK_COLUMNS, paused_gc
+from .backends.progress import check_progress, show_progress
 from .backends.source import HiddenStateSource, PromptTokenIds, check_source, default_source
 from .backends.tensor import run_tensor
 from .backends.timing import estimate_step_times
@@ -25,6 +27,7 @@ from .results.result import SimResult
 from .schedule.given import check_schedule
 from .schedule.scheduler import ScheduledStep, check_prompt_token_ids, validate_prompt_lens
 from .schedule.scheduler import schedule as tokpool_schedule
+from .schedule.stream import stream_schedule
 from .vllm_rules import engine_checks, runner
 from .vllm_rules.pooling_kind import MARKER_ROWS_NEED_TOKEN_IDS
 from .vllm_rules.prefix_cache import reads_prefix_cache
@@ -36,6 +39,18 @@ SchedulerName = Literal["tokpool", "vllm"]
 SCHEDULERS: tuple[str, ...] = ("tokpool", "vllm")
 
 
+def _without_gc_passes(fn):
+    """Run ``fn`` with the cyclic collector paused (``paused_gc``): a run's records live to
+    its end, and the collector's passes over them grew with the run (half the time of a
+    30,000-request analytic run went to them)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with paused_gc():
+            return fn(*args, **kwargs)
+    return run
+
+
+@_without_gc_passes
 def simulate(
     prompt_lens: Sequence[int],
     config: SimConfig | None = None,
@@ -47,6 +62,7 @@ def simulate(
     schedule: Sequence[ScheduledStep] | None = None,
     scheduler: SchedulerName = "tokpool",
     pooling_params: PoolingParams | Sequence[PoolingParams | None] | None = None,
+    progress: bool | None = None,
 ) -> SimResult:
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
@@ -86,6 +102,8 @@ def simulate(
             requests are ``token_embed``, which never reads the prefix cache. STEP's tag and
             columns are the engine's (``SimConfig``): a request may repeat them, not change
             them.
+        progress: a text bar over the engine's steps (stdout; the command line: stderr).
+            ``None``: only when the run has at least ``backends.progress.AUTO_STEPS`` steps.
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
@@ -112,6 +130,7 @@ def simulate(
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
     if not isinstance(mode, str) or mode not in SIM_MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {list(SIM_MODES)}")
+    check_progress(progress)
     _check_device(device)
     if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; use one of {list(SCHEDULERS)}")
@@ -179,11 +198,13 @@ def simulate(
         if source is None:
             source = default_source(config)
             source.prepare(lens)
-        records, requests, corrupted, outputs, engine = run_tensor(
-            lens, config, steps, source, device=device, pooling_params=params)
+        with show_progress(progress):
+            records, requests, corrupted, outputs, engine = run_tensor(
+                lens, config, steps, source, device=device, pooling_params=params)
     else:
-        records, requests, corrupted, engine = run_counting(lens, config, steps, source=source,
-                                                            pooling_params=params)
+        with show_progress(progress):
+            records, requests, corrupted, engine = run_counting(
+                lens, config, steps, source=source, pooling_params=params)
     times = estimate_step_times(
         [r.num_scheduled_tokens for r in records],
         [r.context_sum for r in records],
@@ -256,24 +277,29 @@ def split_prompts(prompts) -> tuple[list[int], list[list[int]] | None]:
 
 def _scheduled_steps(lens, config: SimConfig, arrival_steps, scheduler: str,
                      token_ids) -> list[ScheduledStep]:
-    schedule_fn = vllm_schedule if scheduler == "vllm" else tokpool_schedule
+    schedule_fns = [vllm_schedule] if scheduler == "vllm" else [stream_schedule,
+                                                                 tokpool_schedule]
     with paused_gc():  # a long schedule is many small objects: see paused_gc
-        return schedule_fn(
-            lens,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            max_num_seqs=config.max_num_seqs,
-            enable_chunked_prefill=config.enable_chunked_prefill,
-            arrival_steps=arrival_steps,
-            long_prefill_token_threshold=config.long_prefill_token_threshold,
-            kv_cache_blocks=config.kv_cache_blocks,
-            block_size=config.block_size,
-            async_scheduling=config.async_scheduling,
-            kv_cache_groups=config.kv_group_windows,
-            max_model_len=config.max_model_len,
-            enable_prefix_caching=config.enable_prefix_caching,
-            task=config.task,
-            prompt_token_ids=token_ids,
-        )
+        for schedule_fn in schedule_fns:  # the stream's closed form where it applies (None:
+            steps = schedule_fn(           # it does not), else the scheduler's loop
+                lens,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_num_seqs=config.max_num_seqs,
+                enable_chunked_prefill=config.enable_chunked_prefill,
+                arrival_steps=arrival_steps,
+                long_prefill_token_threshold=config.long_prefill_token_threshold,
+                kv_cache_blocks=config.kv_cache_blocks,
+                block_size=config.block_size,
+                async_scheduling=config.async_scheduling,
+                kv_cache_groups=config.kv_group_windows,
+                max_model_len=config.max_model_len,
+                enable_prefix_caching=config.enable_prefix_caching,
+                task=config.task,
+                prompt_token_ids=token_ids,
+            )
+            if steps is not None:
+                return steps
+    raise AssertionError("the scheduler's loop returns a schedule")  # pragma: no cover
 
 
 def _apply_request_params(params, lens, token_ids, config, refuse):

@@ -44,6 +44,7 @@ from ..vllm_rules.cpu_platform import host_copy_copies
 from ..vllm_rules.pooling_kind import KeptRows
 from ..vllm_rules.runner import keeps_pooling_state_on_preemption
 from ..vllm_rules.step_memory import StepOutput
+from .progress import ticks  # a bar over a long run's steps
 from .timing import estimate_step_times
 
 
@@ -152,7 +153,10 @@ class EngineLoop(ABC):
         self._own_rows: dict[int, dict[int, int]] = {}
         self._touched: set[int] = set()
         self._next_region = 1
-        self._copies_at_finish = [copies_at_finish(config, p) for p in self.params]
+        by_params: dict[int, bool] = {}  # asked once per distinct params (most share None)
+        self._copies_at_finish = [
+            by_params[id(p)] if id(p) in by_params else
+            by_params.setdefault(id(p), copies_at_finish(config, p)) for p in self.params]
         self._persistent_rows = config.buffer_rows
         self._step_outputs_by_size: dict[int, StepOutput] = {}  # the rule, asked once a size
         # The kind's rule and label per (finished, first chunk), asked once a run (hot path)
@@ -228,7 +232,7 @@ class EngineLoop(ABC):
     def run(self, steps: Sequence[ScheduledStep]) -> list[StepRecord]:
         with paused_gc():
             plan = engine_steps(steps, async_scheduling=self.cfg.async_scheduling)
-            return [self._iteration(index, step) for index, step in plan]
+            return [self._iteration(index, step) for index, step in ticks(plan)]
 
     def _iteration(self, index: int, step: ScheduledStep | None) -> StepRecord:
         self.begin_iteration(index)

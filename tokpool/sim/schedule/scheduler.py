@@ -67,6 +67,7 @@ from ..vllm_rules import engine_checks
 from ..vllm_rules.kv_spec import max_in_flight_tokens
 from ..vllm_rules.prefix_cache import reads_prefix_cache
 from ..vllm_rules.scheduling import long_prefill_cap, step_order  # the threshold rule, row order
+from .block_counts import BlockCounts, counts_suffice
 from .kv_blocks import KVBlocks, block_keys, unlimited_blocks
 
 #: Bytes one KV block costs the block manager at most (its id in a block table, its
@@ -352,7 +353,7 @@ def refuse_what_the_cache_never_admits(
 
 
 def kv_blocks_for(lens, blocks, block_size, groups, max_model_len, in_flight, caching,
-                  token_ids) -> KVBlocks:
+                  token_ids) -> KVBlocks | BlockCounts:
     """The block manager, after vLLM's refusal of prompts the cache never admits (``schedule``
     and the replay of a given schedule, ``given.check_schedule``, both keep their blocks in
     one)."""
@@ -372,10 +373,12 @@ def kv_blocks_for(lens, blocks, block_size, groups, max_model_len, in_flight, ca
                      "block_size (--block-size)")
     if blocks is None:
         blocks = held
+    mml = max_model_len if max_model_len is not None else 1 << 62
+    if counts_suffice(groups, caching=caching):  # no block's identity is ever read
+        return BlockCounts(blocks, block_size, len(groups), max_model_len=mml, lens=lens)
     keys = block_keys(lens, block_size, token_ids) if caching else [[] for _ in lens]
     return KVBlocks(blocks, block_size, groups, caching=caching,
-                    max_model_len=max_model_len if max_model_len is not None else 1 << 62,
-                    max_in_flight_tokens=in_flight, lens=lens, keys=keys)
+                    max_model_len=mml, max_in_flight_tokens=in_flight, lens=lens, keys=keys)
 
 
 def _raise_stuck(waiting, lens: list[int], index: int) -> None:
