@@ -1,0 +1,87 @@
+"""Abort parity: tokpool's scheduler with ``aborts={request: step}`` against vLLM 0.33.0's own
+V1 ``Scheduler``, which ``vllm_schedule`` drives with ``Scheduler.finish_requests(id,
+RequestStatus.FINISHED_ABORTED)`` right before the abort's ``schedule()`` call.
+
+On seeded random workloads (the schedule-parity workloads of tests/test_parity_schedule.py, each
+with one to three random aborts, some before a request's first chunk, some mid-prompt, some
+while preempted, some after its finish, sync and async) both schedules must be equal step by
+step (chunks, finished, preempted, KV blocks held: the blocks an abort frees come back at once),
+and ``schedule.aborts.abort_outcomes`` must say of every abort what vLLM's ``finish_requests``
+answered: aborted (returned) or a no-op (an id already finished). The counts go to the terminal
+summary (``parity_count``).
+
+Needs vLLM 0.33.0 (``make vllm``); the module skips with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sweep_sizes import sample_size
+from test_parity_schedule import TASKS, _compare, random_workload
+
+from tokpool.sim.schedule.aborts import abort_outcomes
+from tokpool.sim.schedule.scheduler import schedule
+
+pytestmark = pytest.mark.parity
+
+# make test: the first workloads of the seeded stream; CI (TOKPOOL_FULL=1): all of them
+NUM_WORKLOADS = sample_size(full=600, sample=300)
+
+
+def random_aborts(rng: random.Random, kw: dict) -> dict[int, int]:
+    """One to three aborts at steps from the request's arrival to a few steps past a rough
+    finish (so no-ops, mid-prompt and never-started aborts all occur)."""
+    lens = kw["prompt_lens"]
+    arrival = kw["arrival_steps"] or [0] * len(lens)
+    horizon = sum(lens) // kw["max_num_batched_tokens"] + len(lens) + 3
+    chosen = rng.sample(range(len(lens)), rng.randint(1, min(3, len(lens))))
+    aborts = {r: rng.randint(arrival[r], arrival[r] + horizon) for r in chosen}
+    if kw["kv_cache_blocks"] is not None and rng.random() < 0.5:
+        try:  # abort a request while it waits preempted (the call after its preemption)
+            preempted = [(r, s.index + 1) for s in schedule(**kw) for r in s.preempted]
+        except ValueError:
+            preempted = []
+        if preempted:
+            r, step = rng.choice(preempted)
+            aborts[r] = step
+    return aborts
+
+
+def test_random_aborts_schedule_as_vllm(parity_count):
+    rng = random.Random(46)
+    failures = []
+    seen = {"aborted": 0, "no-op": 0, "output dropped": 0, "async": 0, "preempted then "
+            "aborted": 0, "refused": 0}
+    compared = 0
+    for w in range(NUM_WORKLOADS):
+        kw = random_workload(rng)
+        kw["aborts"] = random_aborts(rng, kw)
+        task = rng.choice(TASKS)
+        log: list[tuple[int, int, bool]] = []
+        diffs, counts = _compare(kw | {"abort_log": log}, task, ours_drop=("abort_log",))
+        seen["refused"] += counts["refused"]
+        if not diffs and not counts["refused"]:
+            steps = schedule(task=task, **kw)
+            outcomes = abort_outcomes(steps, kw["aborts"],
+                                      async_scheduling=kw["async_scheduling"])
+            ours = sorted((o.request, o.step, o.outcome != "no-op") for o in outcomes)
+            if ours != sorted(log):
+                diffs.append(f"abort outcomes: vLLM {sorted(log)} tokpool {ours}")
+            for o in outcomes:
+                seen[o.outcome] += 1
+                preempted = {r for s in steps if s.index < o.step for r in s.preempted}
+                seen["preempted then aborted"] += (o.outcome == "aborted"
+                                                   and o.request in preempted)
+            seen["async"] += kw["async_scheduling"]
+            compared += len(outcomes)
+        if diffs:
+            failures.append(f"workload {w}: {kw}\n" + "\n".join(diffs[:4]))
+    parity_count("abort workloads (equal schedules and outcomes)", NUM_WORKLOADS - len(failures))
+    parity_count("aborts compared with finish_requests", compared)
+    parity_count("abort differences", len(failures))
+    assert not failures, f"{len(failures)} of {NUM_WORKLOADS} differ:\n" + "\n\n".join(
+        failures[:3])
+    assert min(seen[k] for k in ("aborted", "no-op", "output dropped", "async",
+                                 "preempted then aborted")) >= 3, seen
