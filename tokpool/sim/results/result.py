@@ -47,6 +47,9 @@ class SimResult:
             decide the prefix-cache hits), else ``None``.
         pooling_params: each request's ``tp.PoolingParams`` (``None``: the engine's
             defaults), as ``simulate`` was given them.
+        aborts: one row per abort ``simulate`` was given (``aborts=``): what it did
+            (``aborted``, ``output dropped``, ``no-op``) and what it freed, columns in
+            ``tokpool.sim.schedule.aborts.ABORT_COLUMNS``; ``None`` without aborts.
     """
 
     config: SimConfig
@@ -67,6 +70,7 @@ class SimResult:
     looked_past: list[str] = field(default_factory=list, repr=False)
     prompt_token_ids: list[list[int]] | None = field(default=None, repr=False)
     pooling_params: list | None = field(default=None, repr=False)
+    aborts: pd.DataFrame | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         c = self.config

@@ -59,7 +59,6 @@ ABORT_COLUMNS: dict[str, str] = {
     "freed_pool_bytes": "device bytes its pooling state held and the abort freed in `step` "
                         "(cloned chunks, a prealloc buffer; 0 for a no-op)",
     "freed_host_bytes": "host bytes its pooling state held and the abort freed (offload)",
-    "kv_blocks_freed": "KV blocks the abort handed back to vLLM's pool in `step`",
 }
 
 
