@@ -85,3 +85,40 @@ def test_random_aborts_schedule_as_vllm(parity_count):
         failures[:3])
     assert min(seen[k] for k in ("aborted", "no-op", "output dropped", "async",
                                  "preempted then aborted")) >= 3, seen
+
+
+def test_simulate_with_aborts_on_vllms_schedule(parity_count):
+    """``tp.simulate(..., aborts=..., scheduler="vllm")``: the step loop on vLLM's schedule
+    with the aborts frees the same bytes in the same steps as on tokpool's."""
+    import pandas as pd
+
+    import tokpool as tp
+
+    rng = random.Random(4646)
+    for i in range(40):
+        kw = random_workload(rng)
+        aborts = random_aborts(rng, kw)
+        cfg = tp.SimConfig(
+            hidden_size=4, max_num_batched_tokens=kw["max_num_batched_tokens"],
+            max_num_seqs=kw["max_num_seqs"], enable_chunked_prefill=kw["enable_chunked_prefill"],
+            long_prefill_token_threshold=kw["long_prefill_token_threshold"],
+            kv_cache_blocks=kw["kv_cache_blocks"], block_size=kw["block_size"],
+            async_scheduling=kw["async_scheduling"], model_runner=("v1", "v2")[i % 2],
+            policy=("clone", "prealloc", "offload", "legacy")[i % 4])
+        mode = "tensor" if i % 2 else "analytic"
+        run = {}
+        for s in ("tokpool", "vllm"):
+            try:
+                run[s] = tp.simulate(kw["prompt_lens"], cfg, mode=mode, aborts=aborts,
+                                     arrival_steps=kw["arrival_steps"], scheduler=s)
+            except ValueError as err:
+                run[s] = err
+        if isinstance(run["tokpool"], ValueError):
+            assert isinstance(run["vllm"], ValueError)
+            continue
+        ours, theirs = run["tokpool"], run["vllm"]
+        assert ours.schedule == theirs.schedule
+        pd.testing.assert_frame_equal(ours.steps, theirs.steps)
+        pd.testing.assert_frame_equal(ours.requests, theirs.requests)
+        pd.testing.assert_frame_equal(ours.aborts, theirs.aborts)
+        parity_count("simulate(aborts=..., scheduler='vllm') runs (equal frames)")
