@@ -213,8 +213,16 @@ def top_level(w: World) -> list[Case]:
         "device": {"'tpu'": "tpu", "5": 5, "None": None, "'cuda:x'": "cuda:x"},
         "schedule": {"'steps'": "steps", "5": 5, "[5]": [5]},
         "scheduler": BAD_NAMES,
+        "aborts": {"[0]": [0], "{5: 1}": {5: 1}, "{0: -1}": {0: -1}, "{0: 1.5}": {0: 1.5},
+                   "{'0': 1}": {"0": 1}},
     }, names={"prompt_lens": ("prompt_lens",), "mode": ("mode",), "scheduler": ("scheduler",),
               "config": ("config",), "schedule": ("schedule",), "device": ("device",)})
+    cases += _sweep(a, "response_bytes", tp.response_bytes, {"shape": (4, 8)}, {
+        "shape": {"None": None, "[]": [], "[0, 8]": [0, 8], "[1.5]": [1.5], "'4'": "4",
+                  "[1, 2, 3]": [1, 2, 3]},
+        "encoding_format": BAD_NAMES, "embed_dtype": BAD_NAMES, "endianness": BAD_NAMES,
+        "endpoint": BAD_NAMES, "task": BAD_NAMES,
+    })
     cases += _sweep(a, "sweep", tp.sweep, {"prompt_lens": [100, 1000], "config": cfg}, {
         "prompt_lens": {"None": None, "[]": [], "[0]": [0], "[1.5]": [1.5], "'100'": "100",
                         "100": 100},
