@@ -50,3 +50,35 @@ def response_table(result, encoding_formats=("float", "base64", "bytes", "bytes_
                              "body_bytes": r.body_bytes, "peak_host_bytes": r.peak_host_bytes,
                              "relative_error": r.relative_error})
     return pd.DataFrame(rows_out, columns=list(RESPONSE_COLUMNS))
+
+
+#: ``response_sweep`` columns.
+RESPONSE_SWEEP_COLUMNS: tuple[str, ...] = ("prompt_len", "encoding_format", "embed_dtype",
+                                           "body_bytes", "peak_host_bytes", "relative_error")
+
+
+def response_sweep(prompt_lens, width: int,
+                   encoding_formats=("float", "base64", "bytes", "bytes_only"),
+                   embed_dtype: str = "float32", endianness: str = "native", *,
+                   endpoint: str = "pooling", task: str = "token_embed") -> pd.DataFrame:
+    """Per prompt length and encoding format, the answer of one ``[prompt_len, width]`` output
+    and the API process's peak to build it (``tp.response_bytes``), for plotting against the
+    device's pooling peak (``tp.viz.plot_response_memory``).
+
+    Example:
+        >>> df = response_sweep([1024, 32_768], 4096, ["bytes"])
+        >>> df["peak_host_bytes"].tolist()
+        [16777216, 536870912]
+    """
+    if isinstance(encoding_formats, str):
+        encoding_formats = (encoding_formats,)
+    rows = []
+    for n in prompt_lens:
+        for fmt in encoding_formats:
+            r = response_bytes((int(n), width), fmt, embed_dtype, endianness,
+                               endpoint=endpoint, task=task)
+            rows.append({"prompt_len": int(n), "encoding_format": fmt,
+                         "embed_dtype": embed_dtype, "body_bytes": r.body_bytes,
+                         "peak_host_bytes": r.peak_host_bytes,
+                         "relative_error": r.relative_error})
+    return pd.DataFrame(rows, columns=list(RESPONSE_SWEEP_COLUMNS))
