@@ -59,3 +59,20 @@ def test_the_result_lists_each_finished_answer():
     assert table["encoding_format"].tolist() == ["float", "base64", "bytes", "bytes_only"]
     exact = table.set_index("encoding_format").loc["bytes"]
     assert exact.body_bytes == tp.response_bytes((3000, 64), "bytes").body_bytes == 3000 * 64 * 4
+
+
+def test_the_response_memory_plot_follows_the_convention():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frame = tp.sim.response_sweep([1024, 4096], 256)
+    fig, ax = plt.subplots()
+    assert tp.viz.plot_response_memory(frame, device={1024: 1 << 20, 4096: 1 << 22}, ax=ax) is ax
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "bytes (exact)" in labels and "device: pooling peak" in labels
+    assert any("ESTIMATE" in t for t in labels)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="response_sweep"):
+        tp.viz.plot_response_memory(frame.drop(columns="relative_error"))
