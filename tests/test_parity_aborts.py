@@ -7,8 +7,10 @@ with one to three random aborts, some before a request's first chunk, some mid-p
 while preempted, some after its finish, sync and async) both schedules must be equal step by
 step (chunks, finished, preempted, KV blocks held: the blocks an abort frees come back at once),
 and ``schedule.aborts.abort_outcomes`` must say of every abort what vLLM's ``finish_requests``
-answered: aborted (returned) or a no-op (an id already finished). The counts go to the terminal
-summary (``parity_count``).
+answered: aborted (returned) or a no-op (an id already finished). A third test replays
+each run's schedule and aborts through vLLM's own ``PoolingRunner`` (Model Runner V2) and
+``AllPool``: the bytes its pooling states hold after every engine iteration equal tokpool's. The
+counts go to the terminal summary (``parity_count``).
 
 Needs vLLM 0.33.0 (``make vllm``); the module skips with the reason otherwise.
 """
@@ -122,3 +124,91 @@ def test_simulate_with_aborts_on_vllms_schedule(parity_count):
         pd.testing.assert_frame_equal(ours.requests, theirs.requests)
         pd.testing.assert_frame_equal(ours.aborts, theirs.aborts)
         parity_count("simulate(aborts=..., scheduler='vllm') runs (equal frames)")
+
+
+def test_runner_state_after_aborts_is_vllms(parity_count):
+    """Model Runner V2's pooling state through aborts, on vLLM's own objects: tokpool's
+    schedule with the aborts (the events vLLM's scheduler emits, checked above) replayed
+    through vLLM's ``PoolingRunner`` (a state per admitted request, ``remove_request`` for
+    every id in ``finished_req_ids`` or ``preempted_req_ids``: an abort's in the abort's step)
+    and vLLM's ``AllPool``; after every engine iteration the bytes vLLM's states hold equal
+    tokpool's ``pool_cache_bytes`` (analytic mode), and an aborted request's state is gone."""
+    import numpy as np
+    import torch
+    from test_parity_vllm import make_vllm_pool
+    from vllm.config import VllmConfig
+    from vllm.pooling_params import PoolingParams
+    from vllm.v1.pool.metadata import PoolingMetadata as VMeta
+    from vllm.v1.pool.metadata import PoolingStates as VStates
+    from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
+
+    import tokpool as tp
+    from tokpool.sim.schedule.aborts import abort_iterations
+    from tokpool.sim.schedule.scheduler import engine_steps
+
+    rng = random.Random(464)
+    vllm_config = VllmConfig()
+    gen = torch.Generator().manual_seed(46)
+    compared = runs = freed = 0
+    for _ in range(NUM_WORKLOADS):
+        kw = random_workload(rng)
+        kw["aborts"] = random_aborts(rng, kw)
+        cfg = tp.SimConfig(
+            hidden_size=4, dtype="float32", head_dtype=None, use_activation=False,
+            max_num_batched_tokens=kw["max_num_batched_tokens"],
+            max_num_seqs=kw["max_num_seqs"], enable_chunked_prefill=kw["enable_chunked_prefill"],
+            long_prefill_token_threshold=kw["long_prefill_token_threshold"],
+            kv_cache_blocks=kw["kv_cache_blocks"], block_size=kw["block_size"],
+            async_scheduling=kw["async_scheduling"], model_runner="v2", policy="clone")
+        try:
+            res = tp.simulate(kw["prompt_lens"], cfg, mode="analytic", aborts=kw["aborts"],
+                              arrival_steps=kw["arrival_steps"])
+        except ValueError:
+            continue  # refused (tests/test_parity_schedule.py: vLLM refuses the same)
+        runs += 1
+        pool = make_vllm_pool(vllm_config, "ALL", chunked=kw["enable_chunked_prefill"],
+                              async_=kw["async_scheduling"])
+        runner = object.__new__(PoolingRunner)
+        runner.pooling_params, runner.pooling_states, runner.prompt_token_ids = {}, {}, {}
+        lens = kw["prompt_lens"]
+        aborted_at: dict[int, list[int]] = {}
+        for o in res.aborts.itertuples():
+            if o.outcome == "aborted":
+                aborted_at.setdefault(o.step, []).append(o.request)
+        outcomes = abort_outcomes(res.schedule, kw["aborts"],
+                                  async_scheduling=cfg.async_scheduling)
+        plan = abort_iterations(engine_steps(res.schedule, async_scheduling=cfg.async_scheduling),
+                                outcomes)
+        cache = dict(zip(res.steps["step"], res.steps["pool_cache_bytes"], strict=True))
+        for index, step in plan:
+            for r in aborted_at.get(index, ()):  # finished_req_ids: GPUModelRunner.finish_requests
+                had = r in runner.pooling_states
+                runner.remove_request(r)
+                freed += had
+            if step is not None:
+                for r in step.preempted:  # V2: preempted ids join finished_req_ids
+                    runner.remove_request(r)
+                for r, start, _ in step.chunks:
+                    if start == 0 or r not in runner.pooling_states:
+                        runner.pooling_states[r] = VStates()  # add_request: a fresh state
+                reqs = [r for r, _, _ in step.chunks]
+                scheduled = [stop - start for _, start, stop in step.chunks]
+                meta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]),
+                             prompt_token_ids=None, prompt_token_ids_cpu=None,
+                             pooling_params=[PoolingParams(task="token_embed") for _ in reqs],
+                             pooling_states=[runner.pooling_states[r] for r in reqs])
+                meta.build_pooling_cursor(np.array(scheduled),
+                                          torch.tensor([stop for _, _, stop in step.chunks]),
+                                          torch.device("cpu"))
+                hidden = torch.randn(sum(scheduled), 4, generator=gen)  # a fresh step output
+                pool(hidden, meta)
+                for r in step.finished:  # the runner drops a finished request's state
+                    runner.remove_request(r)
+            held = tp.owned_bytes([t for s in runner.pooling_states.values()
+                                   for t in s.hidden_states_cache])
+            assert held == cache[index], (kw, index)
+            assert not any(r in runner.pooling_states for r in aborted_at.get(index, ()))
+            compared += 1
+    parity_count("abort runs replayed through vLLM's PoolingRunner + AllPool", runs)
+    parity_count("engine iterations with equal held bytes (runner state)", compared)
+    assert runs >= NUM_WORKLOADS // 2 and freed >= 10
