@@ -119,3 +119,19 @@ def test_an_abort_before_arrival_or_with_a_closed_form_is_refused():
         tp.simulate([250, 120], small(), mode="analytic", arrival_steps=[0, 4], aborts={1: 2})
     with pytest.raises(ValueError, match="closed forms and given schedules"):
         tp.simulate([250], small(), mode="closed_form", aborts={0: 1})
+
+
+def test_a_cancelled_rerank_call_frees_its_query_cache():
+    """The client hangs up at step 3: documents 2 and 3 are aborted (one was scored, one never
+    started), the query's cached rows are released, and nothing is sent for them."""
+    cfg = tp.SimConfig(hidden_size=64, max_num_batched_tokens=256, task="token_embed")
+    r = tp.simulate_score([32], [512] * 3, cfg, mode="analytic", cancel_step=3)
+    assert r.aborts["outcome"].tolist() == ["no-op", "no-op", "aborted", "aborted"]
+    assert r.steps["query_cache_bytes"].tolist() == [8192, 8192, 8192, 0]
+    assert r.requests["output_bytes"].tolist() == [4, 4, 0, 0]
+    early = tp.simulate_score([32], [512] * 3, cfg, mode="analytic", cancel_step=0)
+    assert early.requests["role"].tolist() == ["query"]  # the documents are never sent
+    late = tp.simulate_score([32], [512] * 3, cfg, mode="analytic", cancel_step=50)
+    assert set(late.aborts["outcome"]) == {"no-op"} and late.host_bytes == 16
+    with pytest.raises(ValueError, match="cancel_step"):
+        tp.simulate_score([32], [512], cfg, mode="analytic", cancel_step=-1)
