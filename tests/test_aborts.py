@@ -135,3 +135,13 @@ def test_a_cancelled_rerank_call_frees_its_query_cache():
     assert set(late.aborts["outcome"]) == {"no-op"} and late.host_bytes == 16
     with pytest.raises(ValueError, match="cancel_step"):
         tp.simulate_score([32], [512], cfg, mode="analytic", cancel_step=-1)
+
+
+def test_the_ownership_explorer_takes_client_aborts():
+    ex = tp.ownership_explorer([20, 6, 9], budget=16)
+    ex.abort.value = "0@1"
+    assert ex.view.settings["aborts"] == {0: 1}
+    assert "request 0 aborted, nothing delivered" in ex.view.html
+    assert ex.view.data["result"].aborts["outcome"].tolist() == ["aborted"]
+    ex.abort.value = ""
+    assert "aborted" not in ex.view.html.split("</b>")[0]

@@ -524,6 +524,9 @@ def explorer_controls(w: World) -> list[Case]:
         add("ownership", "more_requests", label, value, "other requests")
     add("ownership", "more_requests", "17 requests", ", ".join(["5"] * 17), "requests",
         "at most 16")
+    for label, value in {"'x'": "x", "'1@'": "1@", "'9@1'": "9@1", "'1@-1'": "1@-1",
+                         "'0@1, 0@2'": "0@1, 0@2", "'1@2@3'": "1@2@3"}.items():
+        add("ownership", "abort", label, value, "client aborts")
     for label, value in {"'copy'": "copy", "None": None, "5": 5}.items():
         add("ownership", "policy", label, value, "policy")
     for label, value in {"'yes'": "yes", "None": None}.items():
