@@ -57,6 +57,8 @@ _sync, _async = set(runs["legacy", "sync"].corrupted), set(runs["legacy", "async
 _o0, _o1 = reuse.overwrites.iloc[0], reuse.overwrites.iloc[1]  # the two overwrites drawn
 _fits_in = next(s.index for s in runs["clone", "sync"].schedule
                 if (0, 0, workload[0]) in s.chunks)
+def _ranges_n(result, request):  # the request's chunk sizes, in order
+    return tuple(b - a for step in result.schedule for r, a, b in step.chunks if r == request)
 import tokpool.widgets.view as _view
 """,
     "03_token_embeddings": """
@@ -151,6 +153,15 @@ CLAIMS: dict[str, dict[str, str]] = {
         "Request 2 is also a one-shot view under async, yet it survives":
             "2 if 2 not in _async else None",
         "(200 dpi;": "_view.PNG_DPI",
+        "The client of request 1 (12 tokens: chunks of 3, 8 and 1 at this budget) disconnects "
+        "before step 1":
+            "(1, workload[1], *_ranges_n(runs['clone', 'sync'], 1), "
+            "int(hung_up.aborts['step'][0]))",
+        "its first chunk's clone (3 rows × 576 × 2 bytes = 3,456 bytes) is freed in step 1, "
+        "which now runs request 2 alone":
+            "(int(hung_up.aborts['freed_pool_bytes'][0]) // (config.width * config.dtype_size), "
+            "config.width, config.dtype_size, int(hung_up.aborts['freed_pool_bytes'][0]), "
+            "int(hung_up.aborts['step'][0]), *[r for r, _, _ in hung_up.schedule[1].chunks])",
     },
     "03_token_embeddings": {
         "(30 layers, hidden size 576)": "(smollm.num_layers, emb.shape[1])",

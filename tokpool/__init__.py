@@ -52,6 +52,7 @@ from .pooler import (
     task_table,
 )
 from .sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig, SimResult, simulate, sweep
+from .sim.vllm_rules.response import response_bytes
 
 _moved_modules.install()  # old module paths (tokpool.metadata, ...) warn and still import
 
@@ -146,6 +147,7 @@ __all__ = [
     "build_metadata",
     "gate",
     "owned_bytes",
+    "response_bytes",
     "select_task",
     "shares_storage",
     "simulate",

@@ -32,6 +32,7 @@ def score(a: str, sweep) -> list[Case]:
         "template_tokens": {"-1": -1, "1.5": 1.5},
         "scheduler": {"'nope'": "nope"},
         "pooling_params": {"5": 5, "[None]": [None]},
+        "cancel_step": {"-1": -1, "1.5": 1.5, "'3'": "3", "True": True},
     }, names={"queries": ("quer",), "docs": ("doc",), "config": ("config",),
               "query_keys": ("quer",)}
     ) + sweep(a, "simulate_score", tp.simulate_score,  # refused in vLLM's words

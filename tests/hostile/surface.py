@@ -214,8 +214,16 @@ def top_level(w: World) -> list[Case]:
         "schedule": {"'steps'": "steps", "5": 5, "[5]": [5]},
         "scheduler": BAD_NAMES,
         "progress": {"'yes'": "yes", "5": 5},
+        "aborts": {"[0]": [0], "{5: 1}": {5: 1}, "{0: -1}": {0: -1}, "{0: 1.5}": {0: 1.5},
+                   "{'0': 1}": {"0": 1}},
     }, names={"prompt_lens": ("prompt_lens",), "mode": ("mode",), "scheduler": ("scheduler",),
               "config": ("config",), "schedule": ("schedule",), "device": ("device",)})
+    cases += _sweep(a, "response_bytes", tp.response_bytes, {"shape": (4, 8)}, {
+        "shape": {"None": None, "[]": [], "[0, 8]": [0, 8], "[1.5]": [1.5], "'4'": "4",
+                  "[1, 2, 3]": [1, 2, 3]},
+        "encoding_format": BAD_NAMES, "embed_dtype": BAD_NAMES, "endianness": BAD_NAMES,
+        "endpoint": BAD_NAMES, "task": BAD_NAMES,
+    })
     cases += _sweep(a, "sweep", tp.sweep, {"prompt_lens": [100, 1000], "config": cfg}, {
         "prompt_lens": {"None": None, "[]": [], "[0]": [0], "[1.5]": [1.5], "'100'": "100",
                         "100": 100},
@@ -517,6 +525,9 @@ def explorer_controls(w: World) -> list[Case]:
         add("ownership", "more_requests", label, value, "other requests")
     add("ownership", "more_requests", "17 requests", ", ".join(["5"] * 17), "requests",
         "at most 16")
+    for label, value in {"'x'": "x", "'1@'": "1@", "'9@1'": "9@1", "'1@-1'": "1@-1",
+                         "'0@1, 0@2'": "0@1, 0@2", "'1@2@3'": "1@2@3"}.items():
+        add("ownership", "abort", label, value, "client aborts")
     for label, value in {"'copy'": "copy", "None": None, "5": 5}.items():
         add("ownership", "policy", label, value, "policy")
     for label, value in {"'yes'": "yes", "None": None}.items():

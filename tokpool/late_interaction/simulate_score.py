@@ -36,6 +36,7 @@ from typing import Literal
 
 import pandas as pd
 
+from .._args import whole
 from ..pooler.pooling_params import PoolingParams, per_request_params
 from ..sim import SimConfig, SimResult, simulate
 from ..sim.backends.loop import copies_at_finish
@@ -102,6 +103,9 @@ class ScoreResult:
             score matrix the API process's ``compute_maxsim_score`` makes (0 otherwise).
         prompts: listwise: the token ids of each prompt built.
         notes: what is approximate, one line each.
+        aborts: with ``cancel_step``: one row per aborted engine request (the call's request
+            number, ``engine``, ``stage``, global ``step``; ``tp.simulate``'s abort columns);
+            ``None`` otherwise.
     """
 
     path: ScoringPath
@@ -121,6 +125,7 @@ class ScoreResult:
     api_maxsim_bytes: int = 0
     prompts: list[list[int]] | None = field(default=None, repr=False)
     notes: list[str] = field(default_factory=list, repr=False)
+    aborts: pd.DataFrame | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return (f"ScoreResult(path={self.path.name!r}, stages={2 if self.path.two_stage else 1},"
@@ -204,6 +209,7 @@ def simulate_score(
     template_tokens: int = 0,
     scheduler: Literal["tokpool", "vllm"] = "tokpool",
     pooling_params: PoolingParams | Sequence[PoolingParams | None] | None = None,
+    cancel_step: int | None = None,
 ) -> ScoreResult:
     """Simulate one ``/score`` (or ``/rerank``) call as vLLM 0.33.0's server runs it.
 
@@ -235,6 +241,14 @@ def simulate_score(
             stages each request also carries the scoring path's ``late_interaction_mode``
             (``"cache_query"`` / ``"score_doc"``), so vLLM's refusals apply as vLLM applies
             them (late chunking cannot be combined with late-interaction scoring).
+        cancel_step: the client hangs up: the call is cancelled right before this engine
+            step (``steps.step``, every engine). vLLM's scoring layer
+            (``ServingScores._cleanup_flash_late_interaction``) aborts the call's queries and
+            documents (``tp.simulate``'s ``aborts``: ``Scheduler.finish_requests``) and then
+            releases its query keys on every worker (``release_late_interaction_query_cache``
+            -> ``LateInteractionRunner.release_queries``): the query cache is empty from that
+            step. Cancelled during the first stage, the documents never run. ``aborts`` of
+            the result says what each abort did; after the call's end it is a no-op.
 
     Returns:
         A ``ScoreResult``.
@@ -285,18 +299,33 @@ def simulate_score(
         entries = list(zip(plan, [*q_items, *d_items], strict=True))
     _check_prompts(entries, config)
     params = _request_params(pooling_params, entries, path)
+    if cancel_step is not None:
+        cancel_step = whole("cancel_step", cancel_step, minimum=0)
+    abort_frames = []
     stages_out, maps, offsets, step_frames, req_frames, maxsim_frames = [], [], [], [], [], []
     for engine in sorted({r.engine for r, _ in entries}):
         mine = [(r, p) for r, p in entries if r.engine == engine]
         groups = ([[e for e in mine if e[0].role == "query"],
                    [e for e in mine if e[0].role == "doc"]] if path.two_stage else [mine])
         ledger = _Ledger(config, path, head, engine, flash_maxsim_kernel, params)
+        ledger.cancel_step = cancel_step
         offset = 0
         for stage, group in enumerate(groups, start=1):
             if not group:
                 continue
+            if cancel_step is not None and stage > 1 and cancel_step < offset:
+                break  # cancelled in the first stage: the documents are never sent
+            aborts = None if cancel_step is None else {
+                i: max(0, cancel_step - offset) for i in range(len(group))}
             res = simulate([p for _, p in group], config, mode=mode, scheduler=scheduler,
-                           pooling_params=[params[r.request] for r, _ in group])
+                           pooling_params=[params[r.request] for r, _ in group],
+                           aborts=aborts)
+            if res.aborts is not None:
+                abort_frames.append(res.aborts.assign(
+                    request=[group[i][0].request for i in res.aborts["request"]],
+                    step=res.aborts["step"] + offset, engine=engine, stage=stage,
+                    finish_step=[f + offset if f >= 0 else -1
+                                 for f in res.aborts["finish_step"]]))
             stages_out.append(res)
             maps.append([r.request for r, _ in group])
             offsets.append(offset)
@@ -312,6 +341,7 @@ def simulate_score(
         rows = dict(zip(requests["request"], requests["delivered_rows"], strict=True))
         api = max(rows[r.query] * rows[r.request] * 4 for r, _ in entries if r.role == "doc")
     out = ScoreResult(
+        aborts=(pd.concat(abort_frames, ignore_index=True) if abort_frames else None),
         path=path, config=config, mode=mode, steps=steps, requests=requests,
         stages=stages_out, stage_requests=maps, stage_offsets=offsets,
         maxsim=pd.concat(maxsim_frames, ignore_index=True) if maxsim_frames else pd.DataFrame(),
@@ -447,6 +477,7 @@ class _Ledger:
         self.output_column = ("pool_head_bytes" if config.head_casts or config.use_activation
                               else "pool_output_bytes")
         self.cuda = not is_cpu(config.hardware)
+        self.cancel_step: int | None = None  # the call's cancellation (release its queries)
 
     # --- what vLLM keeps and delivers of one finished request ----------------------------
 
@@ -484,6 +515,8 @@ class _Ledger:
             rec = reqs.iloc[local]
             rows, row_bytes, kept, host = self._delivered(r, int(rec.delivered_rows),
                                                           int(rec.output_bytes))
+            if int(rec.finish_step) < 0:  # aborted (cancel_step): nothing pooled or sent
+                kept = host = 0
             info[local] = dict(req=r, rows=rows, row_bytes=row_bytes, kept=kept, host=host,
                                owned=owned[local],
                                sim_host=int(rec.output_bytes), finish=int(rec.finish_step),
@@ -497,6 +530,9 @@ class _Ledger:
             fin = [info[r] for r in (step.finished if step is not None else ())]
             pending = [i for i in info.values() if i["finish"] < s == i["delivered"]]
             carried = [i for i in info.values() if i["finish"] <= s < i["delivered"]]
+            cancelled = self.cancel_step is not None and s + offset >= self.cancel_step
+            if cancelled and self.cache.nbytes:  # release_late_interaction_query_cache
+                self.cache.release(list(self.cache.entries))
             qc_before = self.cache.nbytes
             extra, written, scratch = self._post_head(fin, s + offset)
             base = int(row.pool_bytes) + sum(i["owned"] for i in (pending if async_ else fin))

@@ -21,6 +21,7 @@ from .memory import (
     plot_time_vs_prompt_length,
 )
 from .rerank import plot_rerank_cost
+from .response import plot_response_memory
 from .rewards import plot_step_rewards
 from .schedule import (
     CHUNK_KINDS,
@@ -72,6 +73,7 @@ __all__ = [
     "plot_pooling_share_of_kv",
     "plot_pooling_tradeoff",
     "plot_rerank_cost",
+    "plot_response_memory",
     "plot_score_memory",
     "plot_similarity",
     "plot_step_rewards",

@@ -99,6 +99,9 @@ def plot_ownership_schedule(
     corrupted = set(result.corrupted)
     h, w = 0.46, 0.62  # box height (rows) and width (steps)
     lane = h / 2 + 0.1  # kept chunks run along a lane just under their request's boxes
+    aborted = {} if getattr(result, "aborts", None) is None else {
+        int(a.request): int(a.step) for a in result.aborts.itertuples()
+        if a.outcome == "aborted"}
     for row in frame.itertuples(index=False):
         colour = CHUNK_KINDS[row.kind][0]
         y = row.request
@@ -113,6 +116,7 @@ def plot_ownership_schedule(
             end = row.read_step  # a view lives until it is read
         elif not final and row.kind in ("clone", "prealloc"):
             end = int(reqs.at[row.request, "finish_step"])  # kept until the request finishes
+            end = aborted.get(row.request, end) if end < 0 else end  # ... or is aborted
         elif final and row.kind != "offload":
             end = int(reqs.at[row.request, "delivered_step"])  # output awaiting its host copy
         else:
@@ -124,7 +128,12 @@ def plot_ownership_schedule(
         if row.overwritten_step >= 0:
             ax.scatter([row.overwritten_step], [y + lane], marker="X", s=110,
                        color=OVERWRITE_COLOUR, edgecolors="white", linewidths=0.8, zorder=6)
+    for r, step in aborted.items():  # the client hung up: the runner drops the state here
+        ax.text(step, r, "✕ aborted", color=OVERWRITE_COLOUR, ha="center", va="center",
+                fontsize=8, fontweight="bold", zorder=6)
     for rec in reqs.itertuples(index=False):
+        if rec.delivered_step < 0:
+            continue  # aborted: nothing delivered
         bad = rec.request in corrupted
         colour = OVERWRITE_COLOUR if bad else INTACT_COLOUR
         x = rec.delivered_step + w / 2 + 0.02

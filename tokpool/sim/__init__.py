@@ -50,6 +50,7 @@ from .results.analysis import (
 )
 from .results.kv_share import pooling_share_of_kv, pooling_takes_kv_from
 from .results.peak_parts import peak_parts, what_sets_the_peak
+from .results.responses import response_sweep
 from .results.result import SimResult
 from .schedule.scheduler import ScheduledStep, schedule
 from .simulation import simulate
@@ -94,6 +95,7 @@ __all__ = [
     "pooling_takes_kv_from",
     "prompt_grid",
     "refusal_summary",
+    "response_sweep",
     "schedule",
     "schedule_frame",
     "simulate",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -24,8 +24,14 @@ from .config import SimConfig
 from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
 from .memory.views import overwrites_frame, writes_frame
 from .results.result import SimResult
+from .schedule.aborts import abort_outcomes, aborts_frame, check_aborts
 from .schedule.given import check_schedule
-from .schedule.scheduler import ScheduledStep, check_prompt_token_ids, validate_prompt_lens
+from .schedule.scheduler import (
+    ScheduledStep,
+    check_arrival_steps,
+    check_prompt_token_ids,
+    validate_prompt_lens,
+)
 from .schedule.scheduler import schedule as tokpool_schedule
 from .schedule.stream import stream_schedule
 from .vllm_rules import engine_checks, runner
@@ -63,6 +69,7 @@ def simulate(
     scheduler: SchedulerName = "tokpool",
     pooling_params: PoolingParams | Sequence[PoolingParams | None] | None = None,
     progress: bool | None = None,
+    aborts: Mapping[int, int] | None = None,
 ) -> SimResult:
     """Replay an engine's prefill steps around token-level pooling and account for every byte.
 
@@ -104,6 +111,13 @@ def simulate(
             them.
         progress: a text bar over the engine's steps (stdout; the command line: stderr).
             ``None``: only when the run has at least ``backends.progress.AUTO_STEPS`` steps.
+        aborts: ``{request: step}``: the client hangs up and vLLM cancels the request right
+            before ``schedule()`` call ``step`` (``Scheduler.finish_requests`` with
+            ``FINISHED_ABORTED``; ``tokpool.sim.schedule.aborts``): its KV blocks and slot
+            are freed at once, its pooling state in engine step ``step`` (an abort-only
+            iteration when nothing else runs). ``SimResult.aborts`` says what each did and
+            freed; an abort at or after a request's finish is a ``"no-op"`` there, as vLLM
+            ignores finished ids. Tensor and analytic modes, either scheduler.
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
@@ -139,6 +153,13 @@ def simulate(
     params = per_request_params(pooling_params, len(lens))
     lens, token_ids = _apply_request_params(params, lens, token_ids, config, refuse)
     refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
+    abort_map = check_aborts(aborts, len(lens), None if schedule is not None else
+                             check_arrival_steps(arrival_steps, len(lens)))
+    if abort_map and (mode == "closed_form" or schedule is not None):
+        raise ValueError("aborts change the schedule, so they need tokpool's or vLLM's "
+                         "scheduler: run them with mode='tensor' or 'analytic' and no given "
+                         "schedule (closed forms and given schedules run every prompt to its "
+                         "end)")
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
     if mode == "closed_form" and scheduler != "tokpool":
         raise ValueError(f"mode='closed_form' solves tokpool's own schedule of one request by "
@@ -172,7 +193,8 @@ def simulate(
                                max_model_len=config.max_model_len,
                                prompt_token_ids=token_ids)
     else:
-        steps = _scheduled_steps(lens, config, arrival_steps, scheduler, token_ids)
+        steps = _scheduled_steps(lens, config, arrival_steps, scheduler, token_ids, abort_map)
+    outcomes = abort_outcomes(steps, abort_map, async_scheduling=config.async_scheduling)
     if runner.lays_rows_in_persistent_batch(config.model_runner):
         steps = runner.v1_batch_rows(steps)
     engine_checks.check_step_pooling_sees_whole_prompts(
@@ -194,17 +216,19 @@ def simulate(
                 source.prepare(lens)
             source = PromptTokenIds(source, token_ids)
     if mode == "tensor":
-        _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params)
+        _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params,
+                           outcomes)
         if source is None:
             source = default_source(config)
             source.prepare(lens)
         with show_progress(progress):
             records, requests, corrupted, outputs, engine = run_tensor(
-                lens, config, steps, source, device=device, pooling_params=params)
+                lens, config, steps, source, device=device, pooling_params=params,
+                aborts=outcomes)
     else:
         with show_progress(progress):
             records, requests, corrupted, engine = run_counting(
-                lens, config, steps, source=source, pooling_params=params)
+                lens, config, steps, source=source, pooling_params=params, aborts=outcomes)
     times = estimate_step_times(
         [r.num_scheduled_tokens for r in records],
         [r.context_sum for r in records],
@@ -235,7 +259,22 @@ def simulate(
         looked_past=[*config.looked_past, *refuse.looked_past],
         prompt_token_ids=token_ids,
         pooling_params=params,
+        aborts=_aborts_frame(outcomes, engine, steps),
     )
+
+
+def _aborts_frame(outcomes, engine, steps) -> pd.DataFrame:
+    """``SimResult.aborts``: each abort's outcome and the pooling bytes it freed (``None``
+    without aborts; the KV blocks it freed show in the next step's ``kv_bytes``)."""
+    if not outcomes:
+        return None
+    rows = []
+    for o in outcomes:
+        device, host = engine.freed_by_abort.get(o.request, (0, 0))
+        rows.append({"request": o.request, "step": o.step, "outcome": o.outcome,
+                     "finish_step": o.finish_step, "freed_pool_bytes": device,
+                     "freed_host_bytes": host})
+    return aborts_frame(rows)
 
 
 def _check_device(device) -> None:
@@ -276,9 +315,13 @@ def split_prompts(prompts) -> tuple[list[int], list[list[int]] | None]:
 
 
 def _scheduled_steps(lens, config: SimConfig, arrival_steps, scheduler: str,
-                     token_ids) -> list[ScheduledStep]:
-    schedule_fns = [vllm_schedule] if scheduler == "vllm" else [stream_schedule,
-                                                                 tokpool_schedule]
+                     token_ids, aborts=None) -> list[ScheduledStep]:
+    if scheduler == "vllm":
+        schedule_fns = [vllm_schedule]
+    elif aborts:  # the stream's closed form knows no aborts: the scheduler's loop does
+        schedule_fns = [tokpool_schedule]
+    else:
+        schedule_fns = [stream_schedule, tokpool_schedule]
     with paused_gc():  # a long schedule is many small objects: see paused_gc
         for schedule_fn in schedule_fns:  # the stream's closed form where it applies (None:
             steps = schedule_fn(           # it does not), else the scheduler's loop
@@ -296,6 +339,7 @@ def _scheduled_steps(lens, config: SimConfig, arrival_steps, scheduler: str,
                 enable_prefix_caching=config.enable_prefix_caching,
                 task=config.task,
                 prompt_token_ids=token_ids,
+                **({} if schedule_fn is stream_schedule else {"aborts": aborts or None}),
             )
             if steps is not None:
                 return steps
@@ -329,12 +373,14 @@ def _apply_request_params(params, lens, token_ids, config, refuse):
     return lens, token_ids
 
 
-def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params=None) -> None:
+def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params=None,
+                       aborts=()) -> None:
     """Refuse a tensor-mode run that cannot fit, before allocating: the counting engine knows
     its bytes in milliseconds (pooling's peak, the persistent buffer, the largest step's output
     tensor, every delivered output, which tensor mode keeps on the host, and the oracle's
     reference and expected output of the largest request)."""
-    counted = run_counting(lens, config, steps, source=source, pooling_params=params)[0]
+    counted = run_counting(lens, config, steps, source=source, pooling_params=params,
+                           aborts=aborts)[0]
     rows = max((s.num_tokens for s in steps), default=0)
     step_output = rows * config.width * config.dtype_size  # eager output (or the buffer)
     peak_device = max(r.pool_peak_bytes for r in counted) + config.buffer_bytes + step_output

@@ -120,6 +120,7 @@ def render_ownership(
     hidden_size: int = 576,
     dtype: str = "bfloat16",
     vllm_head: bool = False,
+    aborts: dict[int, int] | None = None,
 ) -> View:
     """Simulate a small workload with real tensors and show who owns what, step by step.
 
@@ -134,6 +135,7 @@ def render_ownership(
         vllm_head: run vLLM's default head (float32 cast, then the activation). It copies a
             finished output within its step, so the async host copy never reads pooling's
             memory; the default (identity head) shows what pooling itself hands over.
+        aborts: ``{request: step}``: the client hangs up (``tp.simulate``'s ``aborts``).
 
     Returns:
         ``View``: ``png`` = schedule (top) and per-step memory (bottom); ``html`` = verdict,
@@ -156,7 +158,7 @@ def render_ownership(
         async_scheduling=async_scheduling, policy=policy,
         enable_chunked_prefill=enable_chunked_prefill, **head,
     )
-    result = simulate(list(prompt_lens), config, mode="tensor")
+    result = simulate(list(prompt_lens), config, mode="tensor", aborts=aborts or None)
     n_req = len(result.prompt_lens)
     n_steps = int(max(result.steps["step"].max(), result.requests["delivered_step"].max())) + 1
     # wide enough to read every box, up to MAX_FIGURE_WIDTH; the explorer never shrinks it
@@ -178,8 +180,15 @@ def render_ownership(
     bad = result.corrupted
     lucky = sorted(lucky_requests(result))
     colour = "#b00020" if bad else "#00734a"
-    verdict = (f"{len(bad)} of {n_req} outputs corrupted: requests {bad}" if bad
-               else f"all {n_req} outputs intact")
+    gone = ([] if result.aborts is None else
+            sorted(int(r) for r in result.aborts.loc[result.aborts["outcome"] == "aborted",
+                                                     "request"]))
+    sent = n_req - len(gone)
+    verdict = (f"{len(bad)} of {sent} outputs corrupted: requests {bad}" if bad
+               else f"all {sent} outputs intact")
+    if gone:  # the client hung up: nothing delivered for them
+        verdict += (f"; request{'s' * (len(gone) > 1)} {', '.join(map(str, gone))} aborted, "
+                    "nothing delivered")
     if lucky:  # intact only because the next step wrote fewer rows: say so up front
         verdict += (f"; request{'s' * (len(lucky) > 1)} {', '.join(map(str, lucky))} intact "
                     "only by luck")
@@ -209,7 +218,8 @@ def render_ownership(
                 "max_num_batched_tokens": max_num_batched_tokens,
                 "async_scheduling": async_scheduling, "policy": policy,
                 "enable_chunked_prefill": enable_chunked_prefill, "hidden_size": hidden_size,
-                "dtype": dtype, "vllm_head": vllm_head, "mode": "tensor"}
+                "dtype": dtype, "vllm_head": vllm_head, "mode": "tensor",
+                "aborts": dict(aborts or {})}
     return View(html="".join(parts), png=png, table=result.requests, settings=settings,
                 redraw=draw, data={"result": result, "corrupted": list(bad),
                                    "lucky": lucky})
@@ -230,6 +240,8 @@ class OwnershipExplorer(Explorer):
         policy: ``ToggleButtons`` over ``tp.RETENTION_POLICIES``.
         chunked: ``Checkbox``, ``enable_chunked_prefill``.
         vllm_head: ``Checkbox``, run vLLM's default head after pooling.
+        abort: ``Text``, client aborts as ``request@step`` (``"1@2"``; comma-separated; may
+            be empty): the request is cancelled right before that engine step.
         view: the last ``View``; ``view.data['result']`` is the ``SimResult``.
     """
     def __init__(self, prompt_lens: list[int] | None = None, *, budget: int = 16,
@@ -285,10 +297,15 @@ class OwnershipExplorer(Explorer):
                                     tooltip="run vLLM's default head after pooling: a float32 "
                                             "cast, then the activation",
                                     description="vLLM's head (float32 cast + activation)")
+        self.abort = W.Text(value="", continuous_update=False, description="client aborts",
+                            placeholder="e.g. 1@2", style=_WIDE,
+                            tooltip="cancel a request right before an engine step, as "
+                                    "request@step (1@2: request 1 before step 2); empty: none")
         super().__init__([self.prompt_len, self.more_requests, self.budget,
-                          self.async_scheduling, self.chunked, self.policy, self.vllm_head])
+                          self.async_scheduling, self.chunked, self.policy, self.vllm_head,
+                          self.abort])
         self._watch(self.prompt_len, self.more_requests, self.budget, self.async_scheduling,
-                    self.chunked, self.policy, self.vllm_head)
+                    self.chunked, self.policy, self.vllm_head, self.abort)
         self.update()
 
     @property
@@ -304,12 +321,19 @@ class OwnershipExplorer(Explorer):
     #: dragged back and forth, or a toggle flipped twice, is shown without redrawing.
     CACHED_VIEWS = 32
 
+    @property
+    def aborts(self) -> dict[int, int]:
+        """The client aborts the ``abort`` box describes (``{request: step}``)."""
+        return parse_aborts(self.abort.value, len(self.prompt_lens))
+
     def render(self) -> View:
         lens = self.prompt_lens
         if not self.chunked.value:
             self._check_unchunked(lens)
+        aborts = self.aborts
         key = (tuple(lens), self.budget.value, self.async_scheduling.value, self.policy.value,
-               self.chunked.value, self.hidden_size, self.vllm_head.value)
+               self.chunked.value, self.hidden_size, self.vllm_head.value,
+               tuple(sorted(aborts.items())))
         cache = self._views
         view = cache.pop(key, None)  # popped and put back: the most recent is last
         if view is None:
@@ -317,7 +341,7 @@ class OwnershipExplorer(Explorer):
                 lens, max_num_batched_tokens=self.budget.value,
                 async_scheduling=self.async_scheduling.value, policy=self.policy.value,
                 enable_chunked_prefill=self.chunked.value, hidden_size=self.hidden_size,
-                vllm_head=self.vllm_head.value,
+                vllm_head=self.vllm_head.value, aborts=aborts,
             )
         cache[key] = view
         while len(cache) > self.CACHED_VIEWS:
@@ -350,6 +374,36 @@ class OwnershipExplorer(Explorer):
                 f"{err.follows}). Tick chunked prefill, raise tokens per step to at least "
                 f"{max(n for _, n in long)}, or shorten {'those requests' if more else 'it'}"
             ) from None
+
+
+def parse_aborts(text: object, n_requests: int) -> dict[int, int]:
+    """``"1@2, 0@5"`` -> ``{1: 2, 0: 5}`` (the ownership explorer's abort box).
+
+    Raises:
+        ValueError: an entry that is not ``request@step`` with whole numbers, a request that
+            is not in the workload, or a request given twice.
+
+    Example:
+        >>> parse_aborts("1@2, 0@5", 3)
+        {1: 2, 0: 5}
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"client aborts: give request@step entries as text, got {text!r}")
+    out: dict[int, int] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        parts = [p.strip() for p in entry.split("@")]
+        if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 6
+                                      for p in parts):
+            raise ValueError(f"client aborts: {entry!r} is not request@step (e.g. 1@2: request "
+                             "1 cancelled right before engine step 2)")
+        r, step = int(parts[0]), int(parts[1])
+        if r >= n_requests:
+            raise ValueError(f"client aborts: request {r} is not in the workload (requests 0 "
+                             f"to {n_requests - 1})")
+        if r in out:
+            raise ValueError(f"client aborts: request {r} is given twice")
+        out[r] = step
+    return out
 
 
 #: What each retention policy keeps between steps (the ownership explorer's button tooltips).

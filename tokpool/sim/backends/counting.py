@@ -60,8 +60,9 @@ class CountingEngine(EngineLoop):
     """Runs a schedule with integer bookkeeping; see the module docstring."""
 
     def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows, *,
-                 pooling_params: Sequence | None = None) -> None:
-        super().__init__(prompt_lens, config, kept, pooling_params=pooling_params)
+                 pooling_params: Sequence | None = None, aborts: Sequence = ()) -> None:
+        super().__init__(prompt_lens, config, kept, pooling_params=pooling_params,
+                         aborts=aborts)
         self.offload = self.outputs_on_host
         self.states: dict[int, _State] = {}
         self.device_live = 0  # device bytes of live (counted) storages, right now
@@ -295,6 +296,13 @@ class CountingEngine(EngineLoop):
             if isinstance(t, _View):
                 self._cache_pin(t.base, -1)
 
+    def state_bytes(self, request: int) -> tuple[int, int] | None:
+        state = self.states.get(request)
+        if state is None:
+            return None
+        host = state.buffer.nbytes if state.buffer is not None and state.buffer.host else 0
+        return state.owned, host
+
     def output_nbytes(self, output) -> int:
         on_host = isinstance(output[0], _Storage) and output[0].host
         return 0 if on_host or not self.host_copy_copies else output[1]
@@ -341,13 +349,14 @@ class CountingEngine(EngineLoop):
 
 def run_counting(
     prompt_lens: Sequence[int], config: SimConfig, steps: Sequence[ScheduledStep], *, source=None,
-    pooling_params: Sequence | None = None,
+    pooling_params: Sequence | None = None, aborts: Sequence = (),
 ) -> tuple[list[StepRecord], list[RequestRecord], set[int], CountingEngine]:
     """Counting-mode ledger of a schedule: ``(step records, request records, corrupted,
     engine)``; the engine holds ``chunks``. ``pooling_params``: per request, its
     ``tp.PoolingParams`` or ``None``."""
     kept = config.pooling_kind.kept_rows(config, source, len(prompt_lens))
-    engine = CountingEngine(prompt_lens, config, kept, pooling_params=pooling_params)
+    engine = CountingEngine(prompt_lens, config, kept, pooling_params=pooling_params,
+                            aborts=aborts)
     records = engine.run(steps)
     engine.finish(engine.judged)
     return records, engine.requests, engine.judged, engine

@@ -35,6 +35,7 @@ from ...pooler.keep_rule import KeepRule, keep_rule
 from ..config import SimConfig
 from ..memory.ledger import RequestRecord, StepRecord
 from ..memory.views import KeptView, ViewTracker
+from ..schedule.aborts import AbortOutcome, abort_iterations
 from ..schedule.scheduler import ScheduledStep, engine_steps
 
 # Called through the module, never copied: the seam tests swap the rule there.
@@ -126,8 +127,17 @@ class EngineLoop(ABC):
     ``output_nbytes``)."""
 
     def __init__(self, prompt_lens: Sequence[int], config: SimConfig, kept: KeptRows, *,
-                 pooling_params: Sequence[Any] | None = None) -> None:
+                 pooling_params: Sequence[Any] | None = None,
+                 aborts: Sequence[AbortOutcome] = ()) -> None:
         self.lens = list(prompt_lens)
+        # client aborts (schedule.aborts): the runner drops the request's state in the step
+        self.aborts = list(aborts)
+        self._aborts_at: dict[int, list[int]] = {}
+        for o in self.aborts:
+            if o.outcome == "aborted":
+                self._aborts_at.setdefault(o.step, []).append(o.request)
+        #: request -> (device, host) bytes its pooling state held when an abort freed it
+        self.freed_by_abort: dict[int, tuple[int, int]] = {}
         self.cfg = config
         # per request, its tp.PoolingParams (None: the engine's defaults); the head asks them
         self.params = list(pooling_params) if pooling_params is not None else [None] * len(
@@ -224,6 +234,11 @@ class EngineLoop(ABC):
         cleaned, or kept as it is (``keep_state``: vLLM's V1 runner)."""
 
     @abstractmethod
+    def state_bytes(self, request: int) -> tuple[int, int] | None:
+        """``(device, host)`` bytes the request's pooling state owns (cloned chunks, its
+        buffer); ``None`` when it has no state."""
+
+    @abstractmethod
     def output_nbytes(self, output: Any) -> int:
         """Bytes the host copy of ``output`` moves (for the async race's timing)."""
 
@@ -231,7 +246,8 @@ class EngineLoop(ABC):
 
     def run(self, steps: Sequence[ScheduledStep]) -> list[StepRecord]:
         with paused_gc():
-            plan = engine_steps(steps, async_scheduling=self.cfg.async_scheduling)
+            plan = abort_iterations(
+                engine_steps(steps, async_scheduling=self.cfg.async_scheduling), self.aborts)
             return [self._iteration(index, step) for index, step in ticks(plan)]
 
     def _iteration(self, index: int, step: ScheduledStep | None) -> StepRecord:
@@ -239,6 +255,8 @@ class EngineLoop(ABC):
         outs: list[tuple[int, Any, str]] = []
         if step is not None and self.pending:
             self._deliver(index, self._copies_won(step))  # copies that finish before the write
+        for r in self._aborts_at.get(index, ()):
+            self._abort(r)
         if step is not None:
             for r in step.preempted:
                 self._preempt(r)
@@ -324,6 +342,20 @@ class EngineLoop(ABC):
             self._pin(view, -1)
         self._cache_rows.pop(request, None)
         self.preempt(request)
+
+    def _abort(self, request: int) -> None:
+        """A client abort reached the runner (``finished_req_ids``): V2's ``remove_request``
+        cleans the request's pooling state, V1's ``_update_states`` pops it (a state kept
+        across a preemption too); its kept views are never read."""
+        held = self.state_bytes(request)
+        self.freed_by_abort[request] = held or (0, 0)
+        for view, _chunk in self._views.pop(request, []):
+            self.tracker.release(view)
+            self._pin(view, -1)
+        self._cache_rows.pop(request, None)
+        self._kept_states.discard(request)
+        if held is not None:
+            self.preempt(request)  # the backend frees what the state holds
 
     def _plan(self, index: int, step: ScheduledStep, out: StepOutput) -> list[KeepRule]:
         """The keep rule of every chunk; records chunks and registers kept views."""

@@ -94,9 +94,9 @@ class TensorEngine(EngineLoop):
 
     def __init__(self, prompt_lens: Sequence[int], config: SimConfig, source,
                  device: torch.device | str = "cpu", *,
-                 pooling_params: Sequence | None = None) -> None:
+                 pooling_params: Sequence | None = None, aborts: Sequence = ()) -> None:
         super().__init__(prompt_lens, config, config.pooling_kind.kept_rows(
-            config, source, len(prompt_lens)), pooling_params=pooling_params)
+            config, source, len(prompt_lens)), pooling_params=pooling_params, aborts=aborts)
         self.source = source
         self.device = torch.device(device)
         # The persistent output memory: [rows, width], never reallocated (graph output).
@@ -386,6 +386,20 @@ class TensorEngine(EngineLoop):
             self.states.pop(request).clean()  # its clones / buffer are freed
         self.source.reset(request)  # its KV cache is gone: the prefill restarts at token 0
 
+    def state_bytes(self, request: int) -> tuple[int, int] | None:
+        state = self.states.get(request)
+        if state is None:
+            return None
+        # owned chunks (clones: no base); views of step output memory own nothing
+        device = sum(storage_nbytes(t) for t in state.hidden_states_cache if t._base is None)
+        host = 0
+        if state.buffer is not None:
+            if self.offload:
+                host = storage_nbytes(state.buffer)
+            else:
+                device += storage_nbytes(state.buffer)
+        return device, host
+
     def output_nbytes(self, output: Tensor) -> int:
         return (0 if self._on_host(output) or not self.host_copy_copies
                 else output.numel() * output.element_size())
@@ -441,15 +455,17 @@ class TensorEngine(EngineLoop):
 def run_tensor(
     prompt_lens: Sequence[int], config: SimConfig, steps: Sequence[ScheduledStep], source,
     *, device: torch.device | str = "cpu", pooling_params: Sequence | None = None,
-) -> tuple[list[StepRecord], list[RequestRecord], set[int], list[Tensor], TensorEngine]:
+    aborts: Sequence = (),
+) -> tuple[list[StepRecord], list[RequestRecord], set[int], list[Tensor | None],
+           TensorEngine]:
     """Tensor-mode ledger of a schedule: ``(steps, requests, corrupted, delivered outputs,
     engine)``; the engine holds ``chunks`` and the loop's own verdict ``judged``.
     ``pooling_params``: per request, its ``tp.PoolingParams`` or ``None``."""
     engine = TensorEngine(prompt_lens, config, source, device=device,
-                          pooling_params=pooling_params)
+                          pooling_params=pooling_params, aborts=aborts)
     records = engine.run(steps)
     engine.finish(engine.corrupted)
-    outputs = [engine.delivered[r] for r in range(len(prompt_lens))]
+    outputs = [engine.delivered.get(r) for r in range(len(prompt_lens))]  # None: aborted
     return records, engine.requests, engine.corrupted, outputs, engine
 
 

@@ -120,8 +120,16 @@ def explain(result: SimResult) -> list[str]:
     shared = _shares_a_block(result.prompt_token_ids, cfg.block_size)
     lucky = lucky_requests(result)
     lines = []
+    aborts = {} if getattr(result, "aborts", None) is None else {
+        int(a.request): a for a in result.aborts.itertuples() if a.outcome != "no-op"}
     for rec in result.requests.itertuples(index=False):
         mine = chunks[chunks["request"] == rec.request]
+        abort = aborts.get(rec.request)
+        if mine.empty:  # aborted before its first chunk
+            lines.append(f"request {rec.request} ({rec.prompt_len} tokens): aborted at step "
+                         f"{abort.step if abort is not None else '?'} before its first chunk "
+                         "(the client hung up): nothing computed, kept or sent.")
+            continue
         actions = ", ".join(dict.fromkeys(mine["action"]))
         first_step, last_step = int(mine["step"].min()), int(mine["step"].max())
         steps = (f"step {first_step}" if first_step == last_step
@@ -160,8 +168,15 @@ def explain(result: SimResult) -> list[str]:
             verdict = (f" → intact by luck ({lucky[rec.request]}; its view{'s' * (len(views) > 1)}"
                        f" of the reused buffer: rows {rows}, which a longer step would have "
                        "rewritten)")
+        elif abort is not None and abort.outcome == "aborted":
+            verdict = (f" → ABORTED at step {abort.step} (the client hung up): the runner "
+                       f"freed its pooling state ({abort.freed_pool_bytes:,} B) in that step; "
+                       "nothing delivered")
         else:
             verdict = " → corrupted" if rec.request in corrupted else " → intact"
+            if abort is not None:  # output dropped
+                verdict += (f"; the client hung up at step {abort.step}, while its last step "
+                            "was in flight (async): computed and copied, never sent")
         restarts = int(getattr(rec, "num_preemptions", 0))
         cached = int(getattr(rec, "num_cached_tokens", 0))
         duplicated = int(getattr(rec, "duplicated_rows", 0))

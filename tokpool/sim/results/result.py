@@ -12,6 +12,7 @@ from ..._args import writable_file
 from ..config import SimConfig
 from ..schedule.scheduler import ScheduledStep
 from .analysis import explain
+from .responses import response_table
 from .trace import write_chrome_trace
 
 
@@ -47,6 +48,9 @@ class SimResult:
             decide the prefix-cache hits), else ``None``.
         pooling_params: each request's ``tp.PoolingParams`` (``None``: the engine's
             defaults), as ``simulate`` was given them.
+        aborts: one row per abort ``simulate`` was given (``aborts=``): what it did
+            (``aborted``, ``output dropped``, ``no-op``) and what it freed, columns in
+            ``tokpool.sim.schedule.aborts.ABORT_COLUMNS``; ``None`` without aborts.
     """
 
     config: SimConfig
@@ -67,6 +71,7 @@ class SimResult:
     looked_past: list[str] = field(default_factory=list, repr=False)
     prompt_token_ids: list[list[int]] | None = field(default=None, repr=False)
     pooling_params: list | None = field(default=None, repr=False)
+    aborts: pd.DataFrame | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         c = self.config
@@ -127,6 +132,17 @@ class SimResult:
         see ``tokpool.sim.results.analysis.explain``."""
         self._needs_steps("explain()")
         return explain(self)
+
+    def responses(self, encoding_formats=("float", "base64", "bytes", "bytes_only"),
+                  embed_dtype: str = "float32", endianness: str = "native", *,
+                  endpoint: str = "pooling") -> pd.DataFrame:
+        """The answers the API process builds: per finished request and encoding format, the
+        response's size and its peak host memory (``tp.response_bytes`` on the delivered
+        shape; columns in ``tokpool.sim.results.responses.RESPONSE_COLUMNS``). JSON formats
+        are ESTIMATES with their stated ``relative_error``; bytes formats are exact."""
+        self._needs_steps("responses()")
+        return response_table(self, encoding_formats, embed_dtype, endianness,
+                              endpoint=endpoint)
 
     def _needs_steps(self, what: str) -> None:
         """A closed-form result has no steps or chunks: refuse, saying which mode has them."""

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..._args import as_whole, items
@@ -67,6 +67,7 @@ from ..vllm_rules import engine_checks
 from ..vllm_rules.kv_spec import max_in_flight_tokens
 from ..vllm_rules.prefix_cache import reads_prefix_cache
 from ..vllm_rules.scheduling import long_prefill_cap, step_order  # the threshold rule, row order
+from .aborts import cancel_, check_aborts
 from .block_counts import BlockCounts, counts_suffice
 from .kv_blocks import KVBlocks, block_keys, unlimited_blocks
 
@@ -221,6 +222,7 @@ def schedule(
     enable_prefix_caching: bool = False,
     task: str = "token_embed",
     prompt_token_ids: Sequence[Sequence[int]] | None = None,
+    aborts: Mapping[int, int] | None = None,
 ) -> list[ScheduledStep]:
     """The steps that prefill every request (see the module docstring for the rules).
 
@@ -238,6 +240,9 @@ def schedule(
         task: the pooling task of every request (token tasks never read the prefix cache).
         prompt_token_ids: per request, its token ids (prompts that share leading tokens share
             prefix-cache blocks); default: every prompt has tokens of its own.
+        aborts: ``{request: step}``: cancel the request right before ``schedule()`` call
+            ``step`` (``Scheduler.finish_requests`` with ``FINISHED_ABORTED``; see
+            ``schedule.aborts``): its KV blocks and slot are freed; a finished one is left.
 
     Returns:
         The steps that schedule tokens. ``ScheduledStep.kv_blocks``: the blocks held right
@@ -253,6 +258,8 @@ def schedule(
     lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
     token_ids = check_prompt_token_ids(prompt_token_ids, lens)
+    abort_at = sorted((s, r) for r, s in check_aborts(aborts, len(lens), arrival).items())
+    aborted: set[int] = set()
     budget_per_step = max_num_batched_tokens
     engine_checks.check_unchunked_prompts_schedulable(
         lens, budget_per_step, enable_chunked_prefill=enable_chunked_prefill)
@@ -285,6 +292,8 @@ def schedule(
             index = max(index, arrival[pending[0]])  # idle until the next arrival
         while pending and arrival[pending[0]] <= index:
             waiting.append(pending.popleft())
+        while abort_at and abort_at[0][0] <= index:  # Scheduler.finish_requests(ABORTED)
+            unreported |= cancel_(abort_at.pop(0)[1], running, waiting, kv, finished, aborted)
         if waiting or running or unreported:  # Scheduler.has_requests
             step, order = _schedule_step(index, lens, computed, running, waiting, kv,
                                          threshold, budget_per_step, max_num_seqs,
@@ -312,6 +321,10 @@ def schedule(
             kv.in_flight[r] -= n
         for r, _ in order:
             if r in finished or not _finishes(done, r, lens):
+                continue
+            if r in aborted:  # async: aborted in flight; the runner pooled it, vLLM drops it
+                finished.add(r)
+                finished_at.setdefault(done.index, []).append(r)
                 continue
             # its pooler output: finished. Under async a request preempted while this, its
             # last step, was in flight finishes too, from the waiting queue

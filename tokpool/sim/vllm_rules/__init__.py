@@ -25,7 +25,8 @@ A new vLLM version's rule is an edit here, seen by every backend through the sea
   ``VLLM_CPU_KVCACHE_SPACE``, block size 128, eager, async off, no host copy);
   ``classifier``: where a classify model's score head runs (in the model, or in the pooler
   head of vLLM's adapter) and what the head allocates; ``runner``: which model runner (V1 or
-  V2) and V1's stale pooling cache after a preemption.
+  V2) and V1's stale pooling cache after a preemption; ``response``: what the API process
+  builds from an output (size and peak host memory per encoding format).
 
 ``tokpool.sim.vllm_run`` holds the other half: vLLM's own code, run, as the oracle.
 """

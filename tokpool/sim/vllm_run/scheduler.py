@@ -44,7 +44,7 @@ import functools
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -56,6 +56,7 @@ from ...pooler.vllm_bridge import (
     prepare_vllm_environment,
     quiet_vllm_import,
 )
+from ..schedule.aborts import check_aborts
 from ..schedule.kv_blocks import unlimited_blocks
 from ..schedule.scheduler import (
     ScheduledStep,
@@ -116,7 +117,7 @@ def _vllm() -> dict[str, Any]:
                 SlidingWindowSpec,
             )
             from vllm.v1.outputs import ModelRunnerOutput
-            from vllm.v1.request import Request
+            from vllm.v1.request import Request, RequestStatus
             from vllm.v1.structured_output import StructuredOutputManager
     except Exception as err:  # ImportError, or vLLM's RuntimeError on an unknown device
         _MODULES["error"] = (
@@ -134,7 +135,8 @@ def _vllm() -> dict[str, Any]:
         KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
         FullAttentionSpec=FullAttentionSpec, SlidingWindowSpec=SlidingWindowSpec,
         ModelRunnerOutput=ModelRunnerOutput,
-        Request=Request, StructuredOutputManager=StructuredOutputManager,
+        Request=Request, RequestStatus=RequestStatus,
+        StructuredOutputManager=StructuredOutputManager,
         hasher=get_request_block_hasher, sha256=sha256, model_dir=None,
     )
     return _MODULES
@@ -214,6 +216,8 @@ def vllm_schedule(
     max_model_len: int | None = None,
     enable_prefix_caching: bool = False,
     prompt_token_ids: Sequence[Sequence[int]] | None = None,
+    aborts: Mapping[int, int] | None = None,
+    abort_log: list[tuple[int, int, bool]] | None = None,
 ) -> list[ScheduledStep]:
     """The prefill schedule the installed vLLM's own scheduler computes for these prompts.
 
@@ -230,14 +234,22 @@ def vllm_schedule(
         max_model_len: the engine's (default: 2**20 with chunked prefill, else the budget).
         enable_prefix_caching: vLLM's ``--enable-prefix-caching``.
         prompt_token_ids: per request, its token ids (default: distinct ids per prompt).
+        aborts: ``{request: step}``: vLLM's ``Scheduler.finish_requests([id],
+            RequestStatus.FINISHED_ABORTED)`` right before ``schedule()`` call ``step``
+            (after that step's arrivals), as the engine core applies a client's abort.
+        abort_log: when given, receives ``(request, step, took_effect)`` per abort, where
+            ``took_effect`` is vLLM's own answer (``finish_requests`` returns the requests it
+            aborted, never one already finished).
 
     Returns:
         The steps that schedule tokens, as ``tokpool.sim.schedule.scheduler.schedule`` returns them:
         chunks ``(request, start, stop)`` in Model Runner V2's row order
         (``vllm_rules.step_order`` of vLLM's scheduling order), ``finished``: the requests
         whose pooler output this step delivered (vLLM's ``update_from_output`` finished
-        them), ``preempted``: vLLM's ``preempted_req_ids`` of the step, ``kv_blocks``: the KV
-        blocks vLLM holds right after scheduling the step (the null block not counted).
+        them; under async also one aborted while this step was in flight: its runner pooled
+        it, vLLM dropped the output), ``preempted``: vLLM's ``preempted_req_ids`` of the step,
+        ``kv_blocks``: the KV blocks vLLM holds right after scheduling the step (the null
+        block not counted).
 
     Raises:
         VllmUnavailableError: vLLM cannot be imported (says to run ``make vllm``).
@@ -247,6 +259,7 @@ def vllm_schedule(
     lens = validate_prompt_lens(prompt_lens)
     arrival = check_arrival_steps(arrival_steps, len(lens))
     token_ids = check_prompt_token_ids(prompt_token_ids, lens)
+    abort_at = check_aborts(aborts, len(lens), arrival)
     groups = tuple(kv_cache_groups)
     threshold = long_prefill_token_threshold or 0
     _check_size(lens, block_size)
@@ -284,7 +297,8 @@ def vllm_schedule(
         )
     return _run(scheduler, m, lens, arrival, task, block_size, num_blocks,
                 queue_size=config.max_concurrent_batches, token_ids=token_ids,
-                model_config=config.model_config)
+                model_config=config.model_config, aborts=abort_at,
+                abort_log=abort_log if abort_log is not None else [])
 
 
 #: Bytes vLLM's scheduler holds per prompt token (its token-id lists, KV blocks and block
@@ -308,7 +322,8 @@ def _check_size(lens: list[int], block_size: int) -> None:
 
 def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int], task: str,
          block_size: int, num_blocks: int, *, queue_size: int,
-         token_ids: list[list[int]] | None, model_config: Any) -> list[ScheduledStep]:
+         token_ids: list[list[int]] | None, model_config: Any, aborts: dict[int, int],
+         abort_log: list[tuple[int, int, bool]]) -> list[ScheduledStep]:
     """``EngineCore.step`` / ``step_with_batch_queue`` with fake model outputs."""
     torch = m["torch"]
     hasher = m["hasher"](block_size, m["sha256"])
@@ -323,6 +338,8 @@ def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int],
     idle_calls = 0
     carried: list[int] = []  # preempted in a call that scheduled nothing: told with the next
     pooled = torch.zeros(1)
+    abort_at = sorted((s, r) for r, s in aborts.items())
+    aborted: set[int] = set()
     while True:
         if not scheduler.has_requests() and not queue:
             if not pending:
@@ -338,6 +355,12 @@ def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int],
             params = m["PoolingParams"](task=task)
             params.verify(model_config)  # vLLM's defaults: token tasks skip the prefix cache
             scheduler.add_request(m["Request"](str(r), ids, None, params, block_hasher=hasher))
+        while abort_at and abort_at[0][0] <= index:  # EngineCore.abort_requests
+            s, r = abort_at.pop(0)
+            done = scheduler.finish_requests(str(r), m["RequestStatus"].FINISHED_ABORTED)
+            abort_log.append((r, s, bool(done)))
+            if done:
+                aborted.add(r)
         if scheduler.has_requests():
             out = scheduler.schedule()
             executed = out.total_num_scheduled_tokens > 0
@@ -385,10 +408,15 @@ def _run(scheduler: Any, m: dict[str, Any], lens: list[int], arrival: list[int],
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             pooler_output=outputs)
         engine_outputs = scheduler.update_from_output(out, result)
+        for rid in ids:  # aborted in flight: the runner pooled it, vLLM dropped its output
+            if int(rid) in aborted and _chunk_stop(records, step, int(rid)) == lens[int(rid)]:
+                records[step]["finished"].append(int(rid))
         for client in engine_outputs.values():
             for o in client.outputs:
                 if o.finished:
                     records[step]["finished"].append(int(o.request_id))
+    for s, r in abort_at:  # after the engine ran dry: every request finished, a no-op
+        abort_log.append((r, s, False))
     steps = []
     for index in sorted(records):
         rec = records[index]
