@@ -174,3 +174,15 @@ def test_no_network_is_unavailable_and_a_preset_answers(monkeypatch, tmp_path):
 ])
 def test_what_reads_as_a_hub_id(name, expected):
     assert is_hub_id(name) is expected
+
+
+def test_the_command_line_and_the_explorer_take_a_hub_id(hub, capsys):
+    from tokpool.cli import main
+    from tokpool.widgets.memory import _memory_model
+
+    assert main(["simulate", "--model", "Qwen/Qwen3-Embedding-0.6B", "--prompt-lens", "9000",
+                 "--hardware", "H100"]) == 2
+    # vLLM's max_model_len from the model's sentence-transformers files, not the preset's
+    assert "Qwen/Qwen3-Embedding-0.6B's max_model_len=8192" in capsys.readouterr().err
+    assert _memory_model("BAAI/bge-m3") == (next(iter(__import__("tokpool").MODEL_PRESETS)),
+                                            "BAAI/bge-m3")
