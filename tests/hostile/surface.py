@@ -234,6 +234,16 @@ def top_level(w: World) -> list[Case]:
                     {"path": w.tmp / "t.json"}, {
         "path": {"None": None, "5": 5, "a folder": w.tmp, "missing folder":
                  w.tmp / "missing" / "t.json"}}, names={"path": ("t",)})
+    cases += [  # a model by its Hub id: offline here, on the session's empty Hub cache
+        _refuse(a, "recipe(None)", lambda: tp.recipe(None), "model"),
+        _refuse(a, "recipe('org/not-cached')", lambda: tp.recipe("org/not-cached"),
+                "org/not-cached", "HF_HUB_OFFLINE"),
+        _refuse(a, "recipe(task='nope')", lambda: tp.recipe("org/x", "nope"), "nope"),
+        _refuse(a, "recipe(late_chunking=0)", lambda: tp.recipe("org/x", late_chunking=0),
+                "late_chunking"),
+        _refuse(a, "recipe(revision='v9') of a preset's id",
+                lambda: tp.recipe("Qwen/Qwen3-Embedding-8B", revision="v9"), "v9"),
+    ]
     cases += documented_answers(a, w)
     cases += late_interaction(a, _sweep)
     cases += score(a, _sweep)
