@@ -88,3 +88,38 @@ def test_an_undeclared_task_gets_vllms_refusal(hub):
         tp.recipe("BAAI/bge-m3", "generate")
     with pytest.raises(ValueError, match="late_chunking is for a token_embed model"):
         tp.recipe("jinaai/jina-reranker-v3", late_chunking=64)
+
+
+def test_plan_says_the_verdict_first(hub, capsys):
+    from tokpool.cli import main
+    from tokpool.sim.startup import startup_refusal
+
+    found = tp.plan("Qwen/Qwen3-Embedding-0.6B", gpu="H200", prompt_len=32768)
+    assert not found.serves and found.verdict.startswith("NO: vLLM 0.33.0 starts this engine")
+    assert "max_model_len=8,192" in found.refusals[0]
+    assert str(found).splitlines()[0] == found.verdict
+    assert "vllm serve (OpenAI API server defaults), 1x H200" in found.deployment
+    ok = tp.plan("Qwen/Qwen3-Embedding-8B", task="token_embed", prompt_len=32768)
+    cfg = SimConfig.from_vllm_args(ok.recipe.serve_line, hardware="H100")
+    assert ok.serves and startup_refusal(cfg, 32768) == ()
+    assert sum(ok.peak_parts.values()) > 0 and ok.concurrent_requests >= 1
+    assert tp.plan("BAAI/bge-m3", prompt_len=4096).concurrent_requests is None  # encoder-only
+    assert main(["plan", "Qwen/Qwen3-Embedding-0.6B", "--prompt-len", "8K", "--json"]) == 0
+    assert '"serves": true' in capsys.readouterr().out
+    assert main(["plan", "Qwen/Qwen3-Embedding-0.6B", "--prompt-len", "32Q"]) == 2
+    assert "32Q" in capsys.readouterr().err
+    assert main(["plan", "Qwen/Qwen3-Embedding-0.6B", "--gpu", "B999"]) == 2
+    assert "unknown hardware 'B999'" in capsys.readouterr().err
+
+
+def test_plan_judges_a_given_serve_line(hub):
+    line = ("vllm serve Qwen/Qwen3-Embedding-8B --runner pooling --max-num-batched-tokens 8192 "
+            "-tp 4 --pooler-config.task token_embed")
+    found = tp.plan(serve_line=line, gpu="H100 SXM", prompt_len=32_768)
+    assert found.serves and "on 4x H100 SXM" in found.verdict
+    assert found.serve_line == line and found.recipe.task == "token_embed"
+    cfg = SimConfig.from_vllm_args(line, hardware="H100 SXM")
+    assert sum(found.peak_parts.values()) == tp.simulate([32_768], cfg,
+                                                         mode="analytic").peak_pooling_bytes
+    with pytest.raises(ValueError, match="names no model"):
+        tp.plan(serve_line="--max-num-seqs 8")

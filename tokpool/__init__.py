@@ -65,6 +65,7 @@ _LAZY: dict[str, str] = {
     "load_prm_dataset": "tokpool.prm",
     "simulate_score": "tokpool.late_interaction.simulate_score",
     "recipe": "tokpool.deploy",
+    "plan": "tokpool.deploy",
     "plot_memory_timeline": "tokpool.viz",
     "plot_memory_vs_prompt_length": "tokpool.viz",
     "plot_ownership_schedule": "tokpool.viz",

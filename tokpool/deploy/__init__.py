@@ -3,6 +3,7 @@
 A wing above the simulator and late interaction: it asks them, it restates no rule.
 """
 
+from .plan import Plan, plan
 from .recipe import Recipe, recipe
 
-__all__ = ["Recipe", "recipe"]
+__all__ = ["Plan", "Recipe", "plan", "recipe"]
