@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,8 @@ FLAG_SETS = (
 REASONS = ("is smaller than max_model_len", "User-specified max_model_len",
            "must be greater than or equal to max_num_seqs")
 LINES = [[repo_id, *flags] for repo_id in sorted(MODELS) for flags in FLAG_SETS]
+#: every tp.recipe's serve line (filled by the fixture: the recipes read the built cache)
+RECIPE_LINES: list[list[str]] = []
 
 
 def _tokpool_facts(tokens: list[str]) -> dict:
@@ -59,9 +62,24 @@ def _tokpool_facts(tokens: list[str]) -> dict:
     }
 
 
+def _recipe_lines(cache) -> list[list[str]]:
+    """Every ``tp.recipe`` the tests check, its serve line's tokens after ``vllm serve``."""
+    from test_recipe import all_recipes
+
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_CACHE", "HF_HUB_OFFLINE")}
+    os.environ.update(HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+    try:
+        return [shlex.split(r.serve_line)[2:] for r in all_recipes()]
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.update({key: value})
+
+
 @pytest.fixture(scope="module")
 def vllm_facts(tmp_path_factory):
     cache = build_hub_cache(tmp_path_factory.mktemp("hub"))
+    RECIPE_LINES[:] = _recipe_lines(cache)
+    LINES.extend(line for line in RECIPE_LINES if line not in LINES)
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
@@ -106,6 +124,8 @@ def test_serve_lines_with_a_hub_id_match_vllm(vllm_facts, monkeypatch, parity_co
         if mine != theirs:
             differences.append((tokens, theirs, mine))
         parity_count("vllm serve <Hub id> lines: resolved equal from the same cache")
+        if tokens in RECIPE_LINES:
+            parity_count("tp.recipe serve lines: resolved equal in vLLM")
     assert not differences, "\n\n".join(map(str, differences[:4]))
 
 
