@@ -13,6 +13,7 @@ import pytest
 from hub_cache import MODELS, build_hub_cache, commit_of, local_folder
 
 from tokpool.sim import SimConfig
+from tokpool.sim.vllm_rules import hub as hub_module
 from tokpool.sim.vllm_rules.hub import (
     HubError,
     HubUnavailable,
@@ -142,6 +143,7 @@ def test_hub_client_errors_are_said_in_words(monkeypatch, tmp_path, error, words
         raise exc
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
+    monkeypatch.setattr(hub_module, "_hub_reachable", lambda: True)  # no network in tests
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     with pytest.raises(HubError) as err:
@@ -159,6 +161,7 @@ def test_no_network_is_unavailable_and_a_preset_answers(monkeypatch, tmp_path):
         raise ConnectionError("no route to huggingface.co")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    monkeypatch.setattr(hub_module, "_hub_reachable", lambda: True)  # the client finds out
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     with pytest.raises(HubUnavailable, match="could not be reached"):
@@ -186,3 +189,15 @@ def test_the_command_line_and_the_explorer_take_a_hub_id(hub, capsys):
     assert "Qwen/Qwen3-Embedding-0.6B's max_model_len=8192" in capsys.readouterr().err
     assert _memory_model("BAAI/bge-m3") == (next(iter(__import__("tokpool").MODEL_PRESETS)),
                                             "BAAI/bge-m3")
+
+
+def test_an_unreachable_hub_is_found_once_and_the_cache_answers(hub, monkeypatch):
+    """No answer from the Hub's host: the cache is read at once (no client back-off), and a
+    file it lacks is refused in words that say so."""
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.setattr(hub_module, "_UNREACHABLE", {"huggingface.co"})
+    assert SimConfig.from_hf_config("Qwen/Qwen3-Embedding-0.6B").max_model_len == 8192
+    with pytest.raises(HubUnavailable, match="cannot be reached from here"):
+        SimConfig.from_hf_config("org/not-cached")

@@ -22,9 +22,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from .models import MODEL_PRESETS, ModelPreset
 
@@ -105,6 +107,29 @@ def hub_id_of_folder(folder: Path | None) -> str | None:
     return f"{match['org']}/{match['name']}" if match else None
 
 
+#: Hosts this session found unreachable: later look-ups read the cache only, at once (the Hub
+#: client would retry each file for ~20 s with back-off before it gives up).
+_UNREACHABLE: set[str] = set()
+_PROXIES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _hub_reachable() -> bool:
+    """Whether the Hub's host answers a TCP connection within 3 s (remembered when it does
+    not); ``True`` behind a proxy, where only the client can tell."""
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    name = host.hostname or "huggingface.co"
+    if name in _UNREACHABLE:
+        return False
+    if any(os.environ.get(k) for k in _PROXIES):
+        return True
+    try:
+        socket.create_connection((name, host.port or 443), timeout=3).close()
+    except OSError:
+        _UNREACHABLE.add(name)
+        return False
+    return True
+
+
 def _where(repo_id: str, revision: str | None) -> str:
     return f"{repo_id!r} (revision {revision or 'main'!r})"
 
@@ -139,12 +164,13 @@ def _fetch(repo_id: str, filename: str, *, revision: str | None, token: str | bo
         if not required:  # not cached while offline: vLLM reads what the cache has
             return None
         how = ("HF_HUB_OFFLINE is set" if hub_offline() else
-               "the Hub could not be reached" if not local_files_only else
+               "the Hub cannot be reached from here" if _UNREACHABLE else
                "local_files_only=True")
+        fix = ("drop HF_HUB_OFFLINE (or go online)" if hub_offline() else
+               "go online (check HF_ENDPOINT or your proxy)")
         raise HubUnavailable(
-            f"{where}: {filename} is not in the Hub cache ({cache_dir}) and {how}; drop "
-            "HF_HUB_OFFLINE (or go online) to fetch its config files once, or pass a folder "
-            "holding its config.json") from None
+            f"{where}: {filename} is not in the Hub cache ({cache_dir}) and {how}; {fix} to "
+            "fetch its config files once, or pass a folder holding its config.json") from None
     except errors.EntryNotFoundError:  # the repository lacks the file
         if not required:
             return None
@@ -196,7 +222,8 @@ def hub_folder(repo_id: str, *, revision: str | None = None, token: str | bool |
         repo_id: ``"org/name"``, e.g. ``"Qwen/Qwen3-Embedding-0.6B"``.
         revision: a branch, tag or commit (default ``"main"``).
         token: a Hub token; default: the environment's (``HF_TOKEN``) or the logged-in one.
-        local_files_only: read the cache only; default: when ``HF_HUB_OFFLINE`` is set.
+        local_files_only: read the cache only; default: when ``HF_HUB_OFFLINE`` is set, or
+            the Hub's host does not answer (checked once per session, 3 s at most).
         cache_dir: default ``hub_cache_dir()``.
 
     Returns:
@@ -211,7 +238,7 @@ def hub_folder(repo_id: str, *, revision: str | None = None, token: str | bool |
         raise HubError(f"{repo_id!r} is not a Hub model id; pass 'org/name' (e.g. "
                        "'BAAI/bge-m3') or a local folder holding its config.json")
     if local_files_only is None:
-        local_files_only = hub_offline()
+        local_files_only = hub_offline() or not _hub_reachable()
     cache = Path(cache_dir) if cache_dir is not None else hub_cache_dir()
     common = {"revision": revision, "token": token, "local_files_only": local_files_only,
               "cache_dir": cache}
