@@ -521,7 +521,8 @@ def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "anal
     p.add_argument("--model", "--model-preset", dest="model_preset",
                    help="a Hub id (its config files, as vLLM reads them; never weights) or "
                    "a model preset, e.g. Qwen/Qwen3-Embedding-8B; see tp.MODEL_PRESETS")
-    p.add_argument("--hardware", default="H100 SXM", help="hardware preset (default: H100 SXM)")
+    p.add_argument("--hardware", "--gpu", dest="hardware", default="H100 SXM",
+                   help="hardware preset (default: H100 SXM)")
     p.add_argument("--task", help="token_embed, token_classify, embed or classify")
     p.add_argument("--hidden-size", type=_arg(parse_size),
                    help="row width (default 4096 or preset)")
