@@ -3,12 +3,19 @@ example sees ``tp`` (``import tokpool as tp``), ``np`` and ``torch``, as a reade
 would."""
 
 import os
+import tempfile
 
 import numpy as np
 import pytest
 import torch
 
 import tokpool as tp
+
+# No test touches the Hugging Face Hub: the Hub client runs offline on an empty cache of the
+# session's own (a test that needs a model's files builds a cache: tests/hub_cache.py), so a
+# Hub id that is also a preset is answered by the preset, as offline users see it.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="tokpool-empty-hub-")
 
 os.environ.setdefault("TOKPOOL_QUICK", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")

@@ -172,8 +172,8 @@ def test_the_documented_layouts_match_the_tree():
 #: never run and do not count). ``helpers`` are the small modules at ``tokpool/``'s top that every
 #: wing may need; ``front`` is the command line, the report, ``tp.viz`` and the package's own
 #: ``__init__`` (which imports every wing to re-export its names: nothing below may import it).
-HOUSE = ["helpers", "pooler", "sim", "late_interaction", "plots", "models", "prm", "widgets",
-         "engine", "site", "front"]
+HOUSE = ["helpers", "pooler", "sim", "late_interaction", "deploy", "plots", "models", "prm",
+         "widgets", "engine", "site", "front"]
 #: Loose modules at ``tokpool/``'s top and the wing each belongs to.
 LOOSE = {"_args": "helpers", "_deprecation": "helpers", "_moved_modules": "helpers",
          "_package": "helpers", "_text": "helpers", "guard": "helpers",

@@ -142,6 +142,10 @@ def _cases(tmp: Path) -> list[tuple[str, list[str], str]]:
          "is a file; give a folder"),
         # site
         ("site out is a file", ["site", str(notes), "--sample"], "is a file; give a folder"),
+        # plan (more in test_recipe.py)
+        ("plan prompt length 32Q", ["plan", "org/x", "--prompt-len", "32Q"],
+         "cannot read '32Q' as a size"),
+        ("plan unknown GPU", ["plan", "org/x", "--gpu", "B999"], "unknown hardware 'B999'"),
         # engine-check (more in test_engine_check.py)
         ("engine-check python missing", ["engine-check", "--python", str(tmp / "no-python")],
          "no Python at"),

@@ -8,6 +8,7 @@ listed in ``__all__``) and one namespace per wing of the house for the rest, bot
                          heads, poolers, the task gate, ownership, PoolingParams
     tp.sim               the step simulator (configs, presets, vLLM's rules, sources, sweeps)
     tp.late_interaction  MaxSim as vLLM computes it, the scoring flow, token pooling, index size
+    tp.deploy            what to run for a model by its Hub id: recipe (serve line, call, body)
     tp.plots             every plot_* function
     tp.models            the offline model zoo, chunked prefill, ModelSource
     tp.prm               process reward models: steps, rewards, metrics, dataset, probe
@@ -64,6 +65,8 @@ _LAZY: dict[str, str] = {
     "load_prm": "tokpool.prm",
     "load_prm_dataset": "tokpool.prm",
     "simulate_score": "tokpool.late_interaction.simulate_score",
+    "recipe": "tokpool.deploy",
+    "plan": "tokpool.deploy",
     "plot_memory_timeline": "tokpool.viz",
     "plot_memory_vs_prompt_length": "tokpool.viz",
     "plot_ownership_schedule": "tokpool.viz",
@@ -79,7 +82,8 @@ _LAZY: dict[str, str] = {
 
 # Namespaces reachable as ``tp.<name>`` (imported on first use): the wings, bottom to top.
 _NAMESPACES: tuple[str, ...] = (
-    "pooler", "sim", "late_interaction", "plots", "models", "prm", "widgets", "viz", "engine",
+    "pooler", "sim", "late_interaction", "deploy", "plots", "models", "prm", "widgets", "viz",
+    "engine",
 )
 
 # Namespaces that moved into a wing (issue 44): ``tp.heads`` is ``tp.pooler.heads`` now. They

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import sys
@@ -490,6 +491,15 @@ def _cmd_site(args: argparse.Namespace) -> int:
 # --- engine-check --------------------------------------------------------------------------
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .deploy.plan import plan  # the verdict and its numbers live in the deploy wing
+
+    found = plan(args.model, task=args.task, gpu=args.gpu, prompt_len=args.prompt_len,
+                 serve_line=args.serve_line)
+    print(json.dumps(found.to_dict(), indent=2) if args.json else found)
+    return 0
+
+
 def _cmd_engine_check(args: argparse.Namespace) -> int:
     if args.score:
         from .engine.score import cli_score  # its own module: one engine, two stages
@@ -509,9 +519,11 @@ def _cmd_engine_check(args: argparse.Namespace) -> int:
 
 
 def _add_engine_options(p: argparse.ArgumentParser, *, default_mode: str = "analytic") -> None:
-    p.add_argument("--model-preset", help="model preset (hidden size, labels, time model), "
-                   "e.g. Qwen3-Embedding-8B; see tp.MODEL_PRESETS")
-    p.add_argument("--hardware", default="H100 SXM", help="hardware preset (default: H100 SXM)")
+    p.add_argument("--model", "--model-preset", dest="model_preset",
+                   help="a Hub id (its config files, as vLLM reads them; never weights) or "
+                   "a model preset, e.g. Qwen/Qwen3-Embedding-8B; see tp.MODEL_PRESETS")
+    p.add_argument("--hardware", "--gpu", dest="hardware", default="H100 SXM",
+                   help="hardware preset (default: H100 SXM)")
     p.add_argument("--task", help="token_embed, token_classify, embed or classify")
     p.add_argument("--hidden-size", type=_arg(parse_size),
                    help="row width (default 4096 or preset)")
@@ -621,6 +633,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-activation", action="store_true", help="skip L2 normalisation")
     p.set_defaults(func=_cmd_embed)
 
+    p = sub.add_parser("plan", help="would vLLM serve this model and prompt length: the "
+                       "verdict first, the pooling peak, the KV cache, the recipe")
+    p.add_argument("model", nargs="?", help="a Hub id (e.g. BAAI/bge-m3) or a model folder")
+    p.add_argument("--task", help="the pooling task (default: the one vLLM selects)")
+    p.add_argument("--gpu", "--hardware", dest="gpu", default="H100", help="the device")
+    p.add_argument("--prompt-len", type=_arg(parse_size), default=32768, help="e.g. 32K")
+    p.add_argument("--serve-line", help='a "vllm serve MODEL ..." line to judge instead')
+    p.add_argument("--json", action="store_true", help="the plan as JSON, for scripts")
+    p.set_defaults(func=_cmd_plan)
+
     p = sub.add_parser("engine-check", help="compare tokpool with your local vLLM engine",
                        description="Serve prompts with the local vLLM engine (CPU or GPU) and "
                        "with tokpool: per-token outputs (max abs difference) and the engine's "
@@ -705,6 +727,27 @@ def _one_line(err: BaseException) -> str:
     return text if len(text) <= 2000 else text[:2000] + " ..."
 
 
+@contextlib.contextmanager
+def _preset_notes(quiet: bool):
+    """A preset answering for a Hub id whose files cannot be had (``PresetAnswersWarning``) is
+    said as one ``note:`` line on stdout after the output (stderr keeps one line for an error);
+    other warnings pass on."""
+    from .sim.vllm_rules.hub import PresetAnswersWarning  # light: no Hub client imported
+
+    failed = True
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PresetAnswersWarning)
+        try:
+            yield
+            failed = False
+        finally:
+            for w in caught:
+                if not issubclass(w.category, PresetAnswersWarning):
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+                elif not (failed or quiet):
+                    print(f"note: {w.message}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tokpool`` console script.
 
@@ -717,7 +760,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as stop:  # argparse: --help (0) or a usage error (2, already printed)
         return int(stop.code or 0)
     try:
-        return args.func(args)
+        with _preset_notes(quiet=bool(getattr(args, "json", False))):
+            return args.func(args)
     except _user_error_types() as err:
         name = type(err).__name__
         prefix = "" if isinstance(err, CLIError) else f"{name}: "

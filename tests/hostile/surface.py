@@ -243,6 +243,19 @@ def top_level(w: World) -> list[Case]:
                     {"path": w.tmp / "t.json"}, {
         "path": {"None": None, "5": 5, "a folder": w.tmp, "missing folder":
                  w.tmp / "missing" / "t.json"}}, names={"path": ("t",)})
+    cases += [  # a model by its Hub id: offline here, on the session's empty Hub cache
+        _refuse(a, "recipe(None)", lambda: tp.recipe(None), "model"),
+        _refuse(a, "recipe('org/not-cached')", lambda: tp.recipe("org/not-cached"),
+                "org/not-cached", "HF_HUB_OFFLINE"),
+        _refuse(a, "recipe(task='nope')", lambda: tp.recipe("org/x", "nope"), "nope"),
+        _refuse(a, "recipe(late_chunking=0)", lambda: tp.recipe("org/x", late_chunking=0),
+                "late_chunking"),
+        _refuse(a, "plan(prompt_len=0)", lambda: tp.plan("org/x", prompt_len=0), "prompt_len"),
+        _refuse(a, "plan(gpu='B999')", lambda: tp.plan("org/x", gpu="B999"), "B999"),
+        _refuse(a, "plan()", lambda: tp.plan(), "model"),
+        _refuse(a, "recipe(revision='v9') of a preset's id",
+                lambda: tp.recipe("Qwen/Qwen3-Embedding-8B", revision="v9"), "v9"),
+    ]
     cases += documented_answers(a, w)
     cases += late_interaction(a, _sweep)
     cases += score(a, _sweep)
@@ -679,6 +692,11 @@ def cli_cases(w: World) -> list[Case]:
                                                    "--out", out_file + "2.safetensors"],
             "nope-model"),
         cli(a, "tokpool gate (a kind that is not one)", ["gate", "nope"], "nope"),
+        cli(a, "tokpool plan --prompt-len 32Q", ["plan", "org/x", "--prompt-len", "32Q"],
+            "32Q"),
+        cli(a, "tokpool plan --gpu B999", ["plan", "org/x", "--gpu", "B999"], "B999"),
+        cli(a, "tokpool plan (offline, not cached)", ["plan", "org/not-cached"],
+            "org/not-cached"),
         cli(a, "tokpool site (no OUT)", ["site"], "OUT"),
         cli(a, "tokpool site (OUT is a file)", ["site", str(w.files["text.txt"])], "OUT"),
         cli(a, "tokpool site (OUT under a file)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -18,6 +19,7 @@ from .vllm_rules import step_memory as step_memory_rule
 from .vllm_rules.classifier import ClassifierPlacement, pooled_width
 from .vllm_rules.devices import Hardware, resolve_hardware
 from .vllm_rules.hf_config import simconfig_fields_from_hf
+from .vllm_rules.hub import model_source
 from .vllm_rules.kv_cache import check_kv_cache_dtype
 from .vllm_rules.models import ModelPreset, preset_fields, resolve_model
 from .vllm_rules.pooling_kind import (
@@ -639,15 +641,28 @@ resolved: max_num_seqs=1024, chunked_prefill=True, async_scheduling=False)
     def for_model(
         cls, preset: str | ModelPreset, *, task: SimTask | None = None, **overrides
     ) -> SimConfig:
-        """A config for a model preset: its hidden size, labels, PRM pooling, time model.
+        """A config for a model by its name: a Hub id, a preset or a ``ModelPreset``.
+
+        A Hub id (``"BAAI/bge-m3"``) resolves from the model's own small files, as vLLM reads
+        them (``from_hf_config`` on ``vllm_rules.hub.hub_folder``: the Hub cache, else the
+        Hub; ``revision=`` in ``overrides``; never weights), even when it also names a preset;
+        the preset (its hidden size, labels, PRM pooling, time model) answers only when the
+        files cannot be had, and says so (``vllm_rules.hub.PresetAnswersWarning``).
 
         Args:
-            preset: a name in ``tp.MODEL_PRESETS`` (or Hugging Face id), or a ``ModelPreset``.
-            task: default: the preset's task.
-            **overrides: any other ``SimConfig`` field.
+            preset: a Hub id, a name in ``tp.MODEL_PRESETS``, or a ``ModelPreset``.
+            task: default: the model's task.
+            **overrides: any other ``SimConfig`` field (and ``revision``, a Hub id's).
+
+        Raises:
+            ValueError: an unknown name; a Hub id that is missing, gated or offline and not
+                cached (and no preset), in words naming the id, the revision and what to do.
 
         Example:
             >>> SimConfig.for_model("Qwen2.5-Math-PRM-7B", step_tag_every=40).pooling_method
             'STEP'
         """
-        return cls(**preset_fields(preset, task=task, **overrides))
+        source = model_source(preset, revision=overrides.pop("revision", None))
+        if isinstance(source, Path):  # a Hub id's files: the model as vLLM reads it
+            return cls.from_hf_config(source, **({"task": task} if task else {}), **overrides)
+        return cls(**preset_fields(source, task=task, **overrides))

@@ -22,11 +22,12 @@ from .._args import as_whole
 from ..plots import figure_png, format_bytes, format_tokens
 from ..plots.memory import plot_memory_vs_prompt_length
 from ..pooler.pooling import RETENTION_POLICIES
-from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, SimConfig, simulate, sweep
+from ..sim import HARDWARE_PRESETS, MODEL_PRESETS, ModelPreset, SimConfig, simulate, sweep
 from ..sim.results.analysis import prompt_grid
 from ..sim.results.peak_parts import peak_parts, peak_words, single_request_peak_parts
 from ..sim.startup import mark_startup_refusals, refusal_summary
 from ..sim.vllm_rules.devices import resolve_hardware
+from ..sim.vllm_rules.hub import model_source
 from ..sim.vllm_rules.kv_cache import kv_cache_memory_bytes
 from ..sim.vllm_rules.serve_line import declared_tasks
 from .base import _WIDE, Explorer, MultiToggle, _mark_toggle, _slider_layout
@@ -338,9 +339,8 @@ def _own_source(text: str) -> Any:
 
 
 def _memory_model(model: Any) -> tuple[str, str]:
-    """``memory_explorer(model=...)`` as ``(preset, your-model text)``: a preset name, or what
-    the "your model" box takes — a config.json path, a model directory, a config dict or a
-    transformers config — checked now, so a mistake is named before any widget is built."""
+    """``memory_explorer(model=...)`` as ``(preset, your-model text)``: a preset, or what the
+    "your model" box takes (a Hub id, a config.json path or folder, a config dict), checked."""
     if isinstance(model, str) and model in MODEL_PRESETS:
         return model, ""
     if isinstance(model, str | os.PathLike):
@@ -348,11 +348,12 @@ def _memory_model(model: Any) -> tuple[str, str]:
         if not text.strip():
             raise ValueError(f"model is empty; give a preset ({list(MODEL_PRESETS)}), a "
                              "config.json path, a model directory or a config dict")
-        if not Path(text).expanduser().exists() and not text.lstrip().startswith("{"):
-            raise ValueError(f"model {text!r} is neither a preset ({list(MODEL_PRESETS)}) nor "
-                             "a config.json path or model directory that exists; give one of "
-                             "those, or a config dict")
-        text = str(Path(text).expanduser()) if not text.lstrip().startswith("{") else text
+        if isinstance(source := model_source(text), ModelPreset):  # a preset's name, or its
+            return source.name, ""  # Hub id whose files cannot be had (said: a warning)
+        if not (Path(text).expanduser().exists() or text[:1] == "{" or isinstance(source, Path)):
+            raise ValueError(f"model {text!r} is neither a preset ({list(MODEL_PRESETS)}), a "
+                             "Hub id, nor a config.json path or model directory that exists")
+        text = str(Path(text).expanduser()) if isinstance(source, str) and text[:1] != "{" else text
     elif isinstance(model, Mapping) or callable(getattr(model, "to_dict", None)):
         config = dict(model) if isinstance(model, Mapping) else model.to_dict()
         try:

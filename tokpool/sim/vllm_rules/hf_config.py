@@ -45,6 +45,7 @@ from .architectures import (
 from .classifier import classifier_runs_in
 from .defaults import pooling_attn_type
 from .hf_families import checked_hf_config, count_parameters
+from .hub import hub_folder, hub_id_of_folder, is_hub_id
 from .kv_spec import attention_head_size, check_kv_layout, layer_sliding_windows
 from .models import ModelPreset
 from .scoring_path import (
@@ -160,8 +161,14 @@ def read_small_text(file: Path) -> str:
         return f.read(MAX_CONFIG_FILE_BYTES + 1)  # a file growing meanwhile: still bounded
 
 
-def _load(source: Any) -> tuple[dict, Path | None]:
-    """The config as a dict, and the model directory when there is one."""
+def _load(source: Any, revision: str | None = None) -> tuple[dict, Path | None]:
+    """The config as a dict, and the model directory when there is one (a Hub id: its
+    snapshot folder of small files, ``hub.hub_folder``)."""
+    if is_hub_id(source):
+        source = hub_folder(source, revision=revision)
+    elif revision is not None:
+        raise ValueError(f"revision={revision!r} is for a Hub id ('org/name'); {source!r:.80} "
+                         "is not one: leave revision out")
     if isinstance(source, Mapping):
         return dict(source), None
     if hasattr(source, "to_dict") and callable(source.to_dict):  # PretrainedConfig
@@ -172,8 +179,9 @@ def _load(source: Any) -> tuple[dict, Path | None]:
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
             raise ValueError(
-                f"no config.json at {file}; pass a model directory, a config.json path, a dict "
-                "or a transformers.PretrainedConfig (nothing is downloaded)"
+                f"no config.json at {file}; pass a model directory, a config.json path, a "
+                "Hub id ('org/name': its config files are fetched, never weights), a dict or "
+                "a transformers.PretrainedConfig"
             )
         try:
             loaded = json.loads(read_small_text(file))
@@ -261,13 +269,16 @@ def preset_from_hf_config(
     name: str | None = None,
     step_tag_id: int | None = None,
     include_lm_head: bool | None = None,
+    revision: str | None = None,
 ) -> HFModelPreset:
     """A ``ModelPreset`` (``HFModelPreset``) from a Hugging Face config, offline.
 
     Args:
-        source: a model directory, a ``config.json`` path, a dict or a
-            ``transformers.PretrainedConfig``.
-        name: the preset's name (default: the directory name or ``_name_or_path``).
+        source: a model directory, a ``config.json`` path, a Hub id (``"BAAI/bge-m3"``: its
+            small config files from the Hub cache or the Hub, ``hub.hub_folder``; never
+            weights), a dict or a ``transformers.PretrainedConfig``.
+        name: the preset's name (default: the Hub id, the directory name or
+            ``_name_or_path``).
         step_tag_id: STEP pooling's tag token (a PRM's tag is in its tokenizer, not its
             config; Qwen2.5-Math-PRM's is 151651).
         include_lm_head: count an untied LM head; default ``False``: vLLM serves the model as a
@@ -282,7 +293,7 @@ def preset_from_hf_config(
         ValueError: a missing config, or keys it lacks (named).
         TypeError: a source of another type.
     """
-    cfg, directory = _load(source)
+    cfg, directory = _load(source, revision)
     if include_lm_head is None:
         # A *ForCausalLM served as a pooling model drops its LM head: vLLM's adapters
         # (vllm/model_executor/models/adapters.py, _create_pooling_model_cls) load the backbone
@@ -327,11 +338,12 @@ def preset_from_hf_config(
             "encoder": "embed"}.get(kind, "token_embed")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
     max_len, limit = max_model_lens(cfg, directory)
-    default_name = (directory.name if directory is not None
-                    else cfg.get("_name_or_path") or arch or model_type or "hf-model")
+    hub_id = hub_id_of_folder(directory)
+    default_name = hub_id or (directory.name if directory is not None
+                              else cfg.get("_name_or_path") or arch or model_type or "hf-model")
     return HFModelPreset(
         name=name or str(default_name),
-        hf_id=str(cfg.get("_name_or_path") or ""),
+        hf_id=hub_id or str(cfg.get("_name_or_path") or ""),
         hidden_size=int(cfg["hidden_size"]),
         num_layers=int(cfg["num_hidden_layers"]),
         num_attention_heads=heads,
@@ -387,8 +399,9 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
     """``SimConfig`` keyword arguments for a Hugging Face config (then ``overrides``).
 
     ``SimConfig.from_hf_config(source, **overrides)`` is
-    ``cls(**simconfig_fields_from_hf(source, **overrides))``. ``step_tag_id`` and
-    ``include_lm_head`` in ``overrides`` go to ``preset_from_hf_config``.
+    ``cls(**simconfig_fields_from_hf(source, **overrides))``. ``step_tag_id``,
+    ``include_lm_head`` and ``revision`` (a Hub id's) in ``overrides`` go to
+    ``preset_from_hf_config``.
 
     Args:
         source: see ``preset_from_hf_config``.
@@ -414,6 +427,7 @@ def simconfig_fields_from_hf(source: Any, *, runner: str = "pooling", convert: s
     step_tag_id = overrides.pop("step_tag_id", None)
     preset = as_served(preset_from_hf_config(
         source, step_tag_id=step_tag_id, include_lm_head=overrides.pop("include_lm_head", None),
+        revision=overrides.pop("revision", None),
     ), runner=runner, convert=convert)
     declared = preset.declared_tasks
     task = overrides.pop("task", None) or (

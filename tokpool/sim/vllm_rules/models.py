@@ -195,7 +195,8 @@ def preset_fields(preset: str | ModelPreset, *, task: str | None = None, **overr
         fields["num_labels"] = model.num_labels
     if task == "token_classify" and model.step_tag_id is not None:
         fields["pooling"] = "STEP"
-        if model.returned_token_ids is not None and "num_returned_columns" not in overrides:
+        if model.returned_token_ids is not None and not {
+                "num_returned_columns", "returned_token_ids"} & set(overrides):
             fields["num_returned_columns"] = len(model.returned_token_ids)
     if classify:
         if model.returned_token_ids is not None:

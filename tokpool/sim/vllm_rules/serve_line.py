@@ -20,10 +20,11 @@ from ...pooler.task_names import select_pooling_task
 
 # Refusals are called through the module, never copied: the refusal tests swap them there.
 from . import engine_checks
-from .args import parse_vllm_args
+from .args import _tokens, parse_vllm_args
 from .cpu_platform import CPU_KVCACHE_SPACE_ENV, read_kvcache_space
 from .hf_config import declared_tasks
-from .models import MODEL_PRESETS, ModelPreset
+from .hub import model_source
+from .models import ModelPreset
 from .runner import read_use_v2_model_runner
 
 __all__ = ["config_from_vllm_args", "declared_tasks"]  # declared_tasks: hf_config's
@@ -50,6 +51,17 @@ def _without_env(argv):
     if isinstance(argv, str):
         return argv.split(None, n)[n] if len(argv.split()) > n else ""
     return list(argv)[n:]
+
+
+def _revision(argv) -> str | None:
+    """The line's ``--revision`` (the Hub revision its model is read at), else ``None``."""
+    tokens = _tokens(_without_env(argv))
+    for i, token in enumerate(tokens):
+        if token.startswith("--revision="):
+            return token.split("=", 1)[1]
+        if token == "--revision" and i + 1 < len(tokens):
+            return tokens[i + 1]
+    return None
 
 
 def config_from_vllm_args(cls, argv, *, model=None, **overrides) -> Any:
@@ -83,10 +95,10 @@ def config_from_vllm_args(cls, argv, *, model=None, **overrides) -> Any:
     if source is None:
         raise ValueError("from_vllm_args needs a model: in the line (vllm serve MODEL) or "
                          "as model=... (a preset name, hub id, directory or config dict)")
-    names = {k.lower() for k in MODEL_PRESETS} | {
-        m.hf_id.lower() for m in MODEL_PRESETS.values()}
-    preset = isinstance(source, ModelPreset) or (isinstance(source, str)
-                                                 and source.lower() in names)
+    # a Hub id: its files as vLLM reads them (cache or Hub), the preset only when they
+    # cannot be had (said: hub.PresetAnswersWarning); a preset name: the preset
+    source = model_source(source, revision=_revision(argv))
+    preset = isinstance(source, ModelPreset)
     if preset:  # tokpool's presets are pooling models: any runner but a generative one
         if runner in ("generate", "draft"):
             engine_checks.check_pooling_runner(
