@@ -346,3 +346,18 @@ def test_a_slice_on_the_cpu_platform_is_the_output_and_pins_its_tensor():
     for r in runs:
         assert r.requests["output_bytes"].tolist() == [80]
         assert r.steps["host_bytes"].iloc[-1] == 160
+
+
+def test_an_overwritten_marker_row_is_corrupted_even_where_the_projector_hides_it():
+    """Hidden size 2 projects through ONE ReLU unit: two different negative rows both give 0,
+    so the delivered output can equal the reference while its marker row was overwritten
+    (legacy views of one buffer row). Tensor mode checks the gathered rows before the
+    projector, and agrees with analytic mode's prediction."""
+    cfg = tp.SimConfig(pooling="JINA_RANKING", hidden_size=2, dtype="bfloat16",
+                       max_num_batched_tokens=1, max_num_seqs=1, policy="legacy",
+                       output_memory="one_buffer")
+    prompts = [[0, DOC_TOKEN_ID, 0, 0]]
+    tensor = tp.simulate(prompts, cfg, mode="tensor")
+    analytic = tp.simulate(prompts, cfg, mode="analytic")
+    assert tensor.corrupted == analytic.corrupted == [0]
+    pd.testing.assert_frame_equal(tensor.requests, analytic.requests)

@@ -30,8 +30,12 @@ JinaForRanking's marker rows are the simulator's own ``JINA_RANKING`` pooling), 
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Literal
 
 import pandas as pd
@@ -510,9 +514,10 @@ class _Ledger:
         frame, reqs = res.steps, res.requests
         by_step = {s.index: s for s in res.schedule}
         owned = self._owned_outputs(res)
+        records = reqs.to_dict("records")  # one dict per request (iloc per row is slow)
         info = {}
         for local, r in enumerate(group):
-            rec = reqs.iloc[local]
+            rec = SimpleNamespace(**records[local])
             rows, row_bytes, kept, host = self._delivered(r, int(rec.delivered_rows),
                                                           int(rec.output_bytes))
             if int(rec.finish_step) < 0:  # aborted (cancel_step): nothing pooled or sent
@@ -524,12 +529,28 @@ class _Ledger:
             if r.role == "query":
                 self.query_rows[r.request] = rows
         async_ = cfg.async_scheduling
+        # Requests by the steps they matter in (a scan of every request per step is
+        # quadratic in a call's documents): delivered at, carried over (finished, not yet
+        # delivered), and the host bytes the delivered ones hold back, cumulated by step.
+        delivered_at: dict[int, list[dict]] = defaultdict(list)
+        carried_at: dict[int, list[dict]] = defaultdict(list)
+        held_back: dict[int, int] = defaultdict(int)
+        for i in info.values():
+            if i["delivered"] >= 0:
+                delivered_at[i["delivered"]].append(i)
+                held_back[i["delivered"]] += i["sim_host"] - i["host"]
+            for t in range(max(i["finish"], -1), i["delivered"]):
+                carried_at[t].append(i)
+        held_steps = sorted(held_back)
+        held_cumsum = list(itertools.accumulate(held_back[t] for t in held_steps))
         for row in frame.itertuples(index=False):
             s = int(row.step)
             step = by_step.get(s)
             fin = [info[r] for r in (step.finished if step is not None else ())]
-            pending = [i for i in info.values() if i["finish"] < s == i["delivered"]]
-            carried = [i for i in info.values() if i["finish"] <= s < i["delivered"]]
+            delivered_now = delivered_at.get(s, [])
+            pending = [i for i in delivered_now if i["finish"] < s]
+            carried = carried_at.get(s, []) if s >= 0 else [
+                i for i in info.values() if i["finish"] <= s < i["delivered"]]
             cancelled = self.cancel_step is not None and s + offset >= self.cancel_step
             if cancelled and self.cache.nbytes:  # release_late_interaction_query_cache
                 self.cache.release(list(self.cache.entries))
@@ -539,15 +560,14 @@ class _Ledger:
             shift = sum(i["kept"] - i["owned"] for i in pending) if async_ else 0
             peak = max(int(row.pool_peak_bytes), base + extra) + shift + qc_before
             end_shift = sum(i["kept"] - i["owned"] for i in carried) if async_ else 0
-            delivered_now = [i for i in info.values() if i["delivered"] == s]
-            delivered_so_far = [i for i in info.values() if 0 <= i["delivered"] <= s]
+            n_held = bisect.bisect_right(held_steps, s)  # delivered at or before step s
+            held_so_far = held_cumsum[n_held - 1] if n_held else 0
             values = row._asdict()
             values.update(
                 step=s + offset, engine=self.engine, stage=stage,
                 pool_bytes=int(row.pool_bytes) + end_shift + self.cache.nbytes,
                 pool_peak_bytes=peak,
-                host_bytes=self.host_base + int(row.host_bytes)
-                - sum(i["sim_host"] - i["host"] for i in delivered_so_far),
+                host_bytes=self.host_base + int(row.host_bytes) - held_so_far,
                 d2h_bytes=int(row.d2h_bytes) - (sum(i["sim_host"] - i["host"]
                                                     for i in delivered_now)
                                                 if self.copies else 0),
@@ -558,7 +578,7 @@ class _Ledger:
         if self.rows:
             self.host_base = self.rows[-1]["host_bytes"]
         for local, i in info.items():
-            rec = reqs.iloc[local].to_dict()
+            rec = dict(records[local])
             r = i["req"]
             rec.update(request=r.request, role=r.role, query=r.query, engine=self.engine,
                        stage=stage, key=r.key, pooled_rows=int(rec["delivered_rows"]),
@@ -572,15 +592,18 @@ class _Ledger:
     def _owned_outputs(self, res: SimResult) -> list[int]:
         """Device bytes each request's delivered output owns (0: a view of output memory
         handed over as it is: one-shot, no head copy)."""
-        chunks = res.chunks
         out = []
         viewed = not copies_at_finish(self.cfg)
+        last_action: dict[tuple[int, int], str] = {}  # (request, step) -> its last chunk's
+        if viewed:
+            chunks = res.chunks
+            for r, step, action in zip(chunks["request"].tolist(), chunks["step"].tolist(),
+                                       chunks["action"].tolist(), strict=True):
+                last_action[(r, step)] = action
         for local, rec in enumerate(res.requests.itertuples(index=False)):
             nbytes = int(rec.output_bytes)
-            if viewed:
-                last = chunks[(chunks["request"] == local) & (chunks["step"] == rec.finish_step)]
-                if len(last) and last["action"].iloc[-1] in ("view", "offload"):
-                    nbytes = 0
+            if viewed and last_action.get((local, int(rec.finish_step))) in ("view", "offload"):
+                nbytes = 0
             out.append(nbytes)
         return out
 

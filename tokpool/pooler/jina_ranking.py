@@ -83,6 +83,9 @@ class JinaRankingPool(AllPool):
     def __init__(self, projector: nn.Module, **kwargs) -> None:
         super().__init__(**kwargs)
         self.projector = projector
+        #: the last ``forward``'s marker rows before the projector, per request (``None``:
+        #: unfinished), for an oracle: ReLU can map an overwritten row to the right output
+        self.last_gathered: list[Tensor | None] = []
 
     def forward(self, hidden_states: Tensor, metadata: PoolingMetadata) -> list[Tensor | None]:
         pooled = super().forward(hidden_states, metadata)  # AllPool: [prompt_len, H] or None
@@ -90,11 +93,14 @@ class JinaRankingPool(AllPool):
             return pooled
         token_ids = metadata.get_prompt_token_ids_cpu()
         out: list[Tensor | None] = []
+        self.last_gathered = []
         for data, ids in zip(pooled, token_ids, strict=True):
             if data is None:
                 out.append(None)
+                self.last_gathered.append(None)
                 continue
             gathered = data[marker_positions(ids).to(data.device)]  # [n_rows, H]
+            self.last_gathered.append(gathered)
             self._notify("select", [*out, gathered, *pooled])
             out.append(self._project(gathered, [*out, *pooled]))  # [n_rows, E]
         return out

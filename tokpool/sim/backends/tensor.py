@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ...pooler.heads import TokenClassifierHead, TokenEmbeddingHead
+from ...pooler.jina_ranking import marker_positions
 from ...pooler.keep_rule import KeepRule
 from ...pooler.late_chunking import late_chunk_stages
 from ...pooler.metadata import PoolingStates, build_metadata
@@ -256,6 +257,7 @@ class TensorEngine(EngineLoop):
             self._drop_finished(step)
             return pooled
         outputs = self.pooler(hidden, meta)
+        self._check_gathered(batch)
         if self.offload and not self.kind.selects(cfg):  # a selection is made on the host
             self._device_outputs.update(
                 storage_key(out) for out, rule in zip(outputs, rules, strict=True)
@@ -268,6 +270,21 @@ class TensorEngine(EngineLoop):
                 self._prealloc_writes += (stop - start) * self.row_bytes
         self._drop_finished(step)
         return {r: out for r, out in zip(batch, outputs, strict=True) if out is not None}
+
+    def _check_gathered(self, batch: list[int]) -> None:
+        """JinaForRanking: the marker rows as gathered, before the projector, against the
+        prompt's own (the projector's ReLU can map an overwritten row to the right output,
+        which the check at delivery would then miss); the pooler lets go of them."""
+        gathered = getattr(self.pooler, "last_gathered", None)
+        if not gathered:
+            return
+        for r, rows in zip(batch, gathered, strict=True):
+            if rows is None:
+                continue
+            positions = marker_positions(self.source.token_ids(r))
+            if not torch.equal(rows.cpu(), self.source.reference(r)[positions]):
+                self.corrupted.add(r)
+        self.pooler.last_gathered = []
 
     def _drop_finished(self, step: ScheduledStep) -> None:
         for r in step.finished:
