@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tokpool.sim import SimConfig, simulate
 from tokpool.sim import simulation as simulation_module
+from tokpool.sim.backends.clone_ledger import run_clone_ledger
 from tokpool.sim.schedule import scheduler as scheduler_module
 from tokpool.sim.schedule.block_counts import BlockCounts, counts_suffice
 from tokpool.sim.schedule.scheduler import kv_blocks_for, schedule
@@ -25,9 +26,11 @@ def _same(summary: dict) -> dict:
 
 
 def _general(monkeypatch) -> None:
-    """Only the general loop: no stream closed form, vLLM's block tables block by block."""
+    """Only the general loop: no stream closed form, vLLM's block tables block by block, the
+    counting engine (no clone ledger)."""
     monkeypatch.setattr(simulation_module, "stream_schedule", lambda *a, **k: None)
     monkeypatch.setattr(scheduler_module, "counts_suffice", lambda *a, **k: False)
+    monkeypatch.setattr(simulation_module, "run_clone_ledger", lambda *a, **k: None)
 
 
 @st.composite
@@ -192,3 +195,88 @@ def test_a_long_run_shows_a_bar_and_a_bad_progress_is_refused_before_any_work(ca
     with pytest.raises(TypeError, match=r"progress must be True, False or None"):
         simulate([40, 9], cfg, mode="analytic", progress="yes")
     assert len(progress.ticks(range(progress.AUTO_STEPS - 1))) == progress.AUTO_STEPS - 1
+
+
+@st.composite
+def clone_engines(draw):
+    """An engine in the clone ledger's region (token pooler, chunked, synchronous, clone's
+    keep rules) with everything else drawn: heads, thresholds, KV limits (preemptions send the
+    run back to the general loop), memory, runners, platforms, models."""
+    budget = draw(st.integers(1, 96))
+    model = draw(st.sampled_from((None, "SmolLM2-135M")))
+    return SimConfig(
+        task=draw(st.sampled_from(("token_embed", "token_classify"))),
+        hidden_size=None if model else draw(st.integers(1, 6)),
+        model=model,
+        head_dtype=draw(st.sampled_from(("auto", None, "float32", "bfloat16"))),
+        use_activation=draw(st.sampled_from((None, True, False))),
+        policy="clone",
+        max_num_batched_tokens=budget,
+        max_num_seqs=min(budget, draw(st.integers(1, 8))),
+        enable_chunked_prefill=True,
+        async_scheduling=False,
+        long_prefill_token_threshold=draw(st.none() | st.integers(1, budget)),
+        block_size=draw(st.sampled_from((1, 4, 16))),
+        output_memory=draw(st.sampled_from(("vllm", "one_buffer"))),
+        model_runner=draw(st.sampled_from(("v1", "v2"))),
+        hardware=draw(st.sampled_from(("H100 SXM", "CPU", "L4"))),
+        as_if=True,
+    )
+
+
+@settings(max_examples=480, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cfg=clone_engines(), lens=st.lists(st.integers(1, 200), min_size=1, max_size=10),
+       arrive=st.booleans(), kv=st.none() | st.integers(2, 80), data=st.data())
+def test_the_clone_ledger_equals_the_general_loop_on_every_frame(monkeypatch, cfg, lens, arrive,
+                                                                 kv, data):
+    arrivals = (data.draw(st.lists(st.integers(0, 6), min_size=len(lens), max_size=len(lens)))
+                if arrive else None)
+    used = []
+
+    def ledger(*args, **kwargs):
+        used.append(run_clone_ledger(*args, **kwargs))
+        return used[-1]
+
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(simulation_module, "run_clone_ledger", ledger)
+            fast = _run(lens, cfg, arrivals, kv)
+    except ValueError as err:  # refused before any ledger: the general loop says the same
+        with monkeypatch.context() as m:
+            _general(m)
+            with pytest.raises(type(err)) as again:
+                _run(lens, cfg, arrivals, kv)
+        assert str(again.value) == str(err)
+        return
+    if kv is None:  # nothing can preempt: the ledger ran the whole run
+        assert used and used[0] is not None
+    event(f"the clone ledger ran: {bool(used and used[0] is not None)}")  # about 2 in 3
+    with monkeypatch.context() as m:
+        _general(m)
+        slow = _run(lens, cfg, arrivals, kv)
+    assert fast.schedule == slow.schedule
+    for name in FRAMES:
+        pd.testing.assert_frame_equal(getattr(fast, name), getattr(slow, name), check_exact=True)
+    assert _same(fast.summary()) == _same(slow.summary())
+    assert (fast.corrupted, fast.peak_pooling_bytes, fast.aborts) == (
+        slow.corrupted, slow.peak_pooling_bytes, slow.aborts)
+
+
+def test_the_clone_ledger_steps_aside_outside_its_region():
+    cfg = SimConfig(hidden_size=8, max_num_batched_tokens=16)
+    steps = simulate([40, 9], cfg, mode="analytic").schedule
+    params = [None, None]
+    assert run_clone_ledger([40, 9], cfg, steps, pooling_params=params) is not None
+    for other in (cfg.replace(policy="prealloc"), cfg.replace(async_scheduling=True),
+                  cfg.replace(task="embed"), cfg.replace(enable_chunked_prefill=False)):
+        assert run_clone_ledger([40, 9], other, steps, pooling_params=params) is None, other
+    assert run_clone_ledger([40, 9], cfg, steps, pooling_params=params,
+                            aborts=["an abort"]) is None
+    assert run_clone_ledger([40, 9], cfg, steps, pooling_params=[tp_params(), None]) is None
+
+
+def tp_params():
+    from tokpool import PoolingParams
+
+    return PoolingParams(dimensions=4)

@@ -12,6 +12,7 @@ import torch
 
 from ..guard import ensure_fits
 from ..pooler.pooling_params import PoolingParams, per_request_params
+from .backends.clone_ledger import clone_steps_frame, run_clone_ledger
 from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.limits import check_byte_range, check_work
@@ -227,18 +228,16 @@ def simulate(
                 aborts=outcomes)
     else:
         with show_progress(progress):
+            # the common case in plain integers (backends.clone_ledger); None: the general loop
+            fast = run_clone_ledger(lens, config, steps, pooling_params=params, aborts=outcomes)
+            if fast is not None:
+                return _clone_ledger_result(fast, lens, config, steps, token_ids, params,
+                                            [*config.looked_past, *refuse.looked_past])
             records, requests, corrupted, engine = run_counting(
                 lens, config, steps, source=source, pooling_params=params, aborts=outcomes)
-    times = estimate_step_times(
-        [r.num_scheduled_tokens for r in records],
-        [r.context_sum for r in records],
-        [r.copy_bytes for r in records],
-        [r.d2h_bytes for r in records],
-        model=config.model,
-        hardware=config.hardware,
-        weight_bytes_per_parameter=config.dtype_size,
-        async_scheduling=config.async_scheduling,
-    )
+    times = _times(config, [r.num_scheduled_tokens for r in records],
+                   [r.context_sum for r in records], [r.copy_bytes for r in records],
+                   [r.d2h_bytes for r in records])
     frame = steps_frame(records, times)
     peak = int(frame["pool_peak_bytes"].max())
     return SimResult(
@@ -261,6 +260,32 @@ def simulate(
         pooling_params=params,
         aborts=_aborts_frame(outcomes, engine, steps),
     )
+
+
+def _times(config: SimConfig, tokens, context_sum, copy_bytes, d2h_bytes) -> dict:
+    """The steps' roofline ESTIMATES (``backends.timing``) under ``config``."""
+    return estimate_step_times(tokens, context_sum, copy_bytes, d2h_bytes, model=config.model,
+                               hardware=config.hardware,
+                               weight_bytes_per_parameter=config.dtype_size,
+                               async_scheduling=config.async_scheduling)
+
+
+def _clone_ledger_result(fast, lens, config, steps, token_ids, params,
+                         looked_past) -> SimResult:
+    """``SimResult`` of the fast analytic ledger (``backends.clone_ledger``): the same frames
+    the general loop builds."""
+    cols = fast.step_columns
+    frame = clone_steps_frame(cols, _times(config, cols["num_scheduled_tokens"],
+                                           cols["context_sum"], cols["copy_bytes"],
+                                           cols["d2h_bytes"]))
+    peak = int(frame["pool_peak_bytes"].max())
+    return SimResult(
+        config=config, mode="analytic", prompt_lens=lens, steps=frame,
+        requests=fast.requests, corrupted=[], peak_pooling_bytes=peak,
+        buffer_bytes=config.buffer_bytes, peak_device_bytes=peak + config.buffer_bytes,
+        schedule=steps, outputs=None, chunks=fast.chunks, buffer_writes=fast.buffer_writes,
+        overwrites=fast.overwrites, looked_past=looked_past, prompt_token_ids=token_ids,
+        pooling_params=params, aborts=None)
 
 
 def _aborts_frame(outcomes, engine, steps) -> pd.DataFrame:
