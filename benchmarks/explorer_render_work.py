@@ -53,9 +53,11 @@ def _explorer(name: str):
 
 
 def _clear_caches() -> None:
+    from tokpool.late_interaction.simulate_score import _maxsim_plan
     from tokpool.widgets.late_interaction import _both_paths
 
     _both_paths.cache_clear()
+    _maxsim_plan.cache_clear()
 
 
 def measure(repeats: int, *, cached: bool = False) -> dict:

@@ -31,6 +31,7 @@ JinaForRanking's marker rows are the simulator's own ``JINA_RANKING`` pooling), 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -631,9 +632,8 @@ class _Ledger:
             shared = len({i["req"].key for i in docs}) == 1
             flash = self.cuda and self.flash_kernel and shared
             width = docs[0]["row_bytes"] // self.out_size  # the head's dim, or `dimensions`
-            plan = maxsim_plan(q_lens, d_lens, width, dtype=self.cfg.output_dtype,
-                               device="cuda" if flash else "cpu",
-                               path="flash" if flash else "reference")
+            plan = _maxsim_plan(tuple(q_lens), tuple(d_lens), width, self.cfg.output_dtype,
+                                flash).copy()  # the copy keeps attrs; the cache stays clean
             plan.insert(0, "step", step)
             plan.insert(0, "engine", self.engine)
             self.maxsim.append(plan)
@@ -652,3 +652,12 @@ class _Ledger:
         cols = ["request", "role", "query", "engine", "stage", "key", "pooled_rows",
                 *[c for c in REQUEST_COLUMNS if c != "request"]]
         return pd.DataFrame(self.reqs)[cols]
+
+
+@functools.lru_cache(maxsize=256)
+def _maxsim_plan(q_lens: tuple[int, ...], d_lens: tuple[int, ...], width: int, dtype,
+                 flash: bool) -> pd.DataFrame:
+    """``maxsim_plan`` per distinct step (a call's steps repeat the same mini-batches: the
+    explorers redraw them on every control)."""
+    return maxsim_plan(q_lens, d_lens, width, dtype=dtype, device="cuda" if flash else "cpu",
+                       path="flash" if flash else "reference")
