@@ -241,3 +241,50 @@ def test_chunked_error_of_all_zeros_is_drawn_and_said_plainly() -> None:
     scale = ax.get_yscale()
     plt.close(ax.figure)
     assert scale == "linear" and "exactly 0" in texts
+
+
+# --- one redraw per committed value -----------------------------------------------------------
+
+
+def _another_value(control):
+    """A value ``control`` can take other than its current one (``None``: typed controls)."""
+    if isinstance(control, widgets_module.SelectionRangeSlider):
+        values = list(control._options_values)
+        low, high = control.value
+        i = values.index(high)
+        return (low, values[i - 1] if values[i - 1] > low else values[i + 1])
+    if isinstance(control, widgets_module.Dropdown | widgets_module.SelectionSlider
+                  | widgets_module.ToggleButtons):
+        return next(v for v in control._options_values if v != control.value)
+    if isinstance(control, widgets_module.IntSlider):
+        return control.value - 1 if control.value > control.min else control.value + 1
+    if isinstance(control, widgets_module.Checkbox | widgets_module.ToggleButton):
+        return not control.value
+    return None
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tp.memory_explorer(model="Qwen3-Embedding-8B", hardware="H100 SXM"),
+    lambda: tp.rerank_explorer(),
+    lambda: tp.ownership_explorer([20, 6, 9], budget=16, hidden_size=8),
+], ids=["memory", "rerank", "ownership"])
+def test_each_committed_value_redraws_once(make) -> None:
+    """A slider sends its value when released (``continuous_update=False``), and one committed
+    value costs one render: no observer that sets another control and draws again (issue 48:
+    a chunk-budget drag must not queue redraws behind each other)."""
+    ex = make()
+    calls = []
+    render = ex.render
+    ex.render = lambda: calls.append(1) or render()
+    moved = 0
+    for control in ex._controls:
+        if getattr(control, "continuous_update", False):
+            raise AssertionError(f"{control.description}: redraws while dragged")
+        value = _another_value(control)
+        if value is None:
+            continue
+        calls.clear()
+        control.value = value
+        assert len(calls) == 1, (control.description, len(calls))
+        moved += 1
+    assert moved >= 4

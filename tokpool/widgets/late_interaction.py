@@ -135,7 +135,8 @@ def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 
                                f"1 query × {documents:,} documents of {doc_len:,} tokens")
         return ax.figure
 
-    png = figure_png(draw())
+    # constrained layout already fits the legend; the tight box would draw the figure twice
+    png = figure_png(draw(), tight=False)
     head_cells = "".join(f"<th style='padding:2px 10px'>{html.escape(c)}</th>"
                          for c in table.columns)
     body = "".join(
