@@ -38,3 +38,15 @@ def test_every_length_starts_in_one_sentence():
         tp.sim.limit_summary(cfg)
     with pytest.raises(ValueError, match="upto"):
         tp.sim.startup_limits(cfg, 0)
+
+
+def test_the_summary_names_no_private_vllm_function():
+    """Notebook 05's first printout: vLLM's message in words, without the function it cites
+    (the refusal itself keeps it, in ``follows``)."""
+    cfg = tp.SimConfig.for_model("Qwen3-Embedding-8B", hardware="H100 SXM",
+                                 max_model_len=1 << 20, as_if=True)
+    limits = tp.sim.startup_limits(cfg)
+    assert tp.sim.startup.KV_CHECK in limits.kv_refusal
+    text = " ".join(tp.sim.limit_summary(limits))
+    assert "estimated maximum model length is" in text and "blocks of 16 tokens" in text
+    assert not re.search(r"\w\._\w|\b_[a-z]+_", text), text

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import SimConfig
-from .startup import CONTEXT_CHECK, REFUSAL_REASONS, startup_refusal
+from .startup import CONTEXT_CHECK, KV_CHECK, REFUSAL_REASONS, startup_refusal
 
 __all__ = ["StartupLimits", "limit_summary", "startup_limits"]
 
@@ -119,8 +119,9 @@ def limit_summary(limits: StartupLimits, *, messages: bool = True) -> list[str]:
                      "vLLM refuses such a --max-model-len unless "
                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; drawn as if.")
     if limits.kv_cache is not None and limits.kv_cache < limits.upto:
-        reason = REFUSAL_REASONS.get("kv_cache_planning._check_enough_kv_cache_memory", "")
+        reason = REFUSAL_REASONS.get(KV_CHECK, "")
+        # a reader's sentence: vLLM's message without the private function it cites
+        said = (limits.kv_refusal or "").replace(f"{KV_CHECK}; ", "").replace(f" ({KV_CHECK})", "")
         lines.append(f"Past {limits.kv_cache:,} tokens vLLM refuses to start: {reason}; drawn "
-                     "as if" + (f": {limits.kv_refusal}" if messages and limits.kv_refusal
-                                else "."))
+                     "as if" + (f": {said}" if messages and said else "."))
     return lines
