@@ -49,6 +49,7 @@ __all__ = [
     "abort_outcomes",
     "cancel_",
     "check_aborts",
+    "closed_form_outcomes",
     "parse_abort",
 ]
 
@@ -169,6 +170,45 @@ def abort_outcomes(steps: Sequence, aborts: Mapping[int, int], *,
             kind = "output dropped"  # async only: s == f + 1
         out.append(AbortOutcome(r, s, kind, f))
     return out
+
+
+def closed_form_outcomes(aborts: Mapping[int, int], num_steps: int, *,
+                         async_scheduling: bool) -> list[AbortOutcome]:
+    """What aborts do to ``mode="closed_form"``'s lone request of ``num_steps`` schedule()
+    calls with tokens (its last chunk in step ``num_steps - 1``).
+
+    Where an abort leaves the closed form exact: at or after the request's finish is
+    processed (a **no-op**), or under async scheduling in the call right after its last step
+    (**output dropped**: computed and copied, never sent). Both leave every byte the formula
+    counts as it is (the request ran to its end), and ``freed_*`` are 0, as in analytic mode.
+    An abort at or before the step of its last chunk cuts the prompt short: the formula solves
+    a request that runs to its end (every step's chunk, the final cat, the head), so that is
+    refused.
+
+    Raises:
+        ValueError: an abort before the request's last chunk (mid-prompt): use analytic mode.
+
+    Example:
+        >>> [o.outcome for o in closed_form_outcomes({0: 3}, 3, async_scheduling=True)]
+        ['output dropped']
+        >>> closed_form_outcomes({0: 1}, 3, async_scheduling=False)
+        Traceback (most recent call last):
+        ValueError: aborts[0] = 1 cancels the request mid-prompt (its last chunk runs in ...
+    """
+    finish = num_steps - 1
+    for r, s in sorted(aborts.items()):
+        if s <= finish:
+            raise ValueError(
+                f"aborts[{r}] = {s} cancels the request mid-prompt (its last chunk runs in step "
+                f"{finish}), and mode='closed_form' solves a request that runs to its end (each "
+                "chunk, the final cat, the head): run it with mode='analytic', which frees the "
+                "kept chunks in that step; in closed form an abort applies from step "
+                f"{finish + 1} on (a no-op, or output dropped under async scheduling)")
+
+    class _Last:  # the one step abort_outcomes reads: the request's last
+        index, finished = finish, (0,)
+
+    return abort_outcomes([_Last()], aborts, async_scheduling=async_scheduling)
 
 
 def abort_iterations(plan: list[tuple[int, object]],
