@@ -21,12 +21,10 @@ terminal summary (``parity_count``). Needs vLLM 0.33.0 (``make vllm``).
 from __future__ import annotations
 
 import inspect
-import random
 
 import pytest
 from sweep_sizes import sample_size
-from test_parity_aborts import random_aborts
-from test_parity_schedule import random_workload
+from test_parity_aborts import pool_step, runner_replays
 
 pytestmark = pytest.mark.parity
 
@@ -66,52 +64,19 @@ def _new_state(req_id: str, params, prompt_len: int):
 
 
 def test_v1_runner_state_after_aborts_is_vllms(parity_count):
-    import numpy as np
     import torch
-    from test_parity_vllm import make_vllm_pool
-    from vllm.config import VllmConfig
     from vllm.pooling_params import PoolingParams
-    from vllm.v1.pool.metadata import PoolingMetadata as VMeta
 
     import tokpool as tp
-    from tokpool.sim.schedule.aborts import abort_iterations, abort_outcomes
-    from tokpool.sim.schedule.scheduler import engine_steps
 
-    rng = random.Random(4601)
-    vllm_config = VllmConfig()
     gen = torch.Generator().manual_seed(461)
     compared = runs = freed = stale_freed = 0
     failures = []
-    for w in range(NUM_WORKLOADS):
-        kw = random_workload(rng)
-        kw["aborts"] = random_aborts(rng, kw)
-        cfg = tp.SimConfig(
-            hidden_size=4, dtype="float32", head_dtype=None, use_activation=False,
-            max_num_batched_tokens=kw["max_num_batched_tokens"],
-            max_num_seqs=kw["max_num_seqs"], enable_chunked_prefill=kw["enable_chunked_prefill"],
-            long_prefill_token_threshold=kw["long_prefill_token_threshold"],
-            kv_cache_blocks=kw["kv_cache_blocks"], block_size=kw["block_size"],
-            async_scheduling=kw["async_scheduling"], model_runner="v1", policy="clone")
-        try:
-            res = tp.simulate(kw["prompt_lens"], cfg, mode="analytic", aborts=kw["aborts"],
-                              arrival_steps=kw["arrival_steps"])
-        except ValueError:
-            continue  # refused (tests/test_parity_schedule.py: vLLM refuses the same)
+    for w, kw, aborted_at, plan, cache, pool in runner_replays(4601, "v1", NUM_WORKLOADS):
         runs += 1
-        pool = make_vllm_pool(vllm_config, "ALL", chunked=kw["enable_chunked_prefill"],
-                              async_=kw["async_scheduling"])
         requests: dict[int, object] = {}  # GPUModelRunner.requests: id -> CachedRequestState
         params = PoolingParams(task="token_embed")
         lens = kw["prompt_lens"]
-        aborted_at: dict[int, list[int]] = {}
-        for o in res.aborts.itertuples():
-            if o.outcome == "aborted":
-                aborted_at.setdefault(o.step, []).append(o.request)
-        outcomes = abort_outcomes(res.schedule, kw["aborts"],
-                                  async_scheduling=cfg.async_scheduling)
-        plan = abort_iterations(engine_steps(res.schedule, async_scheduling=cfg.async_scheduling),
-                                outcomes)
-        cache = dict(zip(res.steps["step"], res.steps["pool_cache_bytes"], strict=True))
         preempted: set[int] = set()
         for index, step in plan:
             for r in aborted_at.get(index, ()):  # finished_req_ids: self.requests.pop
@@ -125,17 +90,8 @@ def test_v1_runner_state_after_aborts_is_vllms(parity_count):
                     if r not in requests:  # scheduled_new_reqs: a new CachedRequestState
                         requests[r] = _new_state(str(r), params, lens[r])
                     preempted.discard(r)
-                reqs = [r for r, _, _ in step.chunks]
-                scheduled = [stop - start for _, start, stop in step.chunks]
-                meta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]),
-                             prompt_token_ids=None, prompt_token_ids_cpu=None,
-                             pooling_params=[params for _ in reqs],
-                             pooling_states=[requests[r].pooling_states for r in reqs])
-                meta.build_pooling_cursor(np.array(scheduled),
-                                          torch.tensor([stop for _, _, stop in step.chunks]),
-                                          torch.device("cpu"))
-                hidden = torch.randn(sum(scheduled), 4, generator=gen)  # a fresh step output
-                pool(hidden, meta)
+                pool_step(pool, step, lens, {r: s.pooling_states for r, s in requests.items()},
+                          gen)
                 for r in step.finished:  # its id joins the next call's finished_req_ids
                     requests.pop(r, None)
             held = tp.owned_bytes([t for s in requests.values()

@@ -26,7 +26,12 @@ from typing import Any
 import pandas as pd
 
 from ..sim import SimConfig, SimResult, simulate
-from .compare import first_schedule_difference, memory_comparison, random_prompts
+from .compare import (
+    MemoryCheck,
+    first_schedule_difference,
+    memory_comparison,
+    random_prompts,
+)
 from .flags import EngineFlags
 from .vllm_venv import (
     ENGINE_TIMEOUT_S,
@@ -131,31 +136,18 @@ def abort_rows(engine: EngineRun, run: int, result: SimResult) -> pd.DataFrame:
 
 
 @dataclass
-class AbortCheck:
-    """One engine start with aborts against ``tp.simulate`` (``compare_aborts``).
+class AbortCheck(MemoryCheck):
+    """One engine start with aborts against ``tp.simulate`` (``compare_aborts``): a
+    ``MemoryCheck`` (``serve_line``, ``engine`` with memory and aborts filled, ``predicted``
+    with the same aborts, ``tables``: every step's pooling bytes; ``steps_compared``,
+    ``steps_equal``) and, per run, the schedules' first difference and the aborts.
 
     Attributes:
-        serve_line: what both sides ran.
-        engine: the engine's answer (memory and aborts filled).
-        predicted: per run, ``tp.simulate``'s result with the same aborts.
         schedule_differences: per run, ``first_schedule_difference`` (``None``: equal).
-        tables: per run, ``memory_comparison`` (every step's pooling bytes).
         aborts: per run, ``abort_rows``.
     """
-    serve_line: str
-    engine: EngineRun
-    predicted: list[SimResult]
     schedule_differences: list[str | None]
-    tables: list[pd.DataFrame]
     aborts: list[pd.DataFrame]
-
-    @property
-    def steps_compared(self) -> int:
-        return sum(len(t) for t in self.tables)
-
-    @property
-    def steps_equal(self) -> int:
-        return sum(int(t["equal"].sum()) for t in self.tables)
 
     @property
     def model_runner(self) -> str:
