@@ -80,7 +80,8 @@ engine: install
 # `make test`: about 1 h on 2 busy cores.
 engine-test: engine
 	TOKPOOL_ENGINE_PYTHON=$(abspath $(ENGINE_VENV))/bin/python $(PY) -m pytest -m engine \
-		tests/test_engine_vllm.py tests/test_engine_score.py $(PYTEST_ARGS)
+		tests/test_engine_vllm.py tests/test_engine_score.py tests/test_engine_aborts.py \
+		$(PYTEST_ARGS)
 
 # The index venv (checked each time, rebuilt when missing or damaged; where it cannot be built
 # it says why and tests/test_index_real.py skips). `make test` runs that test (one small index

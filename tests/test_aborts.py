@@ -117,7 +117,7 @@ def test_bad_aborts_are_refused_in_words(aborts, error, words):
 def test_an_abort_before_arrival_or_with_a_closed_form_is_refused():
     with pytest.raises(ValueError, match="arrives at step 4"):
         tp.simulate([250, 120], small(), mode="analytic", arrival_steps=[0, 4], aborts={1: 2})
-    with pytest.raises(ValueError, match="closed forms and given schedules"):
+    with pytest.raises(ValueError, match="mid-prompt"):  # issue 46: closed form where exact
         tp.simulate([250], small(), mode="closed_form", aborts={0: 1})
 
 

@@ -51,6 +51,79 @@ def random_aborts(rng: random.Random, kw: dict) -> dict[int, int]:
     return aborts
 
 
+def runner_replay(kw: dict, model_runner: str):
+    """What a runner replay of one abort workload needs: ``tp.simulate`` (analytic, clone,
+    width 4, no head, the given runner) with its aborts, as ``({step: requests aborted},
+    engine iterations [(step, ScheduledStep | None)], {step: pool_cache_bytes})``; ``None``
+    where tokpool refuses the workload (vLLM refuses the same)."""
+    import tokpool as tp
+    from tokpool.sim.schedule.aborts import abort_iterations
+    from tokpool.sim.schedule.scheduler import engine_steps
+
+    cfg = tp.SimConfig(
+        hidden_size=4, dtype="float32", head_dtype=None, use_activation=False,
+        max_num_batched_tokens=kw["max_num_batched_tokens"],
+        max_num_seqs=kw["max_num_seqs"], enable_chunked_prefill=kw["enable_chunked_prefill"],
+        long_prefill_token_threshold=kw["long_prefill_token_threshold"],
+        kv_cache_blocks=kw["kv_cache_blocks"], block_size=kw["block_size"],
+        async_scheduling=kw["async_scheduling"], model_runner=model_runner, policy="clone")
+    try:
+        res = tp.simulate(kw["prompt_lens"], cfg, mode="analytic", aborts=kw["aborts"],
+                          arrival_steps=kw["arrival_steps"])
+    except ValueError:
+        return None
+    aborted_at: dict[int, list[int]] = {}
+    for o in res.aborts.itertuples():
+        if o.outcome == "aborted":
+            aborted_at.setdefault(o.step, []).append(o.request)
+    outcomes = abort_outcomes(res.schedule, kw["aborts"], async_scheduling=cfg.async_scheduling)
+    plan = abort_iterations(engine_steps(res.schedule, async_scheduling=cfg.async_scheduling),
+                            outcomes)
+    return aborted_at, plan, dict(zip(res.steps["step"], res.steps["pool_cache_bytes"],
+                                      strict=True))
+
+
+def runner_replays(seed: int, model_runner: str, n: int):
+    """The first ``n`` random abort workloads of the seeded stream ``seed``, each that tokpool
+    does not refuse with ``runner_replay``'s answer and a fresh vLLM ``AllPool``: yields
+    ``(index, workload, aborted_at, plan, cache, pool)``."""
+    from test_parity_vllm import make_vllm_pool
+    from vllm.config import VllmConfig
+
+    rng = random.Random(seed)
+    vllm_config = VllmConfig()
+    for w in range(n):
+        kw = random_workload(rng)
+        kw["aborts"] = random_aborts(rng, kw)
+        replay = runner_replay(kw, model_runner)
+        if replay is None:
+            continue  # refused (tests/test_parity_schedule.py: vLLM refuses the same)
+        pool = make_vllm_pool(vllm_config, "ALL", chunked=kw["enable_chunked_prefill"],
+                              async_=kw["async_scheduling"])
+        yield (w, kw, *replay, pool)
+
+
+def pool_step(pool, step, lens, states: dict, gen) -> None:
+    """One engine step through vLLM's ``AllPool``: ``PoolingMetadata`` of the step's chunks
+    with each request's ``PoolingStates`` from ``states``, on fresh hidden states
+    ``[tokens, 4]``."""
+    import numpy as np
+    import torch
+    from vllm.pooling_params import PoolingParams
+    from vllm.v1.pool.metadata import PoolingMetadata as VMeta
+
+    reqs = [r for r, _, _ in step.chunks]
+    scheduled = [stop - start for _, start, stop in step.chunks]
+    meta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]),
+                 prompt_token_ids=None, prompt_token_ids_cpu=None,
+                 pooling_params=[PoolingParams(task="token_embed") for _ in reqs],
+                 pooling_states=[states[r] for r in reqs])
+    meta.build_pooling_cursor(np.array(scheduled),
+                              torch.tensor([stop for _, _, stop in step.chunks]),
+                              torch.device("cpu"))
+    pool(torch.randn(sum(scheduled), 4, generator=gen), meta)  # a fresh step output
+
+
 def test_random_aborts_schedule_as_vllm(parity_count):
     rng = random.Random(46)
     failures = []
@@ -133,53 +206,18 @@ def test_runner_state_after_aborts_is_vllms(parity_count):
     every id in ``finished_req_ids`` or ``preempted_req_ids``: an abort's in the abort's step)
     and vLLM's ``AllPool``; after every engine iteration the bytes vLLM's states hold equal
     tokpool's ``pool_cache_bytes`` (analytic mode), and an aborted request's state is gone."""
-    import numpy as np
     import torch
-    from test_parity_vllm import make_vllm_pool
-    from vllm.config import VllmConfig
-    from vllm.pooling_params import PoolingParams
-    from vllm.v1.pool.metadata import PoolingMetadata as VMeta
     from vllm.v1.pool.metadata import PoolingStates as VStates
     from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
     import tokpool as tp
-    from tokpool.sim.schedule.aborts import abort_iterations
-    from tokpool.sim.schedule.scheduler import engine_steps
 
-    rng = random.Random(464)
-    vllm_config = VllmConfig()
     gen = torch.Generator().manual_seed(46)
     compared = runs = freed = 0
-    for _ in range(NUM_WORKLOADS):
-        kw = random_workload(rng)
-        kw["aborts"] = random_aborts(rng, kw)
-        cfg = tp.SimConfig(
-            hidden_size=4, dtype="float32", head_dtype=None, use_activation=False,
-            max_num_batched_tokens=kw["max_num_batched_tokens"],
-            max_num_seqs=kw["max_num_seqs"], enable_chunked_prefill=kw["enable_chunked_prefill"],
-            long_prefill_token_threshold=kw["long_prefill_token_threshold"],
-            kv_cache_blocks=kw["kv_cache_blocks"], block_size=kw["block_size"],
-            async_scheduling=kw["async_scheduling"], model_runner="v2", policy="clone")
-        try:
-            res = tp.simulate(kw["prompt_lens"], cfg, mode="analytic", aborts=kw["aborts"],
-                              arrival_steps=kw["arrival_steps"])
-        except ValueError:
-            continue  # refused (tests/test_parity_schedule.py: vLLM refuses the same)
+    for _, kw, aborted_at, plan, cache, pool in runner_replays(464, "v2", NUM_WORKLOADS):
         runs += 1
-        pool = make_vllm_pool(vllm_config, "ALL", chunked=kw["enable_chunked_prefill"],
-                              async_=kw["async_scheduling"])
         runner = object.__new__(PoolingRunner)
         runner.pooling_params, runner.pooling_states, runner.prompt_token_ids = {}, {}, {}
-        lens = kw["prompt_lens"]
-        aborted_at: dict[int, list[int]] = {}
-        for o in res.aborts.itertuples():
-            if o.outcome == "aborted":
-                aborted_at.setdefault(o.step, []).append(o.request)
-        outcomes = abort_outcomes(res.schedule, kw["aborts"],
-                                  async_scheduling=cfg.async_scheduling)
-        plan = abort_iterations(engine_steps(res.schedule, async_scheduling=cfg.async_scheduling),
-                                outcomes)
-        cache = dict(zip(res.steps["step"], res.steps["pool_cache_bytes"], strict=True))
         for index, step in plan:
             for r in aborted_at.get(index, ()):  # finished_req_ids: GPUModelRunner.finish_requests
                 had = r in runner.pooling_states
@@ -191,17 +229,7 @@ def test_runner_state_after_aborts_is_vllms(parity_count):
                 for r, start, _ in step.chunks:
                     if start == 0 or r not in runner.pooling_states:
                         runner.pooling_states[r] = VStates()  # add_request: a fresh state
-                reqs = [r for r, _, _ in step.chunks]
-                scheduled = [stop - start for _, start, stop in step.chunks]
-                meta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]),
-                             prompt_token_ids=None, prompt_token_ids_cpu=None,
-                             pooling_params=[PoolingParams(task="token_embed") for _ in reqs],
-                             pooling_states=[runner.pooling_states[r] for r in reqs])
-                meta.build_pooling_cursor(np.array(scheduled),
-                                          torch.tensor([stop for _, _, stop in step.chunks]),
-                                          torch.device("cpu"))
-                hidden = torch.randn(sum(scheduled), 4, generator=gen)  # a fresh step output
-                pool(hidden, meta)
+                pool_step(pool, step, kw["prompt_lens"], runner.pooling_states, gen)
                 for r in step.finished:  # the runner drops a finished request's state
                     runner.remove_request(r)
             held = tp.owned_bytes([t for s in runner.pooling_states.values()

@@ -31,6 +31,7 @@ from ._text import format_bytes
 from .report import execute_notebooks
 from .sim.backends.limits import DEFAULT_MAX_RECORDS, MAX_STEPS_ENV, engine_record_limit
 from .sim.backends.progress import bar_file
+from .sim.schedule.aborts import abort_lines, abort_map, parse_abort
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 _DEFAULT_RANGE_POINTS = 25
@@ -291,7 +292,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     config = _sim_config(args, policy=args.policy, async_scheduling=args.async_scheduling)
     check_steps(prompt_lens, config.max_num_batched_tokens, args.max_steps, mode=args.mode)
     with _step_limit(args, prompt_lens), bar_file(sys.stderr):  # a long run's bar: stderr
-        result = tp.simulate(prompt_lens, config, mode=args.mode)
+        result = tp.simulate(prompt_lens, config, mode=args.mode, aborts=abort_map(args.abort))
     steps = result.steps
     columns = [c for c in ("step", "num_scheduled_tokens", "num_finished", "pool_bytes",
                            "pool_peak_bytes", "host_bytes", "copy_bytes", "d2h_bytes",
@@ -321,6 +322,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         print(f"corrupted requests: {result.corrupted or 'none'}")
     else:
         print(f"corrupted requests (predicted): {result.corrupted or 'none'}")
+    for line in abort_lines(result.aborts):
+        print(line)
     if args.csv:
         steps.to_csv(args.csv, index=False)
         print(f"per-step table written to {args.csv}")
@@ -599,6 +602,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default="clone", help="legacy, clone, prealloc or offload")
     p.add_argument("--async", dest="async_scheduling", action="store_true",
                    help="async scheduling (step N+1 launches before step N's host copy)")
+    p.add_argument("--abort", action="append", type=_arg(parse_abort), metavar="REQ:STEP",
+                   help="cancel request REQ before engine step STEP (repeatable)")
     _add_engine_options(p)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
     p.add_argument("--csv", help="write the per-step table here")

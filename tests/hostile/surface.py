@@ -648,6 +648,8 @@ def cli_cases(w: World) -> list[Case]:
             "--model-preset": ["nope"], "--mode": ["fast"], "--max-steps": ["0", "x"],
             "--max-rows": ["-1", "x"], "--trace": [str(w.tmp), str(w.tmp / "m" / "t.json")],
             "--csv": [str(w.tmp)], "--usage": ["cli"], "--output-memory": ["two"],
+            "--abort": ["", "0", "0:", ":3", "a:b", "-1:3", "0:-2", "0:1.5", "5:3", "0:1:2",
+                        "0:99999999999999999999", "0:0"],
             "--vllm-args": ["", "vllm serve", "vllm serve X --nope 1",
                             "vllm serve Qwen/Qwen3-Embedding-8B --max-num-seqs x",
                             "vllm serve Qwen/Qwen3-Embedding-8B -tp 3"],

@@ -12,7 +12,10 @@ prediction, and their per-step outputs, schedules and pooling bytes compared.
     report.py     the comparison as text, and whether the check passed
     score.py      ``tokpool engine-check --score``: vLLM's two-stage scoring flow against
                   ``simulate_score``
+    aborts.py     a real abort: requests cancelled between engine steps (``compare_aborts``)
+                  against ``tp.simulate(..., aborts=...)``
     driver.py     the script that runs inside the engine's venv (never imported by tokpool)
+    abort_run.py  the driver run with aborts (a script in the engine's venv, like driver.py)
 
 Nothing here is imported by ``import tokpool``: the command line loads it on use. The driver
 runs as a script from this folder, which Python puts first on its ``sys.path``: no module here

@@ -612,13 +612,17 @@ def _serve(spec: dict, LLM, PoolerConfig, TokensPrompt, steps: list, preempted: 
             return "bad_schedule", (f"run {r}: {len(prompts)} prompts but the scheduler saw "
                                     f"{len(ids)} requests")
         index = {req_id: i for i, req_id in enumerate(ids)}
-        for i, res in enumerate(results):
+        # external id ("7" of "7-ab12cd34") -> prompt: an aborted request returns no output
+        prompt_of = {k.split("-", 1)[0]: v for k, v in index.items()}
+        done = {prompt_of.get(res.request_id, i): res for i, res in enumerate(results)}
+        for i, res in done.items():
             tensors[f"{r}.{i}"] = res.outputs.data.detach().to("cpu", torch.float32).contiguous()
         run = {
             "seconds": round(seconds, 3),
             "steps": [{str(index[k]): v for k, v in step.items()} for step in steps],
             "preempted": [[index[k] for k in step] for step in preempted],
-            "output_rows": [int(res.outputs.data.shape[0]) for res in results],
+            "output_rows": [int(done[i].outputs.data.shape[0]) if i in done else 0
+                            for i in range(len(prompts))],
         }
         if recorder is not None:
             try:

@@ -50,7 +50,8 @@ class EngineRun:
     """What one engine start returned.
 
     Attributes:
-        outputs: per run, per prompt: the engine's per-token output ``[n_tokens, width]``.
+        outputs: per run, per prompt: the engine's per-token output ``[n_tokens, width]``
+            (``None`` for a request aborted before it finished: ``tokpool.engine.aborts``).
         steps: per run, per step that scheduled tokens: ``{prompt index: num_scheduled_tokens}``.
         info: versions, ``device``, ``start_seconds``, ``num_kv_blocks``, ``block_size``, the
             resolved scheduler flags, per-run seconds.
@@ -215,7 +216,7 @@ def engine_request(model_dir, task: str, runs, flags: EngineFlags | None) -> dic
 
 
 def _engine_run(info: dict[str, Any], tensors: dict[str, Tensor], runs) -> EngineRun:
-    outputs = [[tensors[f"{r}.{i}"] for i in range(len(prompts))]
+    outputs = [[tensors.get(f"{r}.{i}") for i in range(len(prompts))]  # None: aborted
                for r, prompts in enumerate(runs)]
     steps = [[{int(k): v for k, v in step.items()} for step in run["steps"]]
              for run in info["runs"]]
@@ -225,7 +226,7 @@ def _engine_run(info: dict[str, Any], tensors: dict[str, Tensor], runs) -> Engin
 
 
 def drive(request: dict[str, Any], exe: Path, timeout_s: float, model_dir,
-          task: str) -> tuple[dict[str, Any], dict[str, Tensor]]:
+          task: str, *, script: Path = _DRIVER) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Run the driver on ``request`` in a subprocess: its ``result.json`` and tensors.
 
     Args:
@@ -234,6 +235,7 @@ def drive(request: dict[str, Any], exe: Path, timeout_s: float, model_dir,
         exe: the Python with vLLM (``engine_python``).
         timeout_s: seconds the subprocess may take.
         model_dir, task: named in the error when the engine fails.
+        script: the script run (``driver.py``, or ``abort_run.py``, which runs it with aborts).
 
     Raises:
         EngineCheckError: the driver's own error, a timeout, a Python that cannot run, or an
@@ -246,7 +248,7 @@ def drive(request: dict[str, Any], exe: Path, timeout_s: float, model_dir,
         env.pop("PYTHONPATH", None)  # the driver needs vLLM's environment, not tokpool's
         try:
             with open(log, "wb") as sink:
-                done = subprocess.run([str(exe), str(_DRIVER), str(req), str(out)], cwd=tmp,
+                done = subprocess.run([str(exe), str(script), str(req), str(out)], cwd=tmp,
                                       env=env, stdout=sink, stderr=subprocess.STDOUT,
                                       timeout=timeout_s)
         except subprocess.TimeoutExpired:

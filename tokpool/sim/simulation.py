@@ -25,7 +25,7 @@ from .config import SimConfig
 from .memory.ledger import REQUEST_COLUMNS, STEP_COLUMNS, requests_frame, steps_frame
 from .memory.views import overwrites_frame, writes_frame
 from .results.result import SimResult
-from .schedule.aborts import abort_outcomes, aborts_frame, check_aborts
+from .schedule.aborts import abort_outcomes, aborts_frame, check_aborts, closed_form_outcomes
 from .schedule.given import check_schedule
 from .schedule.scheduler import (
     ScheduledStep,
@@ -118,7 +118,11 @@ def simulate(
             are freed at once, its pooling state in engine step ``step`` (an abort-only
             iteration when nothing else runs). ``SimResult.aborts`` says what each did and
             freed; an abort at or after a request's finish is a ``"no-op"`` there, as vLLM
-            ignores finished ids. Tensor and analytic modes, either scheduler.
+            ignores finished ids. Tensor and analytic modes, either scheduler; in
+            ``mode="closed_form"`` only where the formula stays exact — an abort after the
+            request's last chunk (a no-op, or ``"output dropped"`` under async scheduling);
+            one mid-prompt is refused there, saying so (the formula runs the request to its
+            end: ``schedule.aborts.closed_form_outcomes``). Not with a given ``schedule``.
 
     Returns:
         A ``SimResult`` (``steps``, ``requests``, ``corrupted``, peaks).
@@ -156,11 +160,10 @@ def simulate(
     refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     abort_map = check_aborts(aborts, len(lens), None if schedule is not None else
                              check_arrival_steps(arrival_steps, len(lens)))
-    if abort_map and (mode == "closed_form" or schedule is not None):
+    if abort_map and schedule is not None:
         raise ValueError("aborts change the schedule, so they need tokpool's or vLLM's "
-                         "scheduler: run them with mode='tensor' or 'analytic' and no given "
-                         "schedule (closed forms and given schedules run every prompt to its "
-                         "end)")
+                         "scheduler: run them with no given schedule (a given schedule runs "
+                         "every prompt to its end)")
     check_byte_range(lens, config, what=f"simulate(mode={mode!r})")  # no int64 wrap
     if mode == "closed_form" and scheduler != "tokpool":
         raise ValueError(f"mode='closed_form' solves tokpool's own schedule of one request by "
@@ -173,7 +176,7 @@ def simulate(
             raise ValueError("closed forms solve tokpool's own schedule of one request by "
                              "formula; run a given schedule with mode='tensor' or 'analytic'")
         result = _closed_form_result(lens, config, source=source, arrival_steps=arrival_steps,
-                                     params=params[0])
+                                     params=params[0], aborts=abort_map)
         result.looked_past = [*config.looked_past, *refuse.looked_past]
         return result
     if schedule is not None:
@@ -431,7 +434,8 @@ def chunks_frame(chunks) -> pd.DataFrame:
                         | {"eager": bool, "owned": bool})
 
 
-def _closed_form_result(lens, config, *, source, arrival_steps, params=None) -> SimResult:
+def _closed_form_result(lens, config, *, source, arrival_steps, params=None,
+                        aborts=None) -> SimResult:
     if len(lens) != 1 or source is not None or arrival_steps is not None:
         raise ValueError(
             "mode='closed_form' solves ONE request from the synthetic source with no arrival "
@@ -442,6 +446,9 @@ def _closed_form_result(lens, config, *, source, arrival_steps, params=None) -> 
               for k, v in single_request(np.asarray(lens, dtype=np.int64), config,
                                          params).items()}
     peak = int(values["peak_pooling_bytes"])
+    outcomes = closed_form_outcomes(  # only where the formula stays exact (else refused)
+        aborts or {}, int(values["num_steps"]) - int(config.async_scheduling),
+        async_scheduling=config.async_scheduling)
     summary = {"prompt_len": lens[0], "policy": config.policy,
                "async_scheduling": config.async_scheduling}
     summary |= {k: (bool(v) if k == "corrupted" else v.item() if hasattr(v, "item") else v)
@@ -458,4 +465,6 @@ def _closed_form_result(lens, config, *, source, arrival_steps, params=None) -> 
         corrupted=[0] if values["corrupted"] else [], peak_pooling_bytes=peak,
         buffer_bytes=config.buffer_bytes, peak_device_bytes=peak + config.buffer_bytes,
         schedule=[], chunks=pd.DataFrame(columns=list(CHUNK_COLUMNS)), closed_form=summary,
+        aborts=aborts_frame([{**vars(o), "freed_pool_bytes": 0, "freed_host_bytes": 0}
+                             for o in outcomes]) if aborts else None,
     )

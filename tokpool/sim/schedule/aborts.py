@@ -37,15 +37,20 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..._args import as_whole
+from ..._args import INT32_MAX, as_whole
+from ..._text import format_bytes
 
 __all__ = [
     "ABORT_COLUMNS",
     "AbortOutcome",
     "abort_iterations",
+    "abort_lines",
+    "abort_map",
     "abort_outcomes",
     "cancel_",
     "check_aborts",
+    "closed_form_outcomes",
+    "parse_abort",
 ]
 
 #: ``SimResult.aborts`` columns.
@@ -77,8 +82,8 @@ def check_aborts(aborts: object, n: int, arrival: Sequence[int] | None = None) -
 
     Raises:
         TypeError: not a mapping, or a request / step that is not a whole number.
-        ValueError: an unknown request, a negative step, or a step before the request arrives
-            (vLLM cannot cancel a request it has not been given).
+        ValueError: an unknown request, a negative step, a step past 2**31 - 1, or a step
+            before the request arrives (vLLM cannot cancel a request it has not been given).
 
     Example:
         >>> check_aborts({1: 3}, 2)
@@ -107,6 +112,10 @@ def check_aborts(aborts: object, n: int, arrival: Sequence[int] | None = None) -
         if s < 0:
             raise ValueError(f"aborts[{r}] = {s}: an engine step is >= 0 (the schedule() call "
                              "the abort arrives before)")
+        if s > INT32_MAX:
+            raise ValueError(f"aborts[{r}] = {s}: past any run (engine steps are below "
+                             f"{INT32_MAX + 1:,}); an abort after the request finished is a "
+                             "no-op, so give its step within the run")
         if arrival is not None and s < arrival[r]:
             raise ValueError(f"aborts[{r}] = {s} but request {r} arrives at step {arrival[r]}: "
                              "vLLM cannot cancel a request it has not been given; abort it at "
@@ -163,6 +172,45 @@ def abort_outcomes(steps: Sequence, aborts: Mapping[int, int], *,
     return out
 
 
+def closed_form_outcomes(aborts: Mapping[int, int], num_steps: int, *,
+                         async_scheduling: bool) -> list[AbortOutcome]:
+    """What aborts do to ``mode="closed_form"``'s lone request of ``num_steps`` schedule()
+    calls with tokens (its last chunk in step ``num_steps - 1``).
+
+    Where an abort leaves the closed form exact: at or after the request's finish is
+    processed (a **no-op**), or under async scheduling in the call right after its last step
+    (**output dropped**: computed and copied, never sent). Both leave every byte the formula
+    counts as it is (the request ran to its end), and ``freed_*`` are 0, as in analytic mode.
+    An abort at or before the step of its last chunk cuts the prompt short: the formula solves
+    a request that runs to its end (every step's chunk, the final cat, the head), so that is
+    refused.
+
+    Raises:
+        ValueError: an abort before the request's last chunk (mid-prompt): use analytic mode.
+
+    Example:
+        >>> [o.outcome for o in closed_form_outcomes({0: 3}, 3, async_scheduling=True)]
+        ['output dropped']
+        >>> closed_form_outcomes({0: 1}, 3, async_scheduling=False)
+        Traceback (most recent call last):
+        ValueError: aborts[0] = 1 cancels the request mid-prompt (its last chunk runs in ...
+    """
+    finish = num_steps - 1
+    for r, s in sorted(aborts.items()):
+        if s <= finish:
+            raise ValueError(
+                f"aborts[{r}] = {s} cancels the request mid-prompt (its last chunk runs in step "
+                f"{finish}), and mode='closed_form' solves a request that runs to its end (each "
+                "chunk, the final cat, the head): run it with mode='analytic', which frees the "
+                "kept chunks in that step; in closed form an abort applies from step "
+                f"{finish + 1} on (a no-op, or output dropped under async scheduling)")
+
+    class _Last:  # the one step abort_outcomes reads: the request's last
+        index, finished = finish, (0,)
+
+    return abort_outcomes([_Last()], aborts, async_scheduling=async_scheduling)
+
+
 def abort_iterations(plan: list[tuple[int, object]],
                      outcomes: Sequence[AbortOutcome]) -> list[tuple[int, object]]:
     """The engine's iterations with an abort-only one ``(step, None)`` where an abort frees a
@@ -179,3 +227,65 @@ def aborts_frame(rows: Sequence[dict]) -> pd.DataFrame:
     """``SimResult.aborts`` in ``ABORT_COLUMNS`` order."""
     frame = pd.DataFrame(list(rows), columns=list(ABORT_COLUMNS))
     return frame.astype({c: "int64" for c in ABORT_COLUMNS if c != "outcome"})
+
+
+# --- the command line: ``tokpool simulate --abort REQ:STEP`` (repeatable) -------------------
+
+
+def parse_abort(text: str) -> tuple[int, int]:
+    """One ``--abort REQ:STEP``: ``(request, step)`` (request: its index in ``--prompt-lens``;
+    step: the engine step it is cancelled before). Whether the request exists is checked by
+    ``check_aborts`` once the prompts are known.
+
+    Raises:
+        ValueError: not two whole numbers >= 0 joined by a colon.
+
+    Example:
+        >>> parse_abort("1:3")
+        (1, 3)
+        >>> parse_abort("1")
+        Traceback (most recent call last):
+        ValueError: --abort '1': give REQ:STEP, e.g. 1:3 (request 1, by its index in ...
+    """
+    req, sep, step = text.partition(":")
+    values = [req.strip(), step.strip()]
+    if not sep or not all(v.isdigit() and v.isascii() for v in values):
+        raise ValueError(f"--abort {text!r}: give REQ:STEP, e.g. 1:3 (request 1, by its index "
+                         "in --prompt-lens, cancelled before engine step 3); both whole "
+                         "numbers >= 0")
+    return int(values[0]), int(values[1])
+
+
+def abort_map(pairs: Sequence[tuple[int, int]] | None) -> dict[int, int] | None:
+    """The ``--abort`` flags as ``tp.simulate``'s ``aborts`` (``None`` without any).
+
+    Raises:
+        ValueError: one request given two steps.
+
+    Example:
+        >>> abort_map([(1, 3), (0, 2)])
+        {1: 3, 0: 2}
+    """
+    if not pairs:
+        return None
+    out: dict[int, int] = {}
+    for r, s in pairs:
+        if r in out and out[r] != s:
+            raise ValueError(f"--abort names request {r} twice (steps {out[r]} and {s}): a "
+                             "request is cancelled once; keep one --abort per request")
+        out[r] = s
+    return out
+
+
+def abort_lines(frame: pd.DataFrame | None) -> list[str]:
+    """``SimResult.aborts`` as the command line prints it, one line per abort (none without
+    aborts)."""
+    lines: list[str] = []
+    for row in (frame if frame is not None else pd.DataFrame()).itertuples(index=False):
+        freed = int(row.freed_pool_bytes) + int(row.freed_host_bytes)
+        what = {"aborted": f"freed {format_bytes(freed)} ({freed:,} B) of pooling state",
+                "no-op": f"already finished in step {row.finish_step}: vLLM ignores it",
+                "output dropped": "its output, computed and copied, is never sent"}
+        lines.append(f"abort: request {row.request} before step {row.step}: {row.outcome}; "
+                     f"{what.get(row.outcome, '')}")
+    return lines
