@@ -134,7 +134,7 @@ def plan(model: str | None = None, *, task: str | None = None, gpu: str = "H100"
     if starts and prompt_len > cfg.max_model_len:
         refusals += [EngineRefusal(
             f"a {prompt_len:,}-token prompt is longer than max_model_len={cfg.max_model_len:,}"
-            f": vLLM refuses the request as it arrives; serve it with --max-model-len "
+            f" (InputProcessor._validate_prompt_len); serve it with --max-model-len "
             f"{prompt_len} where the model's context allows", follows="_validate_prompt_len")]
         refusals += startup_refusal(cfg, prompt_len)  # the engine that would take it
     serves = not refusals

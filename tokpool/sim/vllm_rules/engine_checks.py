@@ -477,8 +477,8 @@ def check_prompts_fit(prompt_lens: Sequence[int], max_model_len: int | None, *,
     empty = np.flatnonzero(lens == 0)
     if empty.size:
         raise EngineRefusal(
-            f"request {empty[0]} is empty (0 prompt tokens); vLLM refuses an empty prompt "
-            "as the request arrives: give it at least one token",
+            f"request {empty[0]} is empty (0 prompt tokens); vLLM rejects empty prompts "
+            "(InputProcessor._validate_prompt_len)",
             follows="InputProcessor._validate_prompt_len", can_look_past=False)
     if max_model_len is None:
         return
@@ -489,8 +489,7 @@ def check_prompts_fit(prompt_lens: Sequence[int], max_model_len: int | None, *,
         raise EngineRefusal(
             f"request {i} has {n} prompt tokens, longer than {whose}max_model_len="
             f"{max_model_len} ({count:,} such request{'s' if count > 1 else ''}); vLLM "
-            "refuses a prompt longer than the model's context as the request arrives. Pass "
-            "max_model_len >= "
+            "rejects it (InputProcessor._validate_prompt_len). Pass max_model_len >= "
             f"{n} (vLLM's --max-model-len) if the model supports that context, shorten the "
             "prompt, or simulate it on purpose with as_if=True",
             follows="InputProcessor._validate_prompt_len")
