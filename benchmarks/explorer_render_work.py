@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -88,10 +89,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    load_before = [round(x, 2) for x in os.getloadavg()]
     result = {"cpu_s_per_redraw_slowest_value": measure(args.repeats),
               "cpu_s_per_redraw_seen_value": measure(args.repeats, cached=True),
               "repeats": args.repeats, "machine": platform.machine(),
               "python": platform.python_version(), "matplotlib": matplotlib.__version__,
+              "load_average_before_after": [load_before,
+                                            [round(x, 2) for x in os.getloadavg()]],
               "note": "CPU time of the render work alone (process_time), best of repeats, "
                       "the slowest value per control; no browser. slowest_value: caches "
                       "emptied first (a value not seen before); seen_value: caches kept"}

@@ -28,12 +28,31 @@ from ..sim import SimConfig
 from ..sim.vllm_rules.scoring_path import LateInteractionHead
 from .simulate_score import simulate_score
 
-__all__ = ["STAGES", "rerank_sweep", "width_head"]
+__all__ = ["STAGES", "refusal_words", "rerank_sweep", "width_head"]
 
 #: The two late-interaction paths: ``"two"`` (flash late interaction on), ``"one"`` (off).
 STAGES: dict[str, bool] = {"two": True, "one": False}
 
 Stages = Literal["two", "one"]
+
+
+def refusal_words(err: Exception) -> str:
+    """vLLM's refusal as a reader reads it: its words without the vLLM function it follows
+    (private names such as ``InputProcessor._validate_prompt_len``; an ``EngineRefusal`` keeps
+    that in ``err.follows``).
+
+    Example:
+        >>> from tokpool.sim.vllm_rules.engine_checks import check_prompts_fit
+        >>> try:
+        ...     check_prompts_fit([9000], 8192)
+        ... except ValueError as err:
+        ...     refused = err
+        >>> said = refusal_words(refused)
+        >>> "_validate" in said, said.split("; ")[1][:16], refused.follows
+        (False, 'vLLM rejects it.', 'InputProcessor._validate_prompt_len')
+    """
+    text, follows = str(err), getattr(err, "follows", "")
+    return text.replace(f" ({follows})", "") if follows else text
 
 
 def width_head(config: SimConfig, width: int | None) -> LateInteractionHead | None:
@@ -61,7 +80,8 @@ def rerank_sweep(n_docs: Sequence[int], doc_lens: Sequence[int], config: SimConf
 
     Returns:
         One row per call: ``stages``, ``n_docs``, ``doc_len``, ``query_len``, ``refused``
-        (bool), ``refusal`` (vLLM's words, else ``""``) and ``ScoreResult.summary()``'s bytes
+        (bool), ``refusal`` (vLLM's words without the function it follows, else ``""``) and
+        ``ScoreResult.summary()``'s bytes
         (``peak_pooling_bytes``, ``peak_query_cache_bytes``, ``peak_maxsim_scratch_bytes``,
         ``host_bytes``, ``api_maxsim_bytes``; 0 where refused).
 
@@ -86,8 +106,8 @@ def rerank_sweep(n_docs: Sequence[int], doc_lens: Sequence[int], config: SimConf
                 try:
                     r = simulate_score([q], [length] * n, config, mode="analytic",
                                        flash_late_interaction=STAGES[p], head=head)
-                except ValueError as err:  # vLLM's refusal, in its words
-                    row.update(refused=True, refusal=str(err), peak_pooling_bytes=0,
+                except ValueError as err:  # vLLM's refusal, in its words (no private names)
+                    row.update(refused=True, refusal=refusal_words(err), peak_pooling_bytes=0,
                                peak_query_cache_bytes=0, peak_maxsim_scratch_bytes=0,
                                host_bytes=0, api_maxsim_bytes=0)
                 else:

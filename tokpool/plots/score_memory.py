@@ -118,8 +118,10 @@ def plot_score_memory(result: ScoreResult, *, engine: int = 0, ax: Axes | None =
     scored = steps[steps["maxsim_scratch_bytes"] > 0]
     # every in-step peak above the step's end drawn by its parts, each part labelled once
     rows = np.flatnonzero(steps["pool_peak_bytes"].to_numpy() > (below + cache))
-    labelled: set[str] = set()
     full = result.steps.index[result.steps["engine"] == engine]
+    # one bar call per part (its steps, heights and bottoms together), not one per step and
+    # part: 26 steps' calls were a quarter of the plot's own time (60 -> 46 ms CPU)
+    segments: dict[str, tuple[str, str, list[float], list[int], list[float]]] = {}
     for i in rows:
         bottom = 0.0
         for name, nbytes in score_peak_parts(result, int(full[i])).items():
@@ -133,11 +135,17 @@ def plot_score_memory(result: ScoreResult, *, engine: int = 0, ax: Axes | None =
                     f"{format_bytes(result.peak_maxsim_scratch_bytes)})")
             else:
                 colour, words = _part_style(name)
-            ax.bar(x[i], nbytes, width=PEAK_BAR_WIDTH, bottom=bottom, color=colour,
-                   edgecolor="black", linewidth=0.6, zorder=3, gid=f"peak part: {name}",
-                   label=None if words in labelled else f"{words}")
-            labelled.add(words)
+            xs, heights, bottoms = segments.setdefault(name, (colour, words, [], [], []))[2:]
+            xs.append(x[i])
+            heights.append(nbytes)
+            bottoms.append(bottom)
             bottom += nbytes
+    labelled: set[str] = set()
+    for name, (colour, words, xs, heights, bottoms) in segments.items():
+        ax.bar(xs, heights, width=PEAK_BAR_WIDTH, bottom=bottoms, color=colour,
+               edgecolor="black", linewidth=0.6, zorder=3, gid=f"peak part: {name}",
+               label=None if words in labelled else f"{words}")
+        labelled.add(words)
     stage2 = steps.loc[steps["stage"] == 2, "step"]
     if len(stage2):
         ax.axvline(float(stage2.iloc[0]) - 0.5, color="0.3", lw=0.8, ls=":")

@@ -12,6 +12,8 @@ controls and outputs as attributes, so code and tests can drive it::
     ex.view.save("schedule.png")       # export: .png (figure), .csv (table), .html (all)
 
 Controls that recompute use ``continuous_update=False``: work happens when a slider is released.
+Values the browser sends while a redraw is pending join it (``coalesce.py``): an arrow key
+pressed five times quickly draws once or twice, not five times.
 A slider's value is typed into the box beside it; a value it cannot take is refused, not
 clamped. A value set from code that a control cannot take (a menu value it does not offer, a
 slider value out of range) is refused the same way (``guards.py``): the control keeps its
@@ -37,6 +39,7 @@ from typing import Any
 import ipywidgets as W
 import traitlets
 
+from .coalesce import RedrawQueue
 from .guards import guard_controls, label_of, show_tooltip
 from .view import View
 
@@ -174,6 +177,7 @@ class Explorer(W.VBox):
         self._uid = uuid.uuid4().hex[:12]
         self._fallback: Any = None  # the display handle of the static snapshot, once shown
         self._syncing = False
+        self._redraws = RedrawQueue(self.update)  # a burst of browser values: one redraw
         self.typed: dict[str, W.Text] = {}
         row: list[W.Widget] = []
         for control in controls:
@@ -286,7 +290,7 @@ class Explorer(W.VBox):
             widget.observe(self._on_change, names="value")
 
     def _on_change(self, change: dict[str, Any] | None = None) -> None:
-        self.update()
+        self._redraws.ask(change)
 
     def render(self) -> View:  # pragma: no cover - abstract
         raise NotImplementedError

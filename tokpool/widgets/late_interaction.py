@@ -14,7 +14,7 @@ from typing import Any
 import ipywidgets as W
 import pandas as pd
 
-from ..late_interaction.rerank_cost import STAGES, width_head
+from ..late_interaction.rerank_cost import STAGES, refusal_words, width_head
 from ..late_interaction.simulate_score import simulate_score
 from ..plots import figure_png, format_bytes
 from ..plots.score_memory import plot_score_memory
@@ -121,7 +121,7 @@ def render_rerank(*, documents: int = 100, doc_len: int = 512, query_len: int = 
     try:
         results = _both_paths(query_len, doc_len, documents, config, output_width)
     except ValueError as err:  # vLLM's refusal, in the explorer's controls' words
-        said = _in_controls(str(err), config)
+        said = _in_controls(refusal_words(err), config)
         if hasattr(err, "follows"):  # an EngineRefusal keeps the vLLM function it follows
             raise type(err)(said, follows=err.follows) from err
         raise ValueError(said) from err

@@ -621,7 +621,7 @@ class MemoryExplorer(Explorer):
             low, high = change["new"]
             if low == high:
                 return  # _widen moves the handles apart; that change redraws
-        self.update()
+        super()._on_change(change)
 
     def render(self) -> View:
         view = self._render()
