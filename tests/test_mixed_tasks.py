@@ -85,3 +85,13 @@ def test_a_request_task_decides_its_valid_parameters():
 def test_the_plugin_task_is_refused_before_its_parameters_are_checked():
     with pytest.raises(ValueError, match="Unsupported task: 'plugin'"):
         tp.simulate([20], CFG, pooling_params=tp.PoolingParams(task="plugin"))
+
+
+def test_the_readme_mixed_example_numbers():
+    cfg = tp.SimConfig(hidden_size=4096, max_num_batched_tokens=2048)
+    params = [None] + [tp.PoolingParams(task="embed")] * 8
+    mixed = tp.simulate([8_192] + [512] * 8, cfg, mode="analytic", pooling_params=params)
+    by = mixed.by_task.groupby("task")
+    assert by["cache_bytes"].max().to_dict() == {"embed": 0, "token_embed": 50_331_648}
+    assert by["delivered_bytes"].sum().to_dict() == {"embed": 131_072,
+                                                     "token_embed": 134_217_728}
