@@ -95,3 +95,35 @@ def test_the_readme_mixed_example_numbers():
     assert by["cache_bytes"].max().to_dict() == {"embed": 0, "token_embed": 50_331_648}
     assert by["delivered_bytes"].sum().to_dict() == {"embed": 131_072,
                                                      "token_embed": 134_217_728}
+
+
+def test_tensor_and_analytic_agree_on_mixed_workloads_with_aborts():
+    import random
+
+    import pandas as pd
+
+    rng = random.Random(46)
+    twins = {"token_embed": "embed", "embed": "token_embed", "token_classify": "classify",
+             "classify": "token_classify"}
+    aborted = 0
+    for _ in range(40):
+        task = rng.choice(list(twins))
+        cfg = tp.SimConfig(task=task, hidden_size=4, num_labels=3,
+                           max_num_batched_tokens=rng.randint(4, 16), max_num_seqs=4,
+                           async_scheduling=rng.random() < 0.5,
+                           policy=rng.choice(["legacy", "clone", "prealloc"]),
+                           model_runner=rng.choice(["v1", "v2"]))
+        lens = [rng.randint(1, 30) for _ in range(rng.randint(2, 5))]
+        params = [tp.PoolingParams(task=twins[task]) if rng.random() < 0.5 else None
+                  for _ in lens]
+        aborts = {rng.randrange(len(lens)): rng.randint(0, 6)}
+        runs = [tp.simulate(lens, cfg, mode=m, pooling_params=params, aborts=aborts)
+                for m in ("tensor", "analytic")]
+        for frame in ("steps", "requests", "aborts", "by_task"):
+            a, b = getattr(runs[0], frame), getattr(runs[1], frame)
+            assert (a is None) == (b is None)
+            if a is not None:
+                pd.testing.assert_frame_equal(a, b)
+        assert runs[0].corrupted == runs[1].corrupted
+        aborted += int((runs[1].aborts.outcome == "aborted").sum())
+    assert aborted >= 10
