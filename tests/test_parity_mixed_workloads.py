@@ -32,50 +32,20 @@ pytestmark = pytest.mark.parity
 
 vllm = pytest.importorskip("vllm", reason="vLLM 0.33.0 is needed (make vllm)")
 
-import numpy as np  # noqa: E402
-from test_parity_vllm import make_vllm_pool  # noqa: E402
-from vllm.model_executor.layers.pooler.activations import (  # noqa: E402
-    PoolerClassify,
-    PoolerNormalize,
-)
-from vllm.model_executor.layers.pooler.seqwise import heads as vseqheads  # noqa: E402
-from vllm.model_executor.layers.pooler.seqwise.methods import get_seq_pooling_method  # noqa: E402
-from vllm.model_executor.layers.pooler.seqwise.poolers import SequencePooler  # noqa: E402
-from vllm.model_executor.layers.pooler.special import DispatchPooler as VDispatch  # noqa: E402
-from vllm.model_executor.layers.pooler.tokwise import heads as vtokheads  # noqa: E402
-from vllm.model_executor.layers.pooler.tokwise.poolers import TokenPooler  # noqa: E402
-from vllm.pooling_params import PoolingParams  # noqa: E402
-from vllm.v1.pool.metadata import PoolingMetadata as VMeta  # noqa: E402
+from test_parity_mixed_tasks import PAIRS, _poolers, vllm_metadata  # noqa: E402
 from vllm.v1.pool.metadata import PoolingStates as VStates  # noqa: E402
 
 WIDTH = 6
 LABELS = 3
 NUM_WORKLOADS = sample_size(full=400, sample=200)
-PAIRS = {"embed": ("token_embed", "embed"), "classify": ("token_classify", "classify")}
-SEQUENCE = {"embed", "classify"}
 
 
 def _vllm_dispatch(vllm_config, cfg: tp.SimConfig, family: str):
-    """vLLM's dispatch pooler for the family, with the simulator's head (float32, the seeded
-    classifier of ``backends.tensor.make_classifier``)."""
-    token_task, seq_task = PAIRS[family]
-    f32 = torch.float32
-    if family == "embed":
-        v_tok = vtokheads.TokenEmbeddingPoolerHead(head_dtype=f32, projector=None,
-                                                   activation=PoolerNormalize())
-        v_seq = vseqheads.EmbeddingPoolerHead(head_dtype=f32, projector=None,
-                                              activation=PoolerNormalize())
-    else:
-        classifier = make_classifier(cfg)
-        v_tok = vtokheads.TokenClassifierPoolerHead(classifier=classifier, head_dtype=f32,
-                                                    activation=PoolerClassify())
-        v_seq = vseqheads.ClassifierPoolerHead(classifier=classifier, head_dtype=f32,
-                                               activation=PoolerClassify())
-    return VDispatch({
-        token_task: TokenPooler(pooling=make_vllm_pool(
-            vllm_config, "ALL", chunked=True, async_=cfg.async_scheduling), head=v_tok),
-        seq_task: SequencePooler(pooling=get_seq_pooling_method("LAST"), head=v_seq),
-    })
+    """vLLM's dispatch pooler for the family, heads as tests/test_parity_mixed_tasks.py builds
+    them (float32), with the simulator's seeded classifier (``backends.tensor.
+    make_classifier``)."""
+    classifier = make_classifier(cfg) if family == "classify" else None
+    return _poolers(vllm_config, family, async_=cfg.async_scheduling, classifier=classifier)[0]
 
 
 def _workload(rng: random.Random, family: str, async_: bool):
@@ -137,13 +107,8 @@ def test_simulated_mixed_workloads_match_vllms_dispatch_pooler(vllm_config, pari
             reqs = [r for r, _, _ in step.chunks]
             scheduled = [stop - start for _, start, stop in step.chunks]
             seq_lens = [stop for _, _, stop in step.chunks]
-            vmeta = VMeta(prompt_lens=torch.tensor([lens[r] for r in reqs]),
-                          prompt_token_ids=None, prompt_token_ids_cpu=None,
-                          pooling_params=[PoolingParams(task=tasks[r], use_activation=True)
-                                          for r in reqs],
-                          pooling_states=[states[r] for r in reqs])
-            vmeta.build_pooling_cursor(np.array(scheduled), torch.tensor(seq_lens),
-                                       torch.device("cpu"))
+            vmeta = vllm_metadata([lens[r] for r in reqs], [tasks[r] for r in reqs],
+                                  [states[r] for r in reqs], scheduled, seq_lens)
             with torch.no_grad():
                 v_out = vdispatch(hidden, vmeta)
             mixed_steps += len({tasks[r] for r in reqs}) > 1
