@@ -81,6 +81,17 @@ def _poolers(vllm_config, family: str, *, async_: bool, classifier):
     return vdispatch, tdispatch
 
 
+def vllm_metadata(prompt_lens, tasks, states, scheduled, seq_lens) -> VMeta:
+    """vLLM's ``PoolingMetadata`` of one step: each request's task (activation on), its
+    pooling state, and the cursor of its scheduled tokens."""
+    vmeta = VMeta(prompt_lens=torch.tensor(prompt_lens), prompt_token_ids=None,
+                  prompt_token_ids_cpu=None,
+                  pooling_params=[PoolingParams(task=t, use_activation=True) for t in tasks],
+                  pooling_states=list(states))
+    vmeta.build_pooling_cursor(np.array(scheduled), torch.tensor(seq_lens), torch.device("cpu"))
+    return vmeta
+
+
 @pytest.fixture(scope="module")
 def vllm_config():
     from vllm.config import VllmConfig
@@ -117,13 +128,8 @@ def test_mixed_task_batches_match_vllms_dispatch_pooler(vllm_config, parity_coun
             tmeta = tp.build_metadata([prompts[r] for r in reqs], num_scheduled_tokens=scheduled,
                                       seq_lens=seq_lens, states=[t_states[r] for r in reqs],
                                       task=[tasks[r] for r in reqs])
-            vmeta = VMeta(prompt_lens=torch.tensor([prompts[r] for r in reqs]),
-                          prompt_token_ids=None, prompt_token_ids_cpu=None,
-                          pooling_params=[PoolingParams(task=tasks[r], use_activation=True)
-                                          for r in reqs],
-                          pooling_states=[v_states[r] for r in reqs])
-            vmeta.build_pooling_cursor(np.array(scheduled), torch.tensor(seq_lens),
-                                       torch.device("cpu"))
+            vmeta = vllm_metadata([prompts[r] for r in reqs], [tasks[r] for r in reqs],
+                                  [v_states[r] for r in reqs], scheduled, seq_lens)
             with torch.no_grad():
                 t_out = tdispatch(hidden, tmeta)
                 v_out = vdispatch(hidden, vmeta)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tokpool import PoolingParams
 from tokpool.sim import EngineRefusal, SimConfig, simulate
 from tokpool.sim.backends.closed_form import single_request
 
@@ -147,3 +148,41 @@ def test_offload_hands_a_threshold_split_chunk_over_on_the_device():
     # no head (no cast, no activation): step 1 delivers request 0's last chunk (1 row, 2 B)
     # from the device; step 2 request 1 from its host buffer, its chunk copied as pooled
     assert frames["tensor"]["d2h_bytes"].tolist() == [0, 2, 2]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs(thresholds=True, policies=("legacy", "clone", "prealloc")),
+       lens=st.lists(st.integers(1, 40), min_size=1, max_size=5),
+       twins=st.lists(st.booleans(), min_size=5, max_size=5),
+       arrivals=st.lists(st.integers(0, 3), min_size=5, max_size=5))
+def test_analytic_equals_tensor_on_mixed_task_workloads(cfg, lens, twins, arrivals):
+    """Requests of a token task and its sequence twin in one workload (``PoolingParams(task=
+    ...)``, vLLM's ``DispatchPooler`` groups): both modes agree to the byte, per task too."""
+    if cfg.pooling_method not in ("ALL", "LAST"):
+        cfg = cfg.replace(pooling=None, num_returned_columns=None, step_tag_every=None)
+    if not cfg.enable_chunked_prefill:
+        cfg = cfg.replace(max_num_batched_tokens=max(cfg.max_num_batched_tokens, max(lens)))
+    twin = {"token_embed": "embed", "embed": "token_embed", "token_classify": "classify",
+            "classify": "token_classify"}[cfg.task]
+    params = [PoolingParams(task=twin) if t else None for t in twins[: len(lens)]]
+    arrival = arrivals[: len(lens)]
+    try:
+        tensor = simulate(lens, cfg, mode="tensor", arrival_steps=arrival, pooling_params=params)
+    except EngineRefusal as refusal:
+        with pytest.raises(EngineRefusal, match=re.escape(str(refusal))):
+            simulate(lens, cfg, mode="analytic", arrival_steps=arrival, pooling_params=params)
+        return
+    analytic = simulate(lens, cfg, mode="analytic", arrival_steps=arrival,
+                        pooling_params=params)
+    pd.testing.assert_frame_equal(tensor.steps, analytic.steps)
+    pd.testing.assert_frame_equal(tensor.requests, analytic.requests)
+    pd.testing.assert_frame_equal(tensor.chunks, analytic.chunks)
+    assert tensor.corrupted == analytic.corrupted
+    if any(twins[: len(lens)]):
+        pd.testing.assert_frame_equal(tensor.by_task, analytic.by_task)
+        seq = {r for r, p in enumerate(params) if (p.task if p else cfg.task) in
+               ("embed", "classify")}
+        for r in seq:  # a sequence request delivers one row
+            assert tensor.outputs[r] is None or tensor.outputs[r].ndim == 1
+    else:
+        assert tensor.by_task is None

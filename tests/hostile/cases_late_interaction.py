@@ -48,6 +48,7 @@ def late_interaction(a: str, sweep) -> list[Case]:
         "returned_token_ids": {"'ab'": "ab", "[]": [], "[1.5]": [1.5], "5": 5},
         "truncation_side": {"'middle'": "middle", "5": 5},
         "late_interaction_mode": {"'x'": "x", "5": 5},
+        "task": {"'nope'": "nope", "5": 5, "True": True, "['embed']": ["embed"]},
     })
     cfg = tp.SimConfig(hidden_size=8, max_num_batched_tokens=16)
     cases += sweep(a, "simulate[pooling_params]", tp.simulate,
@@ -62,4 +63,16 @@ def late_interaction(a: str, sweep) -> list[Case]:
                                late_chunking_size=4, truncate_prompt_tokens=10),
                            "step tags without STEP": tp.PoolingParams(step_tag_id=3)},
     }, names={"pooling_params": ("request 0",)})
+    cases += sweep(a, "simulate[pooling_params task]", tp.simulate,
+                   {"prompt_lens": [20, 6], "config": cfg, "mode": "analytic"}, {
+        "pooling_params": {"a task the model does not serve": tp.PoolingParams(task="classify"),
+                           "plugin": [tp.PoolingParams(task="plugin"), None]},
+    }, names={"pooling_params": ("task",)})
+    cases += sweep(a, "simulate[mixed tasks refused]", tp.simulate,
+                   {"prompt_lens": [20, 6], "mode": "analytic",
+                    "pooling_params": [tp.PoolingParams(task="embed"), None]}, {
+        "config": {"offload": cfg.replace(policy="offload"),
+                   "STEP pooling": tp.SimConfig(task="token_classify", pooling="STEP",
+                                                hidden_size=8, max_num_batched_tokens=64)},
+    }, names={"config": ("task",)})
     return cases

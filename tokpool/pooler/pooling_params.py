@@ -17,7 +17,12 @@ fields kept here are the ones that change what the engine holds or delivers:
   parameters, ``TokenizeParams``): keep the first (``"right"``) or last (``"left"``) N prompt
   tokens; ``-1`` keeps ``max_model_len``;
 - ``late_interaction_mode`` (vLLM: ``late_interaction_params.mode``, set by the scoring path:
-  ``"cache_query"`` / ``"score_doc"``).
+  ``"cache_query"`` / ``"score_doc"``);
+- ``task`` (vLLM: ``PoolingParams.task``): the request's own pooling task (``None``: the
+  engine's, ``SimConfig.task``). A model serves its token task with its sequence twin
+  (``token_embed`` with ``embed``, ``token_classify`` with ``classify``: vLLM's
+  ``DispatchPooler`` keys), so one workload may mix them (``tokpool.sim.vllm_rules.
+  request_tasks``).
 
 A record checks its own fields when built (types and ranges, as vLLM's ``LateChunkingParams``
 and request models do); what depends on the model and the task — vLLM's
@@ -48,6 +53,7 @@ import numpy as np
 
 from .._args import choice, whole
 from .late_chunking import MAX_CHUNK_SIZE, late_chunk_rows
+from .task_names import POOLING_TASKS
 
 __all__ = ["LATE_INTERACTION_MODES", "TRUNCATION_SIDES", "PoolingParams", "per_request_params"]
 
@@ -86,6 +92,9 @@ class PoolingParams:
             the tokenizer's default (``"right"`` for Hugging Face tokenizers).
         late_interaction_mode: ``"cache_query"`` / ``"score_doc"`` when the scoring path sends
             the request (late-interaction reranking), else ``None``.
+        task: the request's pooling task (vLLM's ``PoolingParams.task``; ``None``: the
+            engine's). ``tp.simulate`` runs a workload mixing a token task with its sequence
+            twin through the dispatch pooler.
 
     Raises:
         TypeError: a field of the wrong type (``True`` and ``3.0`` are not ints).
@@ -104,6 +113,7 @@ class PoolingParams:
     truncate_prompt_tokens: int | None = None
     truncation_side: Literal["left", "right"] | None = None
     late_interaction_mode: Literal["cache_query", "score_doc"] | None = None
+    task: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -137,6 +147,11 @@ class PoolingParams:
             choice("truncation_side", self.truncation_side, TRUNCATION_SIDES)
         if self.late_interaction_mode is not None:
             choice("late_interaction_mode", self.late_interaction_mode, LATE_INTERACTION_MODES)
+        if self.task is not None:
+            if not isinstance(self.task, str):
+                raise TypeError(f"task must be a pooling task name (a str) or None, got "
+                                f"{self.task!r} ({type(self.task).__name__})")
+            choice("task", self.task, POOLING_TASKS)
 
     def __repr__(self) -> str:
         given = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)

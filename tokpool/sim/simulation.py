@@ -17,6 +17,7 @@ from .backends.closed_form import single_request
 from .backends.counting import run_counting
 from .backends.limits import check_byte_range, check_work
 from .backends.loop import CHUNK_COLUMNS, paused_gc
+from .backends.mixed import MixedCountingEngine, MixedTensorEngine
 from .backends.progress import check_progress, show_progress
 from .backends.source import HiddenStateSource, PromptTokenIds, check_source, default_source
 from .backends.tensor import run_tensor
@@ -38,6 +39,7 @@ from .schedule.stream import stream_schedule
 from .vllm_rules import engine_checks, runner
 from .vllm_rules.pooling_kind import MARKER_ROWS_NEED_TOKEN_IDS
 from .vllm_rules.prefix_cache import reads_prefix_cache
+from .vllm_rules.request_tasks import check_mixed_run, request_tasks
 from .vllm_run import vllm_schedule
 
 SimMode = Literal["tensor", "analytic", "closed_form"]
@@ -109,7 +111,12 @@ def simulate(
             at chunk 512 delivers 64 rows while pooling still holds all 32,768. Late-chunked
             requests are ``token_embed``, which never reads the prefix cache. STEP's tag and
             columns are the engine's (``SimConfig``): a request may repeat them, not change
-            them.
+            them. ``task`` mixes tasks of one model (vLLM's ``PoolingParams.task``: the
+            engine's task and its twin, ``token_embed`` with ``embed``, ``token_classify``
+            with ``classify``; ``vllm_rules.request_tasks``): each step's requests are
+            grouped as vLLM's ``DispatchPooler`` groups them (``backends.mixed``), a sequence
+            request gathers one row and keeps nothing; ``SimResult.by_task`` has each task's
+            bytes per step. Tensor and analytic modes.
         progress: a text bar over the engine's steps (stdout; the command line: stderr).
             ``None``: only when the run has at least ``backends.progress.AUTO_STEPS`` steps.
         aborts: ``{request: step}``: the client hangs up and vLLM cancels the request right
@@ -156,7 +163,13 @@ def simulate(
     lens, token_ids = split_prompts(prompt_lens)
     refuse = engine_checks.Refusals(as_if=config.as_if)  # vLLM rejects prompts over the limit
     params = per_request_params(pooling_params, len(lens))
+    tasks = request_tasks(params, config)  # None: every request runs the engine's task
     lens, token_ids = _apply_request_params(params, lens, token_ids, config, refuse)
+    if tasks is not None:
+        check_mixed_run(config, prompt_token_ids=token_ids)
+        if mode == "closed_form":
+            raise ValueError("mode='closed_form' solves one request of the engine's task; "
+                             "run a workload mixing tasks with mode='tensor' or 'analytic'")
     refuse(engine_checks.check_prompts_fit, lens, config.max_model_len, name=config.model_name)
     abort_map = check_aborts(aborts, len(lens), None if schedule is not None else
                              check_arrival_steps(arrival_steps, len(lens)))
@@ -221,14 +234,14 @@ def simulate(
             source = PromptTokenIds(source, token_ids)
     if mode == "tensor":
         _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params,
-                           outcomes)
+                           outcomes, tasks)
         if source is None:
             source = default_source(config)
             source.prepare(lens)
         with show_progress(progress):
             records, requests, corrupted, outputs, engine = run_tensor(
                 lens, config, steps, source, device=device, pooling_params=params,
-                aborts=outcomes)
+                aborts=outcomes, **_mixed(MixedTensorEngine, tasks))
     else:
         with show_progress(progress):
             # the common case in plain integers (backends.clone_ledger); None: the general loop
@@ -237,7 +250,8 @@ def simulate(
                 return _clone_ledger_result(fast, lens, config, steps, token_ids, params,
                                             [*config.looked_past, *refuse.looked_past])
             records, requests, corrupted, engine = run_counting(
-                lens, config, steps, source=source, pooling_params=params, aborts=outcomes)
+                lens, config, steps, source=source, pooling_params=params, aborts=outcomes,
+                **_mixed(MixedCountingEngine, tasks))
     times = _times(config, [r.num_scheduled_tokens for r in records],
                    [r.context_sum for r in records], [r.copy_bytes for r in records],
                    [r.d2h_bytes for r in records])
@@ -262,7 +276,13 @@ def simulate(
         prompt_token_ids=token_ids,
         pooling_params=params,
         aborts=_aborts_frame(outcomes, engine, steps),
+        by_task=engine.by_task_frame() if tasks is not None else None,
     )
+
+
+def _mixed(engine_cls, tasks) -> dict:
+    """A backend's engine arguments for a workload mixing tasks (none for one task)."""
+    return {} if tasks is None else {"engine_cls": engine_cls, "tasks": tasks}
 
 
 def _times(config: SimConfig, tokens, context_sum, copy_bytes, d2h_bytes) -> dict:
@@ -402,13 +422,13 @@ def _apply_request_params(params, lens, token_ids, config, refuse):
 
 
 def _guard_tensor_mode(lens, config, steps, source, arrival_steps, device, params=None,
-                       aborts=()) -> None:
+                       aborts=(), tasks=None) -> None:
     """Refuse a tensor-mode run that cannot fit, before allocating: the counting engine knows
     its bytes in milliseconds (pooling's peak, the persistent buffer, the largest step's output
     tensor, every delivered output, which tensor mode keeps on the host, and the oracle's
     reference and expected output of the largest request)."""
     counted = run_counting(lens, config, steps, source=source, pooling_params=params,
-                           aborts=aborts)[0]
+                           aborts=aborts, **_mixed(MixedCountingEngine, tasks))[0]
     rows = max((s.num_tokens for s in steps), default=0)
     step_output = rows * config.width * config.dtype_size  # eager output (or the buffer)
     peak_device = max(r.pool_peak_bytes for r in counted) + config.buffer_bytes + step_output

@@ -142,10 +142,17 @@ class CountingEngine(EngineLoop):
     def pool(self, index: int, step: ScheduledStep, rules: list[KeepRule]) -> dict[int, Handle]:
         """Pooling's outputs for the finished requests (held), in batch order."""
         if not self.kind.token_level:  # LastPool: the step gathers one row per request
-            return self._pool_last(step)
+            pooled, gather = self._pool_last(step.chunks, step.finished)
+            self._drop(gather)
+            return pooled
+        return self._select(self._pool_all(step.chunks, rules))
+
+    def _pool_all(self, chunks, rules: list[KeepRule]) -> dict[int, Handle]:
+        """``AllPool`` on ``chunks`` (``(request, start, stop)``, each with its rule): the
+        finished requests' outputs, held."""
         rb = self.row_bytes
         # 1. keep each chunk as the rule says (AllPool's first pass).
-        for (r, start, stop), rule in zip(step.chunks, rules, strict=True):
+        for (r, start, stop), rule in zip(chunks, rules, strict=True):
             state = self.states[r]
             n = stop - start
             if rule.keep == "view":
@@ -170,7 +177,7 @@ class CountingEngine(EngineLoop):
         # 2. hand finished requests their output (AllPool's second pass).
         pooled: dict[int, Handle] = {}
         self._spans = {}
-        for (r, start, stop), rule in zip(step.chunks, rules, strict=True):
+        for (r, start, stop), rule in zip(chunks, rules, strict=True):
             if rule.returns is None:
                 continue
             # the prompt positions the output holds: the whole prompt, or (unchunked) the chunk
@@ -191,18 +198,21 @@ class CountingEngine(EngineLoop):
             else:  # unchunked, split anyway: the chunk is handed over, the state holds nothing
                 self.states[r] = _State()
             pooled[r] = out
-        return self._select(pooled)
-
-    def _pool_last(self, step: ScheduledStep) -> dict[int, Handle]:
-        # LastPool gathers the last scheduled row of every request: [n_requests, W], owned.
-        gather = self._alloc(len(step.chunks) * self.row_bytes)
-        pooled: dict[int, Handle] = {}
-        for r in step.finished:
-            pooled[r] = gather  # row r of it: a view, keeps the whole gather alive
-            self._hold(gather)
-            del self.states[r]
-        self._drop(gather)
         return pooled
+
+    def _pool_last(self, chunks, finished) -> tuple[dict[int, Handle], _Storage]:
+        """``LastPool`` on ``chunks``: the gather of the last scheduled row of each request,
+        ``[n_requests, W]``, owned, held until the caller drops it; the finished requests'
+        rows (views: each holds the whole gather)."""
+        gather = self._alloc(len(chunks) * self.row_bytes)
+        pooled: dict[int, Handle] = {}
+        in_chunks = {r for r, _, _ in chunks}
+        for r in finished:
+            if r in in_chunks:
+                pooled[r] = gather  # row r of it: a view, keeps the whole gather alive
+                self._hold(gather)
+                del self.states[r]
+        return pooled, gather
 
     def _select(self, pooled: dict[int, Handle]) -> dict[int, Handle]:
         """The pooling kind's selection (STEP: columns, then tag rows; JINA_RANKING: the
@@ -282,7 +292,7 @@ class CountingEngine(EngineLoop):
         return outs
 
     def _out_shape(self, request: int) -> tuple[int, int]:
-        rows, width = self.kind.delivered_shape(self.cfg, self.kept, request,
+        rows, width = self.request_kind(request).delivered_shape(self.cfg, self.kept, request,
                                                 self.delivered_from.get(request, 0),
                                                 self.lens[request])
         return rows + self.duplicated_rows(request), width  # stale rows are delivered too
@@ -350,13 +360,16 @@ class CountingEngine(EngineLoop):
 def run_counting(
     prompt_lens: Sequence[int], config: SimConfig, steps: Sequence[ScheduledStep], *, source=None,
     pooling_params: Sequence | None = None, aborts: Sequence = (),
+    engine_cls: type[CountingEngine] | None = None, **engine_args,
 ) -> tuple[list[StepRecord], list[RequestRecord], set[int], CountingEngine]:
     """Counting-mode ledger of a schedule: ``(step records, request records, corrupted,
     engine)``; the engine holds ``chunks``. ``pooling_params``: per request, its
-    ``tp.PoolingParams`` or ``None``."""
+    ``tp.PoolingParams`` or ``None``; ``engine_cls`` (with its ``engine_args``): another
+    counting engine (a workload mixing tasks: ``backends.mixed``)."""
     kept = config.pooling_kind.kept_rows(config, source, len(prompt_lens))
-    engine = CountingEngine(prompt_lens, config, kept, pooling_params=pooling_params,
-                            aborts=aborts)
+    engine = (engine_cls or CountingEngine)(prompt_lens, config, kept,
+                                            pooling_params=pooling_params, aborts=aborts,
+                                            **engine_args)
     records = engine.run(steps)
     engine.finish(engine.judged)
     return records, engine.requests, engine.judged, engine

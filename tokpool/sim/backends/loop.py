@@ -175,6 +175,8 @@ class EngineLoop(ABC):
             for finished in (False, True) for first in (False, True)
             for rule in [self.kind.chunk_rule(config, finished=finished, first_chunk=first)]
         }
+        # per request, its own rules (a workload mixing tasks: ``backends.mixed``); None: the kind's
+        self._rules_by_request: list[dict] | None = None
         # vLLM's V1 runner keeps a preempted request's pooling state (``vllm_rules.runner``):
         # its stale chunks stay cached, and the resumed prefill appends to them. Only for
         # pooling that keeps a list of chunks (AllPool's cache), with chunked prefill.
@@ -373,7 +375,9 @@ class EngineLoop(ABC):
             # the keep rule's "first chunk" is an EMPTY cache (AllPool: not
             # p.hidden_states_cache): a resumed V1 request still holds its stale chunks
             first = r in starting and not self._cache_rows.get(r, 0)
-            rule, label = self._chunk_rules[finished, first]
+            rules_of = (self._chunk_rules if self._rules_by_request is None
+                        else self._rules_by_request[r])
+            rule, label = rules_of[finished, first]
             if rule is None:  # nothing kept: the step gathers its row
                 chunk = ChunkRecord(index, r, start, stop, row, out.fresh, label, True, index)
             else:
@@ -490,6 +494,11 @@ class EngineLoop(ABC):
             **self.memory(),
         )
 
+    def request_kind(self, request: int):
+        """The pooling kind that pools ``request`` (the config's; a mixed-task engine's
+        sequence requests: LAST)."""
+        return self.kind
+
     def duplicated_rows(self, request: int) -> int:
         """Rows pooling handed over beyond the request's prompt: stale chunks a V1 runner kept
         across a preemption (0 otherwise)."""
@@ -504,7 +513,7 @@ class EngineLoop(ABC):
             r = rec.request
             if rec.finish_step < 0:
                 continue
-            rows, width = self.kind.delivered_shape(self.cfg, self.kept, r,
+            rows, width = self.request_kind(r).delivered_shape(self.cfg, self.kept, r,
                                                     self.delivered_from.get(r, 0), self.lens[r])
             rec.duplicated_rows = self.duplicated_rows(r)
             # what the head hands over (one row per late chunk): vllm_rules.classifier

@@ -472,14 +472,16 @@ class TensorEngine(EngineLoop):
 def run_tensor(
     prompt_lens: Sequence[int], config: SimConfig, steps: Sequence[ScheduledStep], source,
     *, device: torch.device | str = "cpu", pooling_params: Sequence | None = None,
-    aborts: Sequence = (),
+    aborts: Sequence = (), engine_cls: type[TensorEngine] | None = None, **engine_args,
 ) -> tuple[list[StepRecord], list[RequestRecord], set[int], list[Tensor | None],
            TensorEngine]:
     """Tensor-mode ledger of a schedule: ``(steps, requests, corrupted, delivered outputs,
     engine)``; the engine holds ``chunks`` and the loop's own verdict ``judged``.
-    ``pooling_params``: per request, its ``tp.PoolingParams`` or ``None``."""
-    engine = TensorEngine(prompt_lens, config, source, device=device,
-                          pooling_params=pooling_params, aborts=aborts)
+    ``pooling_params``: per request, its ``tp.PoolingParams`` or ``None``; ``engine_cls``
+    (with its ``engine_args``): another tensor engine (mixed tasks: ``backends.mixed``)."""
+    engine = (engine_cls or TensorEngine)(prompt_lens, config, source, device=device,
+                                          pooling_params=pooling_params, aborts=aborts,
+                                          **engine_args)
     records = engine.run(steps)
     engine.finish(engine.corrupted)
     outputs = [engine.delivered.get(r) for r in range(len(prompt_lens))]  # None: aborted

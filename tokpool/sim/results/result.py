@@ -51,6 +51,9 @@ class SimResult:
         aborts: one row per abort ``simulate`` was given (``aborts=``): what it did
             (``aborted``, ``output dropped``, ``no-op``) and what it freed, columns in
             ``tokpool.sim.schedule.aborts.ABORT_COLUMNS``; ``None`` without aborts.
+        by_task: a workload mixing tasks (``PoolingParams(task=...)``): one row per step and
+            task, what that task's pooling states own and what its host copies delivered
+            (columns in ``tokpool.sim.backends.mixed.BY_TASK_COLUMNS``); ``None`` otherwise.
     """
 
     config: SimConfig
@@ -72,6 +75,7 @@ class SimResult:
     prompt_token_ids: list[list[int]] | None = field(default=None, repr=False)
     pooling_params: list | None = field(default=None, repr=False)
     aborts: pd.DataFrame | None = field(default=None, repr=False)
+    by_task: pd.DataFrame | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         c = self.config

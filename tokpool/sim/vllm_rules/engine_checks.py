@@ -704,7 +704,7 @@ def check_pooling_params(params, config, *, request: int | None = None) -> None:
     who = f"request {request}: " if request is not None else ""
     model = config.model
     name = config.model_name or "the simulated model"
-    task = config.task
+    task = getattr(params, "task", None) or config.task  # the request's own, if given
     chunked = params.late_chunking_size is not None
     keep = params.truncate_prompt_tokens
 

@@ -133,6 +133,9 @@ class PoolingKind:
     reads_prompt_token_ids: ClassVar[bool] = False
     #: What the selection is called in a peak's parts (``tp.sim.peak_parts``).
     selection_label: ClassVar[str] = "STEP selection"
+    #: Requests of the task's twin may share a workload (``DispatchPooler``: ``AllPool`` for
+    #: the token task beside ``LastPool`` for the sequence one; ``vllm_rules.request_tasks``).
+    serves_twin_task: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<pooling kind {self.name}>"
@@ -248,6 +251,7 @@ class AllKind(PoolingKind):
     name = "ALL"
     token_level = True
     tasks = TOKEN_TASKS
+    serves_twin_task = True
 
 
 class StepKind(AllKind):
@@ -258,6 +262,7 @@ class StepKind(AllKind):
     tok_pooling_type = "STEP"
     chunks = False
     takes_step_params = True
+    serves_twin_task = False
 
     def columns(self, config) -> tuple[int, ...] | None:
         if config.num_returned_columns is not None:
@@ -337,6 +342,7 @@ class JinaRankingKind(AllKind):
     has_head = False
     reads_prompt_token_ids = True
     selection_label = "marker rows and projector"
+    serves_twin_task = False
 
     def needs_token_ids(self, config) -> bool:
         return True
@@ -402,6 +408,7 @@ class LastKind(PoolingKind):
     name = "LAST"
     token_level = False
     tasks = SEQUENCE_TASKS
+    serves_twin_task = True
 
     def chunk_rule(self, config, *, finished: bool, first_chunk: bool) -> KeepRule | None:
         return None
