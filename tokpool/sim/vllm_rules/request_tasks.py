@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...pooler.keep_rule import VLLM_POLICY, keep_rule
+
 __all__ = ["DISPATCH_PAIRS", "check_mixed_run", "request_tasks", "served_tasks"]
 
 #: The tasks one model's ``DispatchPooler`` serves, by any one of them (vLLM 0.33.0's
@@ -82,7 +84,10 @@ def check_mixed_run(config, *, prompt_token_ids=None) -> None:
         ValueError: offload or vLLM's own pooler as the policy, or prompts given as token
             ids with prefix caching on (each task reads the cache its own way).
     """
-    if config.policy in ("offload", "vllm"):
+    # ask the ownership table (keep_rule.py decides from a policy name), not the name
+    on_host = keep_rule(config.policy, async_scheduling=False, finished=False,
+                        first_chunk=True).keep == "host"
+    if on_host or config.policy == VLLM_POLICY:
         raise ValueError(
             f"a workload mixing tasks runs with policy 'clone', 'legacy' or 'prealloc' "
             f"(tokpool's DispatchPooler), not {config.policy!r}; give every request the "
