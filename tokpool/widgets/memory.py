@@ -457,7 +457,7 @@ class MemoryExplorer(Explorer):
             raise ValueError(f"prompt_len runs backwards: {prompt_len!r}; give (shortest, "
                              "longest)")
         prompt_len = (int(bounds[0]), int(bounds[1]))
-        if budget is None:  # vLLM's budget for the model and GPU (LLM class), where offered
+        if budget is None:  # `vllm serve`'s budget for the model and GPU, where offered
             default = SimConfig.for_model(preset, hardware=hardware).max_num_batched_tokens
             budget = default if default in MEMORY_BUDGETS else SimConfig().max_num_batched_tokens
         if as_whole(budget) not in MEMORY_BUDGETS:
